@@ -1,0 +1,5 @@
+import sys
+
+from records.cli import main
+
+sys.exit(main())

@@ -1,0 +1,644 @@
+"""Kafka wire codec for generated Structs, byte-compatible with Kafka's generated Java code.
+
+For every message version the codec generates one specialised Python function for decoding
+and one for encoding, then compiles them once. Consecutive fixed-width fields are read and
+written with a single precompiled ``struct.Struct``, arrays of fixed-width primitives in one
+call, and small varints inline. Generated functions keep the index of the field they are in,
+so any failure is reported with the field path and the byte offset.
+
+Wire rules:
+- big-endian fixed-width values, UUIDs as 16 bytes, bool as one byte;
+- non-flexible versions: int16 string lengths, int32 array and bytes lengths, -1 for null;
+- flexible versions: compact lengths (uvarint N+1, 0 for null) and a tagged-field section
+  closing every struct; tagged fields written in ascending tag order, only when they differ
+  from their default; unknown tags kept on decode and written back on encode.
+- nullable structs carry an int8 presence byte (-1 null, 1 present); a nullable uuid is
+  written as the all-zero uuid, which reads back as null.
+"""
+
+from __future__ import annotations
+
+import struct as _struct
+import uuid
+from typing import Any, Callable
+
+import msgspec
+
+from records.schema import FieldSpec, MessageSpec, StructSpec
+from records.structs import UNKNOWN_TAGGED_FIELDS, MessageClasses
+from records.varint import VarintError, read_uvarint, uvarint_bytes
+
+
+class CodecError(ValueError):
+    """A value cannot be encoded, or bytes cannot be decoded, at a named field and byte."""
+
+    def __init__(self, message: str, *, field: str | None = None, position: int | None = None) -> None:
+        where = []
+        if field:
+            where.append(f"field {field}")
+        if position is not None:
+            where.append(f"byte {position}")
+        super().__init__(f"{', '.join(where)}: {message}" if where else message)
+        self.field = field
+        self.position = position
+        self.detail = message
+
+
+class UnsupportedVersionError(CodecError):
+    """A value uses a field that the requested version does not have."""
+
+
+class _Truncated(Exception):
+    def __init__(self, needed: int, remaining: int) -> None:
+        self.needed = needed
+        self.remaining = remaining
+
+
+class _Invalid(Exception):
+    pass
+
+
+_FIXED = {"bool": "?", "int8": "b", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I", "int64": "q", "float64": "d", "uuid": "16s"}
+_FIXED_SIZE = {"?": 1, "b": 1, "h": 2, "H": 2, "i": 4, "I": 4, "q": 8, "d": 8, "16s": 16}
+_ZERO_UUID = uuid.UUID(int=0)
+_UVB = [uvarint_bytes(i) for i in range(4096)]
+
+
+def _uvb(n: int) -> bytes:
+    return _UVB[n] if n < 4096 else uvarint_bytes(n)
+
+
+_object_new = object.__new__
+_setattr = object.__setattr__
+_UUID = uuid.UUID
+_SAFE_UNKNOWN = uuid.SafeUUID.unknown
+
+
+def _uuid(b: bytes) -> uuid.UUID:
+    # Skips UUID.__init__'s argument parsing: decoding metadata records is mostly UUIDs.
+    u = _object_new(_UUID)
+    _setattr(u, "int", int.from_bytes(b, "big"))
+    _setattr(u, "is_safe", _SAFE_UNKNOWN)
+    return u
+
+
+def _uuid_or_none(b: bytes) -> uuid.UUID | None:
+    return None if b == b"\x00" * 16 else _uuid(b)
+
+
+def _uuid_bytes(u: Any) -> bytes:
+    if u is None:
+        return bytes(16)
+    return u.bytes
+
+
+class _Writer:
+    """Indented Python source."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.depth = 1
+
+    def __call__(self, line: str) -> None:
+        self.lines.append("    " * self.depth + line)
+
+    def indent(self) -> "_Indent":
+        return _Indent(self)
+
+
+class _Indent:
+    def __init__(self, w: _Writer) -> None:
+        self.w = w
+
+    def __enter__(self) -> None:
+        self.w.depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.w.depth -= 1
+
+
+class _VersionCodegen:
+    """Generates the decode and encode functions of one message version."""
+
+    def __init__(self, spec: MessageSpec, version: int, classes: MessageClasses) -> None:
+        self.spec = spec
+        self.version = version
+        self.flexible = spec.is_flexible(version)
+        self.classes = classes
+        self.consts: dict[str, Any] = {}
+        self.paths: list[str] = []
+        self.counter = 0
+
+    # -- shared helpers -------------------------------------------------------------------
+
+    def const(self, value: Any, prefix: str = "C") -> str:
+        for name, existing in self.consts.items():
+            if existing is value:
+                return name
+        name = f"_{prefix}{len(self.consts)}"
+        self.consts[name] = value
+        return name
+
+    def tmp(self, prefix: str = "v") -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def track(self, path: str) -> int:
+        self.paths.append(path)
+        return len(self.paths) - 1
+
+    def nullable(self, f: FieldSpec) -> bool:
+        return self.version in f.nullable_versions
+
+    def present(self, f: FieldSpec) -> bool:
+        return self.version in f.versions
+
+    def tagged(self, f: FieldSpec) -> bool:
+        return self.version in f.tagged_versions
+
+    def default_expr(self, f: FieldSpec) -> str:
+        return self.const(self.classes.field_default(f))
+
+    # -- decode ---------------------------------------------------------------------------
+
+    def decode_source(self) -> str:
+        w = _Writer()
+        w.depth = 0
+        w("def decode(buf, pos, end):")
+        w.depth = 1
+        w("_f = -1")
+        w("_p = pos")
+        w("try:")
+        with w.indent():
+            result = self.dec_struct(w, self.spec.struct, "")
+            w(f"return {result}, pos")
+        w("except Exception as e:")
+        with w.indent():
+            w("raise _decode_error(e, _PATHS, _f, _p) from None")
+        return "\n".join(w.lines)
+
+    def check(self, w: _Writer, n: str) -> None:
+        w(f"if pos + {n} > end: raise _Truncated({n}, end - pos)")
+
+    def read_uvarint(self, w: _Writer, var: str) -> None:
+        w(f"if pos >= end: raise _Truncated(1, 0)")
+        w(f"{var} = buf[pos]")
+        w(f"if {var} < 128: pos += 1")
+        w(f"else: {var}, pos = _read_uvarint(buf, pos)")
+
+    def read_length(self, w: _Writer, var: str, width: str) -> None:
+        """A length or count: compact (uvarint N+1) in flexible versions, else fixed width."""
+        if self.flexible:
+            self.read_uvarint(w, var)
+            w(f"{var} -= 1")
+        else:
+            fmt = {"int16": "h", "int32": "i"}[width]
+            size = _FIXED_SIZE[fmt]
+            self.check(w, str(size))
+            w(f"{var} = {self.const(_struct.Struct('>' + fmt).unpack_from, 'U')}(buf, pos)[0]")
+            w(f"pos += {size}")
+            w(f"if {var} < -1: raise _Invalid('negative length ' + str({var}))")
+
+    def dec_struct(self, w: _Writer, struct: StructSpec, path: str) -> str:
+        cls = self.classes.struct_class(struct)
+        values: list[str] = []
+        fields = struct.fields
+        pending: list[tuple[FieldSpec, str]] = []  # a run of fixed-width fields
+
+        def flush() -> None:
+            if not pending:
+                return
+            fmt = ">" + "".join(_FIXED[f.type.name] for f, _ in pending)
+            size = _struct.calcsize(fmt)
+            w(f"_f = {self.track(_join(path, pending[0][0].name))}; _p = pos")
+            self.check(w, str(size))
+            names = ", ".join(v for _, v in pending)
+            w(f"{names}{',' if len(pending) == 1 else ''} = {self.const(_struct.Struct(fmt).unpack_from, 'U')}(buf, pos)")
+            w(f"pos += {size}")
+            for f, v in pending:
+                if f.type.name == "uuid":
+                    w(f"{v} = {'_uuid_or_none' if self.nullable(f) else '_uuid'}({v})")
+            pending.clear()
+
+        for f in fields:
+            var = self.tmp()
+            values.append(var)
+            if not self.present(f) or self.tagged(f):
+                flush()
+                w(f"{var} = {self.default_expr(f)}")
+                continue
+            if not f.type.is_array and not f.type.is_struct and f.type.name in _FIXED:
+                pending.append((f, var))
+                continue
+            flush()
+            w(f"_f = {self.track(_join(path, f.name))}; _p = pos")
+            self.dec_value(w, f, var, _join(path, f.name))
+        flush()
+        unknown = "()"
+        if self.flexible:
+            unknown = self.dec_tagged_section(w, struct, path, dict(zip((f.name for f in fields), values)))
+        args = ", ".join(values + ([unknown] if self.classes.flexible else []))
+        out = self.tmp("s")
+        w(f"{out} = {self.const(cls, 'K')}({args})")
+        return out
+
+    def dec_tagged_section(self, w: _Writer, struct: StructSpec, path: str, variables: dict[str, str]) -> str:
+        count, tag, size, unknown, stop, saved = (self.tmp(p) for p in ("nt", "tg", "sz", "uk", "te", "se"))
+        w(f"_f = {self.track(_join(path, '(tagged fields)'))}; _p = pos")
+        self.read_uvarint(w, count)
+        w(f"{unknown} = ()")
+        w(f"for _ in range({count}):")
+        with w.indent():
+            w(f"_p = pos")
+            self.read_uvarint(w, tag)
+            self.read_uvarint(w, size)
+            self.check(w, size)
+            w(f"{stop} = pos + {size}")
+            first = True
+            for f in sorted((f for f in struct.fields if self.tagged(f)), key=lambda f: f.tag or 0):
+                w(f"{'if' if first else 'elif'} {tag} == {f.tag}:")
+                first = False
+                with w.indent():
+                    w(f"_f = {self.track(_join(path, f.name))}; _p = pos")
+                    w(f"{saved} = end; end = {stop}")
+                    self.dec_value(w, f, variables[f.name], _join(path, f.name))
+                    w(f"if pos != end: raise _Invalid('tagged field size ' + str({size}) + ' does not match its value')")
+                    w(f"end = {saved}")
+            if first:
+                w(f"if True:")
+            else:
+                w("else:")
+            with w.indent():
+                w(f"{unknown} += (({tag}, bytes(buf[pos:{stop}])),)")
+                w(f"pos = {stop}")
+        return unknown
+
+    def dec_value(self, w: _Writer, f: FieldSpec, var: str, path: str) -> None:
+        t = f.type
+        nullable = self.nullable(f)
+        if t.is_array:
+            n = self.tmp("n")
+            self.read_length(w, n, "int32")
+            w(f"if {n} < 0:")
+            with w.indent():
+                w(f"{var} = None" if nullable else f"raise _Invalid('non-nullable array was null')")
+            w("else:")
+            with w.indent():
+                w(f"if {n} > end - pos: raise _Invalid('array of ' + str({n}) + ' elements, but only ' + str(end - pos) + ' bytes remain')")
+                if not t.is_struct and t.name in _FIXED:
+                    code = _FIXED[t.name]
+                    size = _FIXED_SIZE[code]
+                    self.check(w, f"{size} * {n}")
+                    if code == "16s":
+                        w(f"{var} = tuple(_uuid(buf[pos + 16 * i:pos + 16 * i + 16]) for i in range({n}))")
+                    else:
+                        w(f"{var} = _unpack_many('>' + str({n}) + '{code}', buf, pos)")
+                    w(f"pos += {size} * {n}")
+                else:
+                    items = self.tmp("a")
+                    w(f"{items} = []")
+                    w(f"for _ in range({n}):")
+                    with w.indent():
+                        item = self.tmp()
+                        self.dec_single(w, f, item, path + "[]", nullable_elem=False)
+                        w(f"{items}.append({item})")
+                    w(f"{var} = tuple({items})")
+            return
+        self.dec_single(w, f, var, path, nullable_elem=nullable)
+
+    def dec_single(self, w: _Writer, f: FieldSpec, var: str, path: str, nullable_elem: bool) -> None:
+        t = f.type
+        if t.is_struct:
+            if nullable_elem:
+                self.check(w, "1")
+                w(f"if buf[pos] >= 128:")  # Kafka reads any negative presence byte as null
+                with w.indent():
+                    w(f"{var} = None; pos += 1")
+                w("else:")
+                with w.indent():
+                    w("pos += 1")
+                    result = self.dec_struct(w, f.struct, path)  # type: ignore[arg-type]
+                    w(f"{var} = {result}")
+            else:
+                result = self.dec_struct(w, f.struct, path)  # type: ignore[arg-type]
+                w(f"{var} = {result}")
+            return
+        if t.name in _FIXED:
+            code = _FIXED[t.name]
+            size = _FIXED_SIZE[code]
+            self.check(w, str(size))
+            w(f"{var} = {self.const(_struct.Struct('>' + code).unpack_from, 'U')}(buf, pos)[0]")
+            w(f"pos += {size}")
+            if t.name == "uuid":
+                w(f"{var} = {'_uuid_or_none' if nullable_elem else '_uuid'}({var})")
+            return
+        n = self.tmp("n")
+        self.read_length(w, n, "int16" if t.name == "string" else "int32")
+        w(f"if {n} < 0:")
+        with w.indent():
+            w(f"{var} = None" if nullable_elem else "raise _Invalid('non-nullable field was null')")
+        w("else:")
+        with w.indent():
+            self.check(w, n)
+            if t.name == "string":
+                w(f"{var} = str(buf[pos:pos + {n}], 'utf-8')")
+            else:
+                w(f"{var} = bytes(buf[pos:pos + {n}])")
+            w(f"pos += {n}")
+
+    # -- encode ---------------------------------------------------------------------------
+
+    def encode_source(self) -> str:
+        w = _Writer()
+        w.depth = 0
+        w("def encode(o):")
+        w.depth = 1
+        w("_f = -1")
+        w("parts = []")
+        w("ap = parts.append")
+        w("try:")
+        with w.indent():
+            self.enc_struct(w, self.spec.struct, "o", "")
+            w("return b''.join(parts)")
+        w("except Exception as e:")
+        with w.indent():
+            w("raise _encode_error(e, _PATHS, _f) from None")
+        return "\n".join(w.lines)
+
+    def write_length(self, w: _Writer, expr: str, width: str) -> None:
+        if self.flexible:
+            w(f"ap(_uvb({expr} + 1))")
+        else:
+            fmt = {"int16": ">h", "int32": ">i"}[width]
+            w(f"ap({self.const(_struct.Struct(fmt).pack, 'P')}({expr}))")
+
+    def enc_struct(self, w: _Writer, struct: StructSpec, obj: str, path: str) -> None:
+        pending: list[tuple[FieldSpec, str]] = []
+
+        def flush() -> None:
+            if not pending:
+                return
+            fmt = ">" + "".join(_FIXED[f.type.name] for f, _ in pending)
+            w(f"_f = {self.track(_join(path, pending[0][0].name))}")
+            args = []
+            for f, expr in pending:
+                args.append(f"_uuid_bytes({expr})" if f.type.name == "uuid" else expr)
+            w(f"ap({self.const(_struct.Struct(fmt).pack, 'P')}({', '.join(args)}))")
+            pending.clear()
+
+        for f in struct.fields:
+            expr = f"{obj}.{f.attr}"
+            if not self.present(f):
+                if not f.ignorable:
+                    flush()
+                    w(f"_f = {self.track(_join(path, f.name))}")
+                    w(f"if {expr} != {self.default_expr(f)}: raise _Unsupported({f.name!r}, {self.version})")
+                continue
+            if self.tagged(f):
+                continue
+            if not f.type.is_array and not f.type.is_struct and f.type.name in _FIXED:
+                if f.type.name == "uuid" and not self.nullable(f):
+                    flush()
+                    w(f"_f = {self.track(_join(path, f.name))}")
+                    w(f"if {expr} is None: raise _Invalid('non-nullable field was null')")
+                pending.append((f, expr))
+                continue
+            flush()
+            w(f"_f = {self.track(_join(path, f.name))}")
+            self.enc_value(w, f, expr, _join(path, f.name))
+        flush()
+        if self.flexible:
+            self.enc_tagged_section(w, struct, obj, path)
+
+    def enc_tagged_section(self, w: _Writer, struct: StructSpec, obj: str, path: str) -> None:
+        tagged = sorted((f for f in struct.fields if self.tagged(f)), key=lambda f: f.tag or 0)
+        unknown = f"{obj}.{UNKNOWN_TAGGED_FIELDS}"
+        if not tagged:
+            w(f"_f = {self.track(_join(path, '(tagged fields)'))}")
+            w(f"if {unknown}:")
+            with w.indent():
+                w(f"ap(_uvb(len({unknown})))")
+                w(f"for tg, data in sorted({unknown}):")
+                with w.indent():
+                    w("ap(_uvb(tg)); ap(_uvb(len(data))); ap(data)")
+            w("else:")
+            with w.indent():
+                w("ap(b'\\x00')")
+            return
+        entries = self.tmp("te")
+        w(f"{entries} = []")
+        for f in tagged:
+            expr = f"{obj}.{f.attr}"
+            w(f"_f = {self.track(_join(path, f.name))}")
+            w(f"if {expr} != {self.default_expr(f)}:")
+            with w.indent():
+                saved_parts = self.tmp("sp")
+                w(f"{saved_parts} = parts, ap")
+                w("parts = []; ap = parts.append")
+                self.enc_value(w, f, expr, _join(path, f.name))
+                w(f"{entries}.append(({f.tag}, b''.join(parts)))")
+                w(f"parts, ap = {saved_parts}")
+        w(f"_f = {self.track(_join(path, '(tagged fields)'))}")
+        w(f"if {unknown}:")
+        with w.indent():
+            w(f"{entries}.extend({unknown})")
+            w(f"{entries}.sort()")
+            w(f"if len({{t for t, _ in {entries}}}) != len({entries}): raise _Invalid('an unknown tag repeats a known or unknown tag')")
+        w(f"ap(_uvb(len({entries})))")
+        w(f"for tg, data in {entries}:")
+        with w.indent():
+            w("ap(_uvb(tg)); ap(_uvb(len(data))); ap(data)")
+
+    def enc_value(self, w: _Writer, f: FieldSpec, expr: str, path: str) -> None:
+        t = f.type
+        nullable = self.nullable(f)
+        if t.is_array:
+            val = self.tmp()
+            w(f"{val} = {expr}")
+            w(f"if {val} is None:")
+            with w.indent():
+                if nullable:
+                    w("ap(b'\\x00')" if self.flexible else "ap(b'\\xff\\xff\\xff\\xff')")
+                else:
+                    w("raise _Invalid('non-nullable array was null')")
+            w("else:")
+            with w.indent():
+                self.write_length(w, f"len({val})", "int32")
+                if not t.is_struct and t.name in _FIXED and t.name != "uuid":
+                    code = _FIXED[t.name]
+                    w(f"ap(_pack_many('>' + str(len({val})) + '{code}', *{val}))")
+                else:
+                    item = self.tmp("e")
+                    w(f"for {item} in {val}:")
+                    with w.indent():
+                        self.enc_single(w, f, item, path + "[]", nullable_elem=False)
+            return
+        self.enc_single(w, f, expr, path, nullable_elem=nullable)
+
+    def enc_single(self, w: _Writer, f: FieldSpec, expr: str, path: str, nullable_elem: bool) -> None:
+        t = f.type
+        if t.is_struct:
+            val = self.tmp()
+            w(f"{val} = {expr}")
+            if nullable_elem:
+                w(f"if {val} is None:")
+                with w.indent():
+                    w("ap(b'\\xff')")
+                w("else:")
+                with w.indent():
+                    w("ap(b'\\x01')")
+                    self.enc_struct(w, f.struct, val, path)  # type: ignore[arg-type]
+            else:
+                w(f"if {val} is None: raise _Invalid('non-nullable struct was null')")
+                self.enc_struct(w, f.struct, val, path)  # type: ignore[arg-type]
+            return
+        if t.name in _FIXED:
+            code = _FIXED[t.name]
+            if t.name == "uuid":
+                if not nullable_elem:
+                    w(f"if {expr} is None: raise _Invalid('non-nullable field was null')")
+                w(f"ap(_uuid_bytes({expr}))")
+            else:
+                w(f"ap({self.const(_struct.Struct('>' + code).pack, 'P')}({expr}))")
+            return
+        val = self.tmp()
+        w(f"{val} = {expr}")
+        w(f"if {val} is None:")
+        with w.indent():
+            if nullable_elem:
+                if self.flexible:
+                    w("ap(b'\\x00')")
+                else:
+                    w("ap(b'\\xff\\xff')" if t.name == "string" else "ap(b'\\xff\\xff\\xff\\xff')")
+            else:
+                w("raise _Invalid('non-nullable field was null')")
+        w("else:")
+        with w.indent():
+            if t.name == "string":
+                data = self.tmp("b")
+                w(f"{data} = {val}.encode('utf-8')")
+                if not self.flexible:
+                    w(f"if len({data}) > 32767: raise _Invalid('string of ' + str(len({data})) + ' bytes is longer than 32767')")
+                self.write_length(w, f"len({data})", "int16")
+                w(f"ap({data})")
+            else:
+                w(f"if not isinstance({val}, (bytes, bytearray, memoryview)): raise _Invalid('expected bytes, got ' + type({val}).__name__)")
+                self.write_length(w, f"len({val})", "int32")
+                w(f"ap(bytes({val}))")
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _decode_error(e: Exception, paths: list[str], f: int, p: int) -> CodecError:
+    field = paths[f] if f >= 0 else None
+    if isinstance(e, _Truncated):
+        return CodecError(f"truncated: needs {e.needed} more bytes, {e.remaining} remain", field=field, position=p)
+    if isinstance(e, VarintError):
+        return CodecError(str(e).rsplit(" at byte", 1)[0], field=field, position=e.position)
+    if isinstance(e, UnicodeDecodeError):
+        return CodecError(f"invalid UTF-8 in string: {e.reason}", field=field, position=p)
+    if isinstance(e, _Invalid):
+        return CodecError(str(e), field=field, position=p)
+    if isinstance(e, (_struct.error, IndexError)):
+        return CodecError(f"truncated: {e}", field=field, position=p)
+    return CodecError(f"{type(e).__name__}: {e}", field=field, position=p)
+
+
+def _encode_error(e: Exception, paths: list[str], f: int) -> CodecError:
+    field = paths[f] if f >= 0 else None
+    if isinstance(e, CodecError):
+        return type(e)(e.detail, field=e.field or field)
+    if isinstance(e, _Invalid):
+        return CodecError(str(e), field=field)
+    if isinstance(e, _struct.error):
+        return CodecError(f"value out of range for its type ({e})", field=field)
+    if isinstance(e, AttributeError):
+        return CodecError(f"wrong value type: {e}", field=field)
+    if isinstance(e, TypeError):
+        return CodecError(f"wrong value type: {e}", field=field)
+    return CodecError(f"{type(e).__name__}: {e}", field=field)
+
+
+class _UnsupportedFactory:
+    def __call__(self, name: str, version: int) -> UnsupportedVersionError:
+        return UnsupportedVersionError(f"the field is not supported in version {version} and has a non-default value")
+
+
+_BASE_NAMESPACE: dict[str, Any] = {
+    "_Truncated": _Truncated,
+    "_Invalid": _Invalid,
+    "_Unsupported": _UnsupportedFactory(),
+    "_read_uvarint": read_uvarint,
+    "_uvb": _uvb,
+    "_uuid": _uuid,
+    "_uuid_or_none": _uuid_or_none,
+    "_uuid_bytes": _uuid_bytes,
+    "_unpack_many": _struct.unpack_from,
+    "_pack_many": _struct.pack,
+    "_decode_error": _decode_error,
+    "_encode_error": _encode_error,
+}
+
+
+class VersionCodec:
+    """The compiled decode and encode functions of one message version."""
+
+    __slots__ = ("version", "decode_at", "encode", "decode_source", "encode_source")
+
+    def __init__(self, spec: MessageSpec, version: int, classes: MessageClasses) -> None:
+        self.version = version
+        dec = _VersionCodegen(spec, version, classes)
+        self.decode_source = dec.decode_source()
+        self.decode_at: Callable[[Any, int, int], tuple[Any, int]] = _compile(
+            self.decode_source, "decode", dec, f"<decode {spec.name} v{version}>"
+        )
+        enc = _VersionCodegen(spec, version, classes)
+        self.encode_source = enc.encode_source()
+        self.encode: Callable[[Any], bytes] = _compile(self.encode_source, "encode", enc, f"<encode {spec.name} v{version}>")
+
+
+def _compile(source: str, name: str, gen: _VersionCodegen, filename: str) -> Callable[..., Any]:
+    namespace = dict(_BASE_NAMESPACE)
+    namespace.update(gen.consts)
+    namespace["_PATHS"] = gen.paths
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace[name]
+
+
+class MessageCodec:
+    """Encode and decode every valid version of one message."""
+
+    def __init__(self, spec: MessageSpec, classes: MessageClasses | None = None) -> None:
+        self.spec = spec
+        self.classes = classes or MessageClasses(spec)
+        self.cls = self.classes.root
+        self._versions: dict[int, VersionCodec] = {}
+
+    def version_codec(self, version: int) -> VersionCodec:
+        codec = self._versions.get(version)
+        if codec is None:
+            if version not in self.spec.valid_versions:
+                raise UnsupportedVersionError(
+                    f"{self.spec.name} has no version {version} (valid: {self.spec.valid_versions})"
+                )
+            codec = self._versions[version] = VersionCodec(self.spec, version, self.classes)
+        return codec
+
+    def encode(self, value: msgspec.Struct, version: int) -> bytes:
+        if type(value) is not self.cls:
+            raise CodecError(f"expected a {self.spec.name}, got {type(value).__name__}")
+        return self.version_codec(version).encode(value)
+
+    def decode(self, data: bytes | bytearray | memoryview, version: int) -> msgspec.Struct:
+        """Decodes exactly one message: truncated input and trailing bytes are errors."""
+        value, pos = self.decode_prefix(data, version, 0)
+        if pos != len(data):
+            raise CodecError(f"{len(data) - pos} bytes of garbage after the {self.spec.name} body", position=pos)
+        return value
+
+    def decode_prefix(self, data: bytes | bytearray | memoryview, version: int, pos: int = 0) -> tuple[msgspec.Struct, int]:
+        if isinstance(data, memoryview):
+            data = bytes(data)
+        return self.version_codec(version).decode_at(data, pos, len(data))

@@ -1,0 +1,261 @@
+"""The schema-driven codec: round-trips for every schema version, and hand-checked bytes."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from record_strategies import message_values
+from records.codec import CodecError, UnsupportedVersionError
+from records.registry import PROJECT_SCHEMAS, SchemaSet
+from records.varint import (
+    VarintError,
+    read_uvarint,
+    read_varint,
+    read_varlong,
+    uvarint_bytes,
+    write_varint,
+    write_varlong,
+)
+
+REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
+SCHEMA_DIRS = {
+    "project": PROJECT_SCHEMAS,
+    "kafka-metadata": REFERENCE / "kafka-metadata",
+    "kafka-message": REFERENCE / "kafka-message",
+    "kip-1279": REFERENCE / "kip-1279",
+}
+SETS = {name: SchemaSet.load(path) for name, path in SCHEMA_DIRS.items()}
+CASES = [
+    (set_name, msg, version)
+    for set_name, schemas in SETS.items()
+    for msg, spec in sorted(schemas.specs.items())
+    for version in spec.versions()
+]
+PROJECT = SETS["project"]
+TOPIC_ID = uuid.UUID("bfd99e5e-3235-4552-81f8-d4af1741970c")
+
+
+def test_every_reference_file_loads() -> None:
+    for name, path in SCHEMA_DIRS.items():
+        files = sorted(p.name for p in Path(path).glob("*.json"))
+        assert len(SETS[name].specs) == len(files), name
+    assert len(SETS["kafka-metadata"].specs) == 25
+    assert len(SETS["kafka-message"].specs) == 13
+    assert len(SETS["kip-1279"].specs) == 26
+
+
+@pytest.mark.parametrize(("set_name", "message", "version"), CASES, ids=[f"{s}-{m}-v{v}" for s, m, v in CASES])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_round_trip(set_name: str, message: str, version: int, data: st.DataObject) -> None:
+    schemas = SETS[set_name]
+    codec = schemas.codec(message)
+    value = data.draw(message_values(codec, version))
+    encoded = codec.encode(value, version)
+    decoded = codec.decode(encoded, version)
+    assert decoded == value
+    assert codec.encode(decoded, version) == encoded
+    # The JSON form loses nothing either.
+    assert schemas.from_json(message, schemas.to_json(value, version), version) == value
+
+
+def test_defaults_round_trip_in_every_version() -> None:
+    for set_name, message, version in CASES:
+        codec = SETS[set_name].codec(message)
+        value = codec.cls()
+        assert codec.decode(codec.encode(value, version), version) == value, (set_name, message, version)
+
+
+# -- hand-checked bytes, written from the wire rules ----------------------------------------
+
+
+def test_compact_string_and_uuid_in_a_flexible_version() -> None:
+    topic = PROJECT.struct("TopicRecord")(name="foo", topic_id=TOPIC_ID)
+    expected = bytes([0x04]) + b"foo" + TOPIC_ID.bytes + bytes([0x00])  # len+1, uuid, no tagged fields
+    assert PROJECT.encode(topic, 0) == expected
+    assert PROJECT.decode("TopicRecord", expected, 0) == topic
+
+
+def test_non_compact_string_in_a_non_flexible_version() -> None:
+    key = PROJECT.struct("MirrorPartitionStateKey")(mirror_name="ab", topic_id=TOPIC_ID, partition=7)
+    expected = b"\x00\x02ab" + TOPIC_ID.bytes + b"\x00\x00\x00\x07"
+    assert PROJECT.encode(key, 0) == expected
+    assert PROJECT.decode("MirrorPartitionStateKey", expected, 0) == key
+
+
+def test_null_string_both_encodings() -> None:
+    change = PROJECT.struct("MirrorTopicStateChangeRecord")(topic_id=TOPIC_ID, mirror_name=None, desired_state=1)
+    assert PROJECT.encode(change, 0) == TOPIC_ID.bytes + b"\x00" + b"\x01" + b"\x00"
+    fetch = SETS["kafka-message"]
+    response = fetch.struct("FetchResponse")
+    partition = fetch.nested("FetchResponse", "PartitionData")(aborted_transactions=None, records=None)
+    topic = fetch.nested("FetchResponse", "FetchableTopicResponse")(topic="t", partitions=(partition,))
+    encoded = fetch.encode(response(responses=(topic,)), 4)
+    # v4: throttle, topics count, topic name, partitions count, then the partition.
+    assert encoded == (
+        b"\x00\x00\x00\x00" + b"\x00\x00\x00\x01" + b"\x00\x01t" + b"\x00\x00\x00\x01"
+        + b"\x00\x00\x00\x00" + b"\x00\x00" + b"\x00" * 8      # partition index, error, HW
+        + b"\xff" * 8                                         # LastStableOffset default -1
+        + b"\xff\xff\xff\xff"                                 # AbortedTransactions null array
+        + b"\xff\xff\xff\xff"                                 # Records null bytes
+    )
+    assert fetch.decode("FetchResponse", encoded, 4) == response(responses=(topic,))
+
+
+def test_null_and_empty_arrays_in_a_flexible_version() -> None:
+    change_cls = PROJECT.struct("PartitionChangeRecord")
+    # Isr is a tagged, nullable array defaulting to null: absent when null, written when empty.
+    absent = change_cls(partition_id=1, topic_id=TOPIC_ID)
+    assert change_cls().isr is None
+    empty = change_cls(partition_id=1, topic_id=TOPIC_ID, isr=())
+    base = b"\x00\x00\x00\x01" + TOPIC_ID.bytes
+    assert PROJECT.encode(absent, 0) == base + b"\x00"
+    # one tagged field: tag 0 (Isr), size 1, compact length 1 = empty array
+    assert PROJECT.encode(empty, 0) == base + b"\x01" + b"\x00\x01\x01"
+    assert PROJECT.decode("PartitionChangeRecord", base + b"\x01\x00\x01\x01", 0).isr == ()
+
+
+def test_tagged_fields_ascending_only_when_not_default_and_unknown_tags_kept() -> None:
+    record_cls = PROJECT.struct("PartitionRecord")
+    base = record_cls(partition_id=0, topic_id=TOPIC_ID, replicas=(1,), isr=(1,), leader=1, leader_epoch=0, partition_epoch=0)
+    body = (
+        b"\x00\x00\x00\x00" + TOPIC_ID.bytes
+        + b"\x02\x00\x00\x00\x01" + b"\x02\x00\x00\x00\x01" + b"\x01" + b"\x01"  # replicas, isr, removing, adding
+        + b"\x00\x00\x00\x01" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x00"        # leader, leader epoch, partition epoch
+    )
+    assert PROJECT.encode(base, 0) == body + b"\x00"
+    # LeaderRecoveryState (tag 0) = 1 plus an unknown tag 9 after it.
+    wire = body + b"\x02" + b"\x00\x01\x01" + b"\x09\x02\xca\xfe"
+    decoded = PROJECT.decode("PartitionRecord", wire, 0)
+    assert decoded.leader_recovery_state == 1
+    assert decoded.unknown_tagged_fields == ((9, b"\xca\xfe"),)
+    assert PROJECT.encode(decoded, 0) == wire
+    # An unknown tag below a known one is written back in ascending order.
+    low = base.__class__(**{**_fields(base), "unknown_tagged_fields": ((0x7F, b""),), "leader_recovery_state": 1})
+    assert PROJECT.encode(low, 0) == body + b"\x02" + b"\x00\x01\x01" + b"\x7f\x00"
+
+
+def _fields(value: object) -> dict[str, object]:
+    return {name: getattr(value, name) for name in value.__struct_fields__}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("value", "wire"),
+    [
+        (0, b"\x00"),
+        (1, b"\x01"),
+        (127, b"\x7f"),
+        (128, b"\x80\x01"),
+        (300, b"\xac\x02"),
+        (16383, b"\xff\x7f"),
+        (16384, b"\x80\x80\x01"),
+        ((1 << 21) - 1, b"\xff\xff\x7f"),
+        (1 << 21, b"\x80\x80\x80\x01"),
+        ((1 << 28) - 1, b"\xff\xff\xff\x7f"),
+        (1 << 28, b"\x80\x80\x80\x80\x01"),
+        ((1 << 32) - 1, b"\xff\xff\xff\xff\x0f"),
+    ],
+)
+def test_unsigned_varint_boundaries(value: int, wire: bytes) -> None:
+    assert uvarint_bytes(value) == wire
+    assert read_uvarint(wire, 0) == (value, len(wire))
+
+
+@pytest.mark.parametrize(
+    ("value", "wire"),
+    [(0, b"\x00"), (-1, b"\x01"), (1, b"\x02"), (63, b"\x7e"), (-64, b"\x7f"), (64, b"\x80\x01"), (-(1 << 31), b"\xff\xff\xff\xff\x0f"), ((1 << 31) - 1, b"\xfe\xff\xff\xff\x0f")],
+)
+def test_zigzag_varint_boundaries(value: int, wire: bytes) -> None:
+    out = bytearray()
+    write_varint(out, value)
+    assert bytes(out) == wire
+    assert read_varint(wire, 0) == (value, len(wire))
+
+
+def test_zigzag_varlong_extremes() -> None:
+    for value, wire in [(-(1 << 63), b"\xff" * 9 + b"\x01"), ((1 << 63) - 1, b"\xfe" + b"\xff" * 8 + b"\x01")]:
+        out = bytearray()
+        write_varlong(out, value)
+        assert bytes(out) == wire
+        assert read_varlong(wire, 0) == (value, len(wire))
+
+
+def test_varint_errors() -> None:
+    with pytest.raises(VarintError, match="truncated varint at byte 2"):
+        read_uvarint(b"\x00\x00\x80", 2)
+    with pytest.raises(VarintError, match="longer than 5 bytes"):
+        read_uvarint(b"\x80\x80\x80\x80\x80\x01", 0)
+    with pytest.raises(VarintError, match="overflows 32 bits"):
+        read_uvarint(b"\xff\xff\xff\xff\x1f", 0)
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+def test_truncated_body_names_the_field_and_byte() -> None:
+    wire = PROJECT.encode(PROJECT.struct("TopicRecord")(name="foo", topic_id=TOPIC_ID), 0)
+    with pytest.raises(CodecError) as e:
+        PROJECT.decode("TopicRecord", wire[:10], 0)
+    assert e.value.field == "TopicId" and e.value.position == 4
+    assert "truncated" in str(e.value)
+    with pytest.raises(CodecError) as e:
+        PROJECT.decode("TopicRecord", wire[:2], 0)
+    assert e.value.field == "Name" and e.value.position == 0  # where the field starts
+    with pytest.raises(CodecError) as e:
+        PROJECT.decode("TopicRecord", wire[:-1], 0)
+    assert e.value.field == "(tagged fields)" and e.value.position == len(wire) - 1
+    for cut in range(len(wire)):
+        with pytest.raises(CodecError):
+            PROJECT.decode("TopicRecord", wire[:cut], 0)
+
+
+def test_trailing_bytes_are_an_error() -> None:
+    wire = PROJECT.encode(PROJECT.struct("TopicRecord")(name="foo", topic_id=TOPIC_ID), 0)
+    with pytest.raises(CodecError, match=r"byte 21: 2 bytes of garbage after the TopicRecord body"):
+        PROJECT.decode("TopicRecord", wire + b"\x00\x00", 0)
+
+
+def test_invalid_utf8_and_null_in_non_nullable_field() -> None:
+    with pytest.raises(CodecError, match="field Name, byte 0: invalid UTF-8"):
+        PROJECT.decode("TopicRecord", b"\x02\xff" + TOPIC_ID.bytes + b"\x00", 0)
+    with pytest.raises(CodecError, match="field Name, byte 0: non-nullable field was null"):
+        PROJECT.decode("TopicRecord", b"\x00" + TOPIC_ID.bytes + b"\x00", 0)
+
+
+def test_tagged_field_size_must_match() -> None:
+    record_cls = PROJECT.struct("PartitionRecord")
+    body = PROJECT.encode(record_cls(), 0)[:-1]
+    with pytest.raises(CodecError, match="LeaderRecoveryState.*does not match"):
+        PROJECT.decode("PartitionRecord", body + b"\x01\x00\x02\x01\x01", 0)
+
+
+def test_non_default_value_in_a_version_without_the_field() -> None:
+    record_cls = PROJECT.struct("PartitionRecord")
+    value = record_cls(directories=(TOPIC_ID,))
+    with pytest.raises(UnsupportedVersionError) as e:
+        PROJECT.encode(value, 0)
+    assert e.value.field == "Directories"
+    assert PROJECT.encode(value, 1)  # v1 has it
+    # An ignorable field is dropped silently: FetchResponse ThrottleTimeMs exists from v1.
+    fetch = SETS["kafka-message"]
+    assert fetch.encode(fetch.struct("FetchResponse")(throttle_time_ms=5), 0) == b"\x00\x00\x00\x00"
+
+
+def test_out_of_range_and_wrong_types_name_the_field() -> None:
+    state = PROJECT.struct("MirrorPartitionStateValue")
+    with pytest.raises(CodecError) as e:
+        PROJECT.encode(state(state=300), 0)
+    assert e.value.field == "State" and "out of range" in str(e.value)
+    with pytest.raises(CodecError) as e:
+        PROJECT.encode(PROJECT.struct("TopicRecord")(name=5, topic_id=TOPIC_ID), 0)  # type: ignore[arg-type]
+    assert e.value.field == "Name"
+
+
+def test_unknown_version_is_an_error() -> None:
+    with pytest.raises(UnsupportedVersionError, match="TopicRecord has no version 3"):
+        PROJECT.decode("TopicRecord", b"", 3)
