@@ -3,8 +3,10 @@
 For every message version the codec generates one specialised Python function for decoding
 and one for encoding, then compiles them once. Consecutive fixed-width fields are read and
 written with a single precompiled ``struct.Struct``, arrays of fixed-width primitives in one
-call, and small varints inline. Generated functions keep the index of the field they are in,
-so any failure is reported with the field path and the byte offset.
+precompiled call (with their length, on encode), and small varints inline. Decoded UUIDs are
+shared through a bounded cache keyed by their bytes (metadata records repeat a few ids).
+Generated functions keep the index of the field they are in, so any failure is reported
+with the field path and the byte offset.
 
 Wire rules:
 - big-endian fixed-width values, UUIDs as 16 bytes, bool as one byte;
@@ -69,27 +71,87 @@ def _uvb(n: int) -> bytes:
 
 
 _object_new = object.__new__
-_setattr = object.__setattr__
 _UUID = uuid.UUID
 _SAFE_UNKNOWN = uuid.SafeUUID.unknown
+# UUID's slot setters: UUID.__setattr__ refuses writes, and the slot descriptors are the
+# cheapest way around it.
+_set_uuid_int = _UUID.int.__set__  # type: ignore[attr-defined]
+_set_uuid_safe = _UUID.is_safe.__set__  # type: ignore[attr-defined]
+
+# Decoded UUIDs by their 16 bytes. Metadata records repeat a few ids over and over (a topic
+# id in every record of its partitions, a handful of log directory ids), and a UUID is
+# immutable, so decoders share one instance per id. Bounded: cleared when full.
+_UUID_CACHE: dict[bytes, uuid.UUID] = {}
+_UUID_CACHE_MAX = 16384
+_ZERO16 = bytes(16)
 
 
 def _uuid(b: bytes) -> uuid.UUID:
-    # Skips UUID.__init__'s argument parsing: decoding metadata records is mostly UUIDs.
-    u = _object_new(_UUID)
-    _setattr(u, "int", int.from_bytes(b, "big"))
-    _setattr(u, "is_safe", _SAFE_UNKNOWN)
+    """The UUID of 16 bytes; skips UUID.__init__'s argument parsing."""
+    u = _UUID_CACHE.get(b)
+    if u is None:
+        u = _object_new(_UUID)
+        _set_uuid_int(u, int.from_bytes(b, "big"))
+        _set_uuid_safe(u, _SAFE_UNKNOWN)
+        if len(_UUID_CACHE) >= _UUID_CACHE_MAX:
+            _UUID_CACHE.clear()
+        _UUID_CACHE[bytes(b)] = u
     return u
 
 
 def _uuid_or_none(b: bytes) -> uuid.UUID | None:
-    return None if b == b"\x00" * 16 else _uuid(b)
+    return None if b == _ZERO16 else _uuid(b)
+
+
+def clear_uuid_cache() -> None:
+    """Forgets the UUIDs decoded so far (benchmarks use it to measure a cold replay)."""
+    _UUID_CACHE.clear()
 
 
 def _uuid_bytes(u: Any) -> bytes:
     if u is None:
-        return bytes(16)
+        return _ZERO16
     return u.bytes
+
+
+# Precompiled ``struct`` functions for arrays of fixed-width values of up to _ARRAY_TABLE - 1
+# elements: building '>' + str(n) + code and looking it up in struct's cache costs more
+# than the unpacking itself. Longer arrays fall back to the format string.
+_ARRAY_TABLE = 128
+
+
+def _array_format(code: str, n: int) -> str:
+    # "16s" takes its count as a size ("316s" is one 316-byte string), so UUIDs repeat it.
+    return code * n if code == "16s" else f"{n}{code}"
+
+
+_ARRAY_TABLES: dict[tuple[str, str], list[Callable[..., Any]]] = {}
+
+
+def _array_table(kind: str, code: str) -> list[Callable[..., Any]]:
+    """Built on first use by the code generator, indexed by element count.
+
+    ``unpack``: the elements; ``pack_compact``: a one-byte compact length (N + 1 < 128) then
+    the elements, for flexible versions; ``pack``: an int32 length then the elements.
+    """
+    table = _ARRAY_TABLES.get((kind, code))
+    if table is None:
+        if kind == "unpack":
+            table = [_struct.Struct(">" + _array_format(code, n)).unpack_from for n in range(_ARRAY_TABLE)]
+        elif kind == "pack_compact":
+            table = [_struct.Struct(f">B{n}{code}").pack for n in range(_ARRAY_TABLE - 1)]
+        else:
+            table = [_struct.Struct(f">i{n}{code}").pack for n in range(_ARRAY_TABLE)]
+        _ARRAY_TABLES[(kind, code)] = table
+    return table
+
+
+def _unpack_array(code: str, n: int) -> Callable[..., tuple[Any, ...]]:
+    return _struct.Struct(">" + _array_format(code, n)).unpack_from
+
+
+def _pack_array(code: str, n: int) -> Callable[..., bytes]:
+    return _struct.Struct(">" + _array_format(code, n)).pack
 
 
 class _Writer:
@@ -177,6 +239,13 @@ class _VersionCodegen:
             w("raise _decode_error(e, _PATHS, _f, _p) from None")
         return "\n".join(w.lines)
 
+    @staticmethod
+    def uuid_from_bytes(var: str, nullable: bool) -> str:
+        """Turns the 16 bytes in ``var`` into a UUID, looking in the cache inline first."""
+        if nullable:
+            return f"{var} = _uuid_or_none({var})"
+        return f"{var} = _uuid_cached({var}) or _uuid({var})"
+
     def check(self, w: _Writer, n: str) -> None:
         w(f"if pos + {n} > end: raise _Truncated({n}, end - pos)")
 
@@ -189,8 +258,10 @@ class _VersionCodegen:
     def read_length(self, w: _Writer, var: str, width: str) -> None:
         """A length or count: compact (uvarint N+1) in flexible versions, else fixed width."""
         if self.flexible:
-            self.read_uvarint(w, var)
-            w(f"{var} -= 1")
+            w(f"if pos >= end: raise _Truncated(1, 0)")
+            w(f"{var} = buf[pos] - 1")
+            w(f"if {var} < 127: pos += 1")  # a one-byte uvarint
+            w(f"else: {var}, pos = _read_uvarint(buf, pos); {var} -= 1")
         else:
             fmt = {"int16": "h", "int32": "i"}[width]
             size = _FIXED_SIZE[fmt]
@@ -217,7 +288,7 @@ class _VersionCodegen:
             w(f"pos += {size}")
             for f, v in pending:
                 if f.type.name == "uuid":
-                    w(f"{v} = {'_uuid_or_none' if self.nullable(f) else '_uuid'}({v})")
+                    w(self.uuid_from_bytes(v, self.nullable(f)))
             pending.clear()
 
         for f in fields:
@@ -247,6 +318,8 @@ class _VersionCodegen:
         w(f"_f = {self.track(_join(path, '(tagged fields)'))}; _p = pos")
         self.read_uvarint(w, count)
         w(f"{unknown} = ()")
+        w(f"if {count}:")
+        w.depth += 1
         w(f"for _ in range({count}):")
         with w.indent():
             w(f"_p = pos")
@@ -271,6 +344,7 @@ class _VersionCodegen:
             with w.indent():
                 w(f"{unknown} += (({tag}, bytes(buf[pos:{stop}])),)")
                 w(f"pos = {stop}")
+        w.depth -= 1
         return unknown
 
     def dec_value(self, w: _Writer, f: FieldSpec, var: str, path: str) -> None:
@@ -284,17 +358,28 @@ class _VersionCodegen:
                 w(f"{var} = None" if nullable else f"raise _Invalid('non-nullable array was null')")
             w("else:")
             with w.indent():
-                w(f"if {n} > end - pos: raise _Invalid('array of ' + str({n}) + ' elements, but only ' + str(end - pos) + ' bytes remain')")
+                too_many = f"raise _Invalid('array of ' + str({n}) + ' elements, but only ' + str(end - pos) + ' bytes remain')"
                 if not t.is_struct and t.name in _FIXED:
                     code = _FIXED[t.name]
                     size = _FIXED_SIZE[code]
-                    self.check(w, f"{size} * {n}")
+                    stop = self.tmp("e")
+                    w(f"{stop} = pos + {size} * {n}")
+                    w(f"if {stop} > end:")  # one test when the array fits; else the precise error
+                    with w.indent():
+                        w(f"if {n} > end - pos: {too_many}")
+                        w(f"raise _Truncated({size} * {n}, end - pos)")
+                    table = self.const(_array_table("unpack", code), "A")
+                    unpack = f"({table}[{n}] if {n} < {_ARRAY_TABLE} else _unpack_array('{code}', {n}))(buf, pos)"
                     if code == "16s":
-                        w(f"{var} = tuple(_uuid(buf[pos + 16 * i:pos + 16 * i + 16]) for i in range({n}))")
+                        raw = self.tmp("r")
+                        w(f"{raw} = {unpack}")
+                        w(f"{var} = tuple(map(_uuid_cached, {raw}))")
+                        w(f"if not all({var}): {var} = tuple(map(_uuid, {raw}))")
                     else:
-                        w(f"{var} = _unpack_many('>' + str({n}) + '{code}', buf, pos)")
-                    w(f"pos += {size} * {n}")
+                        w(f"{var} = {unpack}")
+                    w(f"pos = {stop}")
                 else:
+                    w(f"if {n} > end - pos: {too_many}")
                     items = self.tmp("a")
                     w(f"{items} = []")
                     w(f"for _ in range({n}):")
@@ -330,7 +415,7 @@ class _VersionCodegen:
             w(f"{var} = {self.const(_struct.Struct('>' + code).unpack_from, 'U')}(buf, pos)[0]")
             w(f"pos += {size}")
             if t.name == "uuid":
-                w(f"{var} = {'_uuid_or_none' if nullable_elem else '_uuid'}({var})")
+                w(self.uuid_from_bytes(var, nullable_elem))
             return
         n = self.tmp("n")
         self.read_length(w, n, "int16" if t.name == "string" else "int32")
@@ -379,10 +464,21 @@ class _VersionCodegen:
             if not pending:
                 return
             fmt = ">" + "".join(_FIXED[f.type.name] for f, _ in pending)
-            w(f"_f = {self.track(_join(path, pending[0][0].name))}")
             args = []
             for f, expr in pending:
-                args.append(f"_uuid_bytes({expr})" if f.type.name == "uuid" else expr)
+                if f.type.name == "uuid":
+                    # Converted before the run is packed, under its own field name.
+                    raw = self.tmp("u")
+                    w(f"_f = {self.track(_join(path, f.name))}; {raw} = {expr}")
+                    if self.nullable(f):
+                        w(f"{raw} = _uuid_bytes({raw})")
+                    else:
+                        w(f"if {raw} is None: raise _Invalid('non-nullable field was null')")
+                        w(f"{raw} = {raw}.int.to_bytes(16, 'big')")
+                    args.append(raw)
+                else:
+                    args.append(expr)
+            w(f"_f = {self.track(_join(path, pending[0][0].name))}")
             w(f"ap({self.const(_struct.Struct(fmt).pack, 'P')}({', '.join(args)}))")
             pending.clear()
 
@@ -397,10 +493,6 @@ class _VersionCodegen:
             if self.tagged(f):
                 continue
             if not f.type.is_array and not f.type.is_struct and f.type.name in _FIXED:
-                if f.type.name == "uuid" and not self.nullable(f):
-                    flush()
-                    w(f"_f = {self.track(_join(path, f.name))}")
-                    w(f"if {expr} is None: raise _Invalid('non-nullable field was null')")
                 pending.append((f, expr))
                 continue
             flush()
@@ -444,10 +536,15 @@ class _VersionCodegen:
             w(f"{entries}.extend({unknown})")
             w(f"{entries}.sort()")
             w(f"if len({{t for t, _ in {entries}}}) != len({entries}): raise _Invalid('an unknown tag repeats a known or unknown tag')")
-        w(f"ap(_uvb(len({entries})))")
-        w(f"for tg, data in {entries}:")
+        w(f"if {entries}:")
         with w.indent():
-            w("ap(_uvb(tg)); ap(_uvb(len(data))); ap(data)")
+            w(f"ap(_uvb(len({entries})))")
+            w(f"for tg, data in {entries}:")
+            with w.indent():
+                w("ap(_uvb(tg)); ap(_uvb(len(data))); ap(data)")
+        w("else:")
+        with w.indent():
+            w("ap(b'\\x00')")
 
     def enc_value(self, w: _Writer, f: FieldSpec, expr: str, path: str) -> None:
         t = f.type
@@ -463,10 +560,29 @@ class _VersionCodegen:
                     w("raise _Invalid('non-nullable array was null')")
             w("else:")
             with w.indent():
-                self.write_length(w, f"len({val})", "int32")
                 if not t.is_struct and t.name in _FIXED and t.name != "uuid":
+                    # Length and elements in one precompiled pack.
                     code = _FIXED[t.name]
-                    w(f"ap(_pack_many('>' + str(len({val})) + '{code}', *{val}))")
+                    n = self.tmp("n")
+                    w(f"{n} = len({val})")
+                    if self.flexible:
+                        table, limit = self.const(_array_table("pack_compact", code), "A"), _ARRAY_TABLE - 1
+                        w(f"if {n} < {limit}: ap({table}[{n}]({n} + 1, *{val}))")
+                    else:
+                        table, limit = self.const(_array_table("pack", code), "A"), _ARRAY_TABLE
+                        w(f"if {n} < {limit}: ap({table}[{n}]({n}, *{val}))")
+                    w("else:")
+                    with w.indent():
+                        self.write_length(w, n, "int32")
+                        w(f"ap(_pack_array('{code}', {n})(*{val}))")
+                    return
+                self.write_length(w, f"len({val})", "int32")
+                if t.name == "uuid":
+                    item = self.tmp("e")
+                    w(f"for {item} in {val}:")
+                    with w.indent():
+                        w(f"if {item} is None: raise _Invalid('non-nullable field was null')")
+                        w(f"ap({item}.int.to_bytes(16, 'big'))")
                 else:
                     item = self.tmp("e")
                     w(f"for {item} in {val}:")
@@ -495,9 +611,11 @@ class _VersionCodegen:
         if t.name in _FIXED:
             code = _FIXED[t.name]
             if t.name == "uuid":
-                if not nullable_elem:
+                if nullable_elem:
+                    w(f"ap(_uuid_bytes({expr}))")
+                else:
                     w(f"if {expr} is None: raise _Invalid('non-nullable field was null')")
-                w(f"ap(_uuid_bytes({expr}))")
+                    w(f"ap({expr}.int.to_bytes(16, 'big'))")
             else:
                 w(f"ap({self.const(_struct.Struct('>' + code).pack, 'P')}({expr}))")
             return
@@ -573,10 +691,11 @@ _BASE_NAMESPACE: dict[str, Any] = {
     "_read_uvarint": read_uvarint,
     "_uvb": _uvb,
     "_uuid": _uuid,
+    "_uuid_cached": _UUID_CACHE.get,
+    "_unpack_array": _unpack_array,
+    "_pack_array": _pack_array,
     "_uuid_or_none": _uuid_or_none,
     "_uuid_bytes": _uuid_bytes,
-    "_unpack_many": _struct.unpack_from,
-    "_pack_many": _struct.pack,
     "_decode_error": _decode_error,
     "_encode_error": _encode_error,
 }
@@ -629,7 +748,7 @@ class MessageCodec:
     def encode(self, value: msgspec.Struct, version: int) -> bytes:
         if type(value) is not self.cls:
             raise CodecError(f"expected a {self.spec.name}, got {type(value).__name__}")
-        return self.version_codec(version).encode(value)
+        return (self._versions.get(version) or self.version_codec(version)).encode(value)
 
     def decode(self, data: bytes | bytearray | memoryview, version: int) -> msgspec.Struct:
         """Decodes exactly one message: truncated input and trailing bytes are errors."""
@@ -639,6 +758,6 @@ class MessageCodec:
         return value
 
     def decode_prefix(self, data: bytes | bytearray | memoryview, version: int, pos: int = 0) -> tuple[msgspec.Struct, int]:
-        if isinstance(data, memoryview):
+        if type(data) is not bytes and isinstance(data, memoryview):
             data = bytes(data)
-        return self.version_codec(version).decode_at(data, pos, len(data))
+        return (self._versions.get(version) or self.version_codec(version)).decode_at(data, pos, len(data))

@@ -1,0 +1,163 @@
+"""The local server's wire protocol: length-prefixed msgpack frames over a TCP stream.
+
+Request frame:  [request id, cluster name, method, [positional args...]]
+Response frame: [request id, ok, result]   ok=False: result is [error class, message, fields]
+A frame is a 4-byte big-endian length and that many bytes. Arguments are decoded and
+validated against the ClusterModel method's type hints (a per-method array-like Struct), so a
+malformed request gets an InvalidRequest reply instead of reaching the model.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from coordinator.ports import DESTINATION_METHODS, PORT_ERRORS, InvalidRequest, PortError
+
+from .cluster import ClusterModel
+from .errors import MODEL_ERRORS
+
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+HEADER = 4
+
+# Model control operations reachable over the server, beside the ports.
+CONTROL_METHODS: tuple[str, ...] = (
+    "now",
+    "tp",
+    "add_topic",
+    "delete_topic",
+    "set_topic_config",
+    "produce",
+    "tick",
+    "run_replication",
+    "run_retention",
+    "delete_records",
+    "compact",
+    "elect_leader",
+    "crash_broker",
+    "restart_broker",
+    "set_follower_stalled",
+    "init_producer_id",
+    "begin_transaction",
+    "produce_transactional",
+    "produce_idempotent",
+    "commit_transaction",
+    "abort_transaction",
+    "open_transactional_ids",
+    "join_group",
+    "leave_group",
+    "commit_offset",
+    "add_acl",
+    "set_unreachable",
+    "set_slow",
+    "set_flapping",
+    "set_failure_rate",
+    "change_leader_on_next_fetch",
+    "clear_faults",
+    "format_repro",
+)
+METHOD_NAMES: tuple[str, ...] = DESTINATION_METHODS + CONTROL_METHODS
+
+
+class Request(msgspec.Struct, array_like=True):
+    id: int
+    cluster: str
+    method: str
+    args: msgspec.Raw
+
+
+class Response(msgspec.Struct, array_like=True):
+    id: int
+    ok: bool
+    result: msgspec.Raw
+
+
+class ErrorBody(msgspec.Struct, array_like=True):
+    kind: str
+    message: str
+    fields: dict[str, Any] = {}
+
+
+class MethodSpec:
+    """How to decode one method's arguments (server) and its result (client)."""
+
+    __slots__ = ("name", "signature", "args_decoder", "result_decoder")
+
+    def __init__(self, name: str) -> None:
+        fn = getattr(ClusterModel, name)
+        self.name = name
+        self.signature = inspect.signature(fn)
+        hints = typing.get_type_hints(fn)
+        fields: list[Any] = []
+        for pname, param in list(self.signature.parameters.items())[1:]:
+            if param.default is inspect.Parameter.empty:
+                fields.append((pname, hints[pname]))
+            else:
+                fields.append((pname, hints[pname], param.default))
+        args_type = msgspec.defstruct(f"{name}_args", fields, array_like=True)
+        self.args_decoder = msgspec.msgpack.Decoder(args_type)
+        self.result_decoder = msgspec.msgpack.Decoder(hints.get("return", Any))
+
+    def positional(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
+        """Bind a call's arguments into the positional list the wire carries."""
+        bound = self.signature.bind(None, *args, **kwargs)
+        bound.apply_defaults()
+        return list(bound.arguments.values())[1:]
+
+
+METHODS: dict[str, MethodSpec] = {name: MethodSpec(name) for name in METHOD_NAMES}
+
+encoder = msgspec.msgpack.Encoder()
+request_decoder = msgspec.msgpack.Decoder(Request)
+response_decoder = msgspec.msgpack.Decoder(Response)
+error_decoder = msgspec.msgpack.Decoder(ErrorBody)
+
+
+class RemoteError(Exception):
+    """An unexpected server-side error that is neither a port error nor a model error."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+
+
+def frame(payload: bytes) -> bytes:
+    return len(payload).to_bytes(HEADER, "big") + payload
+
+
+def encode_request(request_id: int, cluster: str, method: str, args: list[Any]) -> bytes:
+    return frame(encoder.encode((request_id, cluster, method, args)))
+
+
+def encode_ok(request_id: int, result: Any) -> bytes:
+    return frame(encoder.encode((request_id, True, result)))
+
+
+def encode_error(request_id: int, exc: BaseException) -> bytes:
+    fields = exc.to_fields() if isinstance(exc, PortError) else {}
+    body = (type(exc).__name__, str(exc), fields)
+    try:
+        return frame(encoder.encode((request_id, False, body)))
+    except (TypeError, msgspec.EncodeError):
+        return frame(encoder.encode((request_id, False, (type(exc).__name__, str(exc), {}))))
+
+
+def decode_error(raw: msgspec.Raw) -> Exception:
+    """The typed exception for an error reply: port errors and model errors keep their class."""
+    body = error_decoder.decode(raw)
+    port_cls = PORT_ERRORS.get(body.kind)
+    if port_cls is not None:
+        try:
+            return port_cls.from_fields(body.fields)
+        except (TypeError, KeyError, msgspec.ValidationError):
+            return InvalidRequest(body.message) if port_cls is InvalidRequest else PortError(body.message)
+    model_cls = MODEL_ERRORS.get(body.kind)
+    if model_cls is not None:
+        return model_cls(body.message)
+    if body.kind in ("ValueError", "TypeError"):
+        return ValueError(body.message)
+    return RemoteError(body.kind, body.message)

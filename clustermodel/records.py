@@ -1,0 +1,118 @@
+"""The model's record payload format, and control record bodies.
+
+A model batch's payload is a msgpack array of ``[offset_delta, key, value]`` records. It is
+opaque to the ports (mirrors copy it byte for byte); only the model decodes it, to compact by
+key and to let demos read values back. Control batches hold one record whose key is Kafka's
+control key (version int16, type int16) and whose value is the marker body.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+
+import msgspec
+
+from coordinator.ports import AbortedTransaction, Batch, ControlType
+
+Record = tuple[int, bytes | None, bytes | None]
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(list[tuple[int, bytes | None, bytes | None]])
+
+MIRROR_PID_RESET_VERSION = 0
+
+
+def encode_records(records: Iterable[Record]) -> bytes:
+    """Records as ``(offset_delta, key, value)`` to payload bytes."""
+    return _encoder.encode([list(r) for r in records])
+
+
+def decode_records(payload: bytes) -> list[Record]:
+    """Payload bytes back to records; raises msgspec.DecodeError for a foreign payload."""
+    return _decoder.decode(payload)
+
+
+def keyed_payload(pairs: Sequence[tuple[bytes | None, bytes | None]]) -> bytes:
+    """Consecutive key/value pairs as records with offset deltas 0..n-1."""
+    return encode_records((i, k, v) for i, (k, v) in enumerate(pairs))
+
+
+def control_key(control_type: ControlType) -> bytes:
+    """Kafka's control record key: version 0 and the control type, both int16."""
+    return struct.pack(">hh", 0, int(control_type))
+
+
+def end_txn_marker_value(coordinator_epoch: int = 0) -> bytes:
+    """EndTransactionMarker value: version int16 0, coordinator epoch int32."""
+    return struct.pack(">hi", 0, coordinator_epoch)
+
+
+def mirror_pid_reset_value(source_cluster_id: str) -> bytes:
+    """MirrorPidResetRecord v0 value: Version int16, SourceClusterId as a compact string, no tags."""
+    raw = source_cluster_id.encode()
+    return struct.pack(">h", MIRROR_PID_RESET_VERSION) + _uvarint(len(raw) + 1) + raw + b"\x00"
+
+
+def decode_mirror_pid_reset(value: bytes) -> tuple[int, str]:
+    """(version, source cluster id) from a MirrorPidResetRecord value."""
+    (version,) = struct.unpack_from(">h", value, 0)
+    length, pos = _read_uvarint(value, 2)
+    return version, value[pos : pos + length - 1].decode()
+
+
+def control_payload(control_type: ControlType, value: bytes) -> bytes:
+    return encode_records([(0, control_key(control_type), value)])
+
+
+def batch_values(batch: Batch) -> list[bytes | None]:
+    """The values of a data batch written in the model's format (demos and tests read them back)."""
+    return [v for _, _, v in decode_records(batch.payload)]
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+
+
+def filter_aborted(batches: Sequence[Batch], aborted: Sequence[AbortedTransaction]) -> list[Batch]:
+    """What a read_committed consumer delivers: data batches minus aborted transactions and markers.
+
+    Kafka's consumer algorithm: an aborted transaction becomes active for its producer once the
+    fetch reaches its first offset; that producer's transactional batches are skipped until its
+    ABORT marker.
+    """
+    pending = sorted(aborted, key=lambda a: a.first_offset)
+    active: set[int] = set()
+    out: list[Batch] = []
+    i = 0
+    for batch in batches:
+        while i < len(pending) and pending[i].first_offset <= batch.last_offset:
+            active.add(pending[i].producer_id)
+            i += 1
+        if batch.is_control:
+            if batch.control_type == ControlType.ABORT:
+                active.discard(batch.producer_id)
+            continue
+        if batch.is_transactional and batch.producer_id in active:
+            continue
+        out.append(batch)
+    return out

@@ -1,0 +1,255 @@
+"""The local model server: named model clusters in their own process, on loopback only.
+
+    clustermodel-server --port 0 --cluster a --cluster b --seed 7 --snapshot state.msgpack
+    python -m clustermodel.server ...
+
+The first stdout line is ``PORT <n>`` (the bound port) so scripts can read it. With
+``--snapshot FILE`` the clusters are loaded from FILE at start (if it exists) and saved there
+on stop (SIGTERM/SIGINT), so stream workers can crash and restart without the clusters' state
+vanishing with them. Malformed requests get an error reply; the server itself never dies of one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+from coordinator.ports import InvalidRequest, PortError
+
+from .cluster import ClusterModel
+from .errors import ModelError
+from .persistence import dump_clusters, load_clusters
+from .producers import ProducerError
+from .protocol import (
+    HEADER,
+    MAX_FRAME_BYTES,
+    METHODS,
+    encode_error,
+    encode_ok,
+    request_decoder,
+)
+
+# Server-level methods (cluster name ignored).
+SERVER_METHODS = ("ping", "list_clusters", "save_snapshot", "add_cluster")
+
+
+class AddClusterArgs(msgspec.Struct, array_like=True):
+    name: str
+    seed: int = 0
+    brokers: int = 3
+
+
+_add_cluster_decoder = msgspec.msgpack.Decoder(AddClusterArgs)
+
+
+def is_loopback(host: str) -> bool:
+    """True for 'localhost' and loopback addresses; the server never listens anywhere else."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class ModelServer:
+    """Serves port and control calls on named clusters; one request at a time (the model is sync)."""
+
+    def __init__(self, clusters: dict[str, ClusterModel], snapshot_path: Path | None = None) -> None:
+        self.clusters = clusters
+        self.snapshot_path = snapshot_path
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: set[asyncio.StreamWriter] = set()
+        self.requests_served = 0
+
+    # ---------------------------------------------------------------- dispatch
+
+    def dispatch(self, payload: bytes) -> tuple[bytes, int]:
+        """Answer one request frame; returns the reply frame and the real delay (ms) a slow cluster adds."""
+        try:
+            req = request_decoder.decode(payload)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return encode_error(_salvage_id(payload), InvalidRequest(f"malformed request: {exc}")), 0
+        self.requests_served += 1
+        if req.method in SERVER_METHODS:
+            return self._server_method(req.id, req.method, req.args), 0
+        cluster = self.clusters.get(req.cluster)
+        if cluster is None:
+            return encode_error(req.id, InvalidRequest(f"unknown cluster {req.cluster!r}")), 0
+        spec = METHODS.get(req.method)
+        if spec is None:
+            return encode_error(req.id, InvalidRequest(f"unknown method {req.method!r}")), 0
+        try:
+            args = spec.args_decoder.decode(req.args)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return encode_error(req.id, InvalidRequest(f"bad arguments for {req.method}: {exc}")), 0
+        try:
+            result = getattr(cluster, req.method)(*msgspec.structs.astuple(args))
+            reply = encode_ok(req.id, result)
+        except (PortError, ModelError, ProducerError, ValueError, TypeError) as exc:
+            reply = encode_error(req.id, exc)
+        except Exception as exc:  # noqa: BLE001 - a model bug must not take the server down
+            reply = encode_error(req.id, exc)
+        return reply, cluster.faults.state.slow_ms
+
+    def _server_method(self, request_id: int, method: str, raw_args: msgspec.Raw) -> bytes:
+        if method == "ping":
+            return encode_ok(request_id, "pong")
+        if method == "list_clusters":
+            return encode_ok(request_id, sorted(self.clusters))
+        if method == "add_cluster":
+            try:
+                args = _add_cluster_decoder.decode(raw_args)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                return encode_error(request_id, InvalidRequest(f"bad arguments for add_cluster: {exc}"))
+            if args.name in self.clusters:
+                return encode_error(request_id, InvalidRequest(f"cluster {args.name!r} exists"))
+            if not 1 <= args.brokers <= 64:
+                return encode_error(request_id, InvalidRequest(f"bad broker count {args.brokers}"))
+            self.clusters[args.name] = ClusterModel(args.name, seed=args.seed, brokers=args.brokers, journal=False)
+            return encode_ok(request_id, args.name)
+        try:
+            self.save()
+        except OSError as exc:
+            return encode_error(request_id, InvalidRequest(f"cannot save snapshot: {exc}"))
+        return encode_ok(request_id, str(self.snapshot_path) if self.snapshot_path else None)
+
+    # ---------------------------------------------------------------- connections
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        buf = bytearray()
+        self._connections.add(writer)
+        try:
+            while True:
+                data = await reader.read(1 << 16)
+                if not data:
+                    break
+                buf += data
+                replies: list[bytes] = []
+                delay_ms = 0
+                pos = 0
+                close = False
+                while len(buf) - pos >= HEADER:
+                    size = int.from_bytes(buf[pos : pos + HEADER], "big")
+                    if size > MAX_FRAME_BYTES:
+                        replies.append(encode_error(-1, InvalidRequest(f"frame of {size} bytes exceeds limit")))
+                        close = True
+                        break
+                    if len(buf) - pos - HEADER < size:
+                        break
+                    payload = bytes(buf[pos + HEADER : pos + HEADER + size])
+                    pos += HEADER + size
+                    reply, slow = self.dispatch(payload)
+                    replies.append(reply)
+                    delay_ms += slow
+                del buf[:pos]
+                if delay_ms:
+                    await asyncio.sleep(delay_ms / 1000)
+                if replies:
+                    writer.write(b"".join(replies))
+                    await writer.drain()
+                if close:
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass
+        finally:
+            self._connections.discard(writer)
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except (ConnectionError, OSError):
+                pass
+
+    async def start(self, host: str, port: int) -> int:
+        if not is_loopback(host):
+            raise ValueError(f"refusing to listen on non-loopback host {host!r}")
+        self._server = await asyncio.start_server(self.handle, host, port)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for writer in list(self._connections):
+                # abort, not close: close waits to flush replies a vanished client will never read.
+                writer.transport.abort()
+            await self._server.wait_closed()
+            # Let connection handlers see their closed streams and finish.
+            for _ in range(3):
+                await asyncio.sleep(0)
+        self.save()
+
+    def save(self) -> None:
+        if self.snapshot_path is not None:
+            tmp = self.snapshot_path.with_suffix(self.snapshot_path.suffix + ".tmp")
+            tmp.write_bytes(dump_clusters(self.clusters))
+            tmp.replace(self.snapshot_path)
+
+
+def _salvage_id(payload: bytes) -> int:
+    try:
+        value = msgspec.msgpack.decode(payload)
+    except msgspec.DecodeError:
+        return -1
+    if isinstance(value, list) and value and isinstance(value[0], int):
+        return value[0]
+    return -1
+
+
+def build_clusters(names: Sequence[str], seed: int, brokers: int, snapshot: Path | None) -> dict[str, ClusterModel]:
+    """Clusters from the snapshot if it exists, plus fresh ones (seed + index) for names it lacks."""
+    clusters: dict[str, ClusterModel] = {}
+    if snapshot is not None and snapshot.exists():
+        clusters = load_clusters(snapshot.read_bytes())
+    for index, name in enumerate(names):
+        if name not in clusters:
+            clusters[name] = ClusterModel(name, seed=seed + index, brokers=brokers, journal=False)
+    return clusters
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="clustermodel-server", description="Run model Kafka clusters on loopback.")
+    parser.add_argument("--host", default="127.0.0.1", help="loopback address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="port; 0 picks a free one (printed first on stdout)")
+    parser.add_argument("--cluster", action="append", default=[], metavar="NAME", help="a cluster name (repeatable)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the first cluster; the next ones get seed+1, ...")
+    parser.add_argument("--brokers", type=int, default=3, help="brokers per cluster (default 3)")
+    parser.add_argument("--snapshot", type=Path, default=None, metavar="FILE", help="load state at start, save at stop")
+    return parser.parse_args(argv)
+
+
+async def serve(args: argparse.Namespace) -> int:
+    clusters = build_clusters(args.cluster or ["default"], args.seed, args.brokers, args.snapshot)
+    server = ModelServer(clusters, args.snapshot)
+    port = await server.start(args.host, args.port)
+    print(f"PORT {port}", flush=True)
+    print(f"clusters: {', '.join(sorted(clusters))} on {args.host}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point: clustermodel-server."""
+    args = parse_args(argv)
+    if not is_loopback(args.host):
+        print(f"error: --host must be a loopback address, got {args.host!r}", file=sys.stderr)
+        return 2
+    if not 0 <= args.port <= 65535:
+        print(f"error: bad --port {args.port}", file=sys.stderr)
+        return 2
+    return asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

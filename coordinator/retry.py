@@ -1,0 +1,147 @@
+"""FAILED: entering it, exponential backoff, retrying back towards the previous state, exhaustion.
+
+- ``retry_attempt`` counts the retries already made; the first failure has 0, and the n-th retry
+  waits ``min(max, initial * 2**n)`` ms (``mirror.failed.retry.*``).
+- ``retry_attempt == -1`` is non-retryable: only a new operator START (a newer desired-state
+  record than the one the state applied) re-arms it, with the count back at 0.
+- When the attempts are exhausted the state becomes non-retryable and says so in its message.
+- The prototype draws full jitter in [0, backoff]; the core takes the jitter as an argument
+  (a float in (0, 1], default 1.0) so it stays deterministic; the shell may pass a random one.
+"""
+
+from __future__ import annotations
+
+from coordinator.partition_state import (
+    NON_RETRYABLE,
+    MirrorPartitionState,
+    Step,
+    transition,
+)
+from coordinator.states import DesiredState, ErrorCode, MirrorState, is_legal_transition
+from coordinator.workflows.config import MirrorConfig
+
+
+def backoff_ms(attempt: int, config: MirrorConfig, jitter: float = 1.0) -> int:
+    """The wait before retry number ``attempt`` (0-based), capped at the max backoff."""
+    exp = config.failed_retry_initial_backoff_ms * (2 ** min(max(attempt, 0), 62))
+    return max(1, int(min(exp, config.failed_retry_max_backoff_ms) * jitter))
+
+
+def fail(
+    state: MirrorPartitionState,
+    error_code: ErrorCode,
+    message: str,
+    now_ms: int,
+    config: MirrorConfig,
+    *,
+    retryable: bool = True,
+    jitter: float = 1.0,
+) -> MirrorPartitionState:
+    """Enter FAILED (legal from anywhere), keeping the resume fields of the state that failed.
+
+    Keeping ``step``/``last_mirrored_epoch``/``stop_offset``/``epoch_target`` matters for STOPPING:
+    a retry must resume the stop where it was, not re-record the LME from a log it already bumped.
+    """
+    attempt = max(state.retry_attempt, 0) if retryable else NON_RETRYABLE
+    failed = transition(
+        state,
+        MirrorState.FAILED,
+        now_ms,
+        step=state.step,
+        truncation_offset=state.truncation_offset,
+        stop_offset=state.stop_offset,
+        last_mirrored_epoch=state.last_mirrored_epoch,
+        epoch_target=state.epoch_target,
+    )
+    retry_at = now_ms + backoff_ms(attempt, config, jitter) if attempt != NON_RETRYABLE else -1
+    return failed.with_(
+        retry_attempt=attempt,
+        error_message=message,
+        error_code=error_code,
+        retry_at_ms=retry_at,
+    )
+
+
+def retry_target(previous: MirrorState, desired: DesiredState) -> MirrorState:
+    """Where a retry goes: the previous state when FAILED may enter it, else the nearest one that may.
+
+    EPOCH_FENCING, PAUSING and PAUSED cannot be entered from FAILED; MIRRORING is the way back to them
+    (the fetch re-detects a fence, the pause workflow pauses again). UNKNOWN starts with PREPARING.
+    """
+    if desired is DesiredState.STOP:
+        return MirrorState.STOPPING
+    if previous in (MirrorState.EPOCH_FENCING, MirrorState.PAUSING, MirrorState.PAUSED):
+        return MirrorState.MIRRORING
+    if previous in (MirrorState.UNKNOWN, MirrorState.STOPPED, MirrorState.FAILED):
+        return MirrorState.PREPARING
+    assert is_legal_transition(MirrorState.FAILED, previous)
+    return previous
+
+
+def retry_due(state: MirrorPartitionState, now_ms: int) -> bool:
+    return state.state is MirrorState.FAILED and state.retryable and now_ms >= state.retry_at_ms
+
+
+def exhausted(state: MirrorPartitionState, config: MirrorConfig) -> bool:
+    limit = config.failed_retry_max_attempts
+    return limit > 0 and state.retry_attempt >= limit
+
+
+def leave_failed(
+    state: MirrorPartitionState, target: MirrorState, now_ms: int, *, retry_attempt: int
+) -> MirrorPartitionState:
+    """Transition out of FAILED to ``target``; STOPPING keeps its progress, the others start over."""
+    if target is MirrorState.STOPPING and state.previous_state is MirrorState.STOPPING:
+        nxt = transition(
+            state,
+            target,
+            now_ms,
+            step=state.step,
+            stop_offset=state.stop_offset,
+            last_mirrored_epoch=state.last_mirrored_epoch,
+            epoch_target=state.epoch_target,
+        )
+    elif target is MirrorState.STOPPING:
+        nxt = transition(state, target, now_ms, step=Step.STOP_REMOVE_FETCHER)
+    elif target is MirrorState.PREPARING:
+        nxt = transition(state, target, now_ms, step=Step.PREPARE_CHECK)
+    else:
+        nxt = transition(state, target, now_ms)
+    return nxt.with_(retry_attempt=retry_attempt)
+
+
+def decide_failed(
+    state: MirrorPartitionState,
+    desired: DesiredState,
+    desired_offset: int,
+    now_ms: int,
+    config: MirrorConfig,
+) -> MirrorPartitionState:
+    """The next state of a FAILED partition (the input itself when nothing is due).
+
+    - STOP wins at once (failover must not wait for a backoff), except for INCONSISTENT_TOPIC_ID:
+      the destination topic is not ours, so the coordinator never writes markers into it.
+    - A newer operator START/PAUSE re-arms a partition, exhausted or non-retryable included.
+    - Otherwise a due retry goes to ``retry_target`` with the attempt counted, or, when the attempts
+      are used up, the state becomes non-retryable.
+    """
+    if state.error_code is ErrorCode.INCONSISTENT_TOPIC_ID and desired_offset <= state.applied_offset:
+        return state
+    if desired is DesiredState.STOP:
+        if state.error_code is ErrorCode.INCONSISTENT_TOPIC_ID:
+            return state
+        nxt = leave_failed(state, MirrorState.STOPPING, now_ms, retry_attempt=0)
+        return nxt.with_(applied_offset=max(desired_offset, state.applied_offset))
+    if desired_offset > state.applied_offset:
+        nxt = leave_failed(state, retry_target(state.previous_state, desired), now_ms, retry_attempt=0)
+        return nxt.with_(applied_offset=desired_offset)
+    if not retry_due(state, now_ms):
+        return state
+    if exhausted(state, config):
+        return state.with_(
+            retry_attempt=NON_RETRYABLE,
+            retry_at_ms=-1,
+            state_epoch=state.state_epoch + 1,
+            error_message=f"{state.error_message}; retries exhausted after {state.retry_attempt} attempts",
+        )
+    return leave_failed(state, retry_target(state.previous_state, desired), now_ms, retry_attempt=state.retry_attempt + 1)

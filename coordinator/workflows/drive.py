@@ -1,0 +1,111 @@
+"""Route one mirror partition to the workflow its state and its topic's desired state call for.
+
+The desired state is a level: START converges to MIRRORING, PAUSE to PAUSED, STOP to STOPPED.
+A workflow in progress finishes what cannot be interrupted (a STOPPING partition stops before a
+START takes it to PREPARING; PAUSING becomes PAUSED before a resume), and the rest follows the
+SPEC's transition table. Every write records the desired-state record it saw in
+``applied_offset``; FAILED uses it to tell a new operator command (which re-arms it) from the
+standing one. ``needs`` tells the shell what to observe before calling ``decide_partition``.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+from coordinator.partition_state import MirrorPartitionKey, MirrorPartitionState
+from coordinator.ports import PartitionOffsets
+from coordinator.retry import decide_failed
+from coordinator.states import DesiredState, MirrorState
+from coordinator.workflows.commands import AddFetcher, Decision, unchanged
+from coordinator.workflows.config import MirrorConfig
+from coordinator.workflows.fencing import decide_epoch_fencing
+from coordinator.workflows.pause import decide_pausing, pause, resume
+from coordinator.workflows.prepare import PrepareObservation, decide_prepare, start
+from coordinator.workflows.stop import StopObservation, begin_stop, decide_stop
+
+
+class Need(enum.Enum):
+    """The observation a partition's next decision needs."""
+
+    NOTHING = "nothing"
+    DEST = "dest"  # destination offsets and leader epoch
+    PREPARE = "prepare"  # PrepareObservation
+    STOP = "stop"  # StopObservation
+
+
+class PartitionObservation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    in_fetcher: bool = False
+    dest: PartitionOffsets | None = None
+    prepare: PrepareObservation | None = None
+    stop: StopObservation | None = None
+
+
+def needs(state: MirrorPartitionState, desired: DesiredState) -> Need:
+    s = state.state
+    if s is MirrorState.STOPPING:
+        return Need.STOP
+    if desired is DesiredState.STOP:
+        return Need.NOTHING  # entering STOPPING needs no observation
+    if s is MirrorState.PREPARING:
+        return Need.PREPARE
+    if s is MirrorState.EPOCH_FENCING:
+        return Need.DEST
+    return Need.NOTHING
+
+
+def decide_partition(
+    key: MirrorPartitionKey,
+    state: MirrorPartitionState,
+    desired: DesiredState,
+    desired_offset: int,
+    obs: PartitionObservation,
+    now_ms: int,
+    config: MirrorConfig,
+) -> Decision:
+    decision = _route(key, state, desired, desired_offset, obs, now_ms, config)
+    nxt = decision.state
+    if nxt is not state and nxt.applied_offset < desired_offset:
+        decision = msgspec.structs.replace(decision, state=nxt.with_(applied_offset=desired_offset))
+    return decision
+
+
+def _route(
+    key: MirrorPartitionKey,
+    state: MirrorPartitionState,
+    desired: DesiredState,
+    desired_offset: int,
+    obs: PartitionObservation,
+    now_ms: int,
+    config: MirrorConfig,
+) -> Decision:
+    tp = key.topic_partition
+    s = state.state
+    if s is MirrorState.FAILED:
+        return Decision(decide_failed(state, desired, desired_offset, now_ms, config))
+    if s is MirrorState.STOPPING:
+        assert obs.stop is not None, "STOPPING needs a StopObservation"
+        return decide_stop(state, key, obs.stop, now_ms)
+    if desired is DesiredState.STOP:
+        if s in (MirrorState.UNKNOWN, MirrorState.STOPPED):
+            return unchanged(state)
+        return Decision(begin_stop(state, now_ms))
+    # START or PAUSE
+    if s in (MirrorState.UNKNOWN, MirrorState.STOPPED):
+        return Decision(start(state, now_ms))
+    if s is MirrorState.PREPARING:
+        assert obs.prepare is not None, "PREPARING needs a PrepareObservation"
+        return decide_prepare(state, tp, obs.prepare, now_ms, config)
+    if s is MirrorState.EPOCH_FENCING:
+        assert obs.dest is not None, "EPOCH_FENCING needs the destination's leader epoch"
+        return decide_epoch_fencing(state, tp, obs.dest.leader_epoch, now_ms)
+    if s is MirrorState.MIRRORING:
+        if desired is DesiredState.PAUSE:
+            return pause(state, tp, now_ms)
+        return unchanged(state) if obs.in_fetcher else unchanged(state, AddFetcher(tp))
+    if s is MirrorState.PAUSING:
+        return decide_pausing(state, tp, obs.in_fetcher, now_ms)
+    if s is MirrorState.PAUSED:
+        return resume(state, tp, now_ms) if desired is DesiredState.START else unchanged(state)
+    return unchanged(state)

@@ -1,0 +1,100 @@
+"""PREPARING (log alignment): start a mirror partition, first time or failback.
+
+Steps, each persisted in ``state.step``:
+
+1. PREPARE_CHECK: wait until the topic is ready (created with the source's topic ID, read-only,
+   attached to this mirror; the topic workflow refuses mirror loops and foreign topic IDs before
+   that). Ask the source for its LME for the partition and work out the truncation target the
+   way a follower handles divergence (OffsetsForLeaderEpoch): the source's end offset for the
+   LME, capped by where the local log's copy of that epoch ends. No LME (a first mirror, or a
+   source that never mirrored this partition) aligns from offset 0. Truncate.
+2. PREPARE_WAIT_ISR: wait until every ISR member (every registered replica when
+   ``support_unclean_leader_election``) has truncated, bump the DLE if SLE is near it, then
+   MIRRORING. The fetcher's KIP-595 divergence check (``last_fetched_epoch``) settles anything
+   the LME boundary did not (e.g. an unclean election on the source after the stop).
+
+Re-running step 1 after a crash is harmless: the source's LME and its end offset have not moved,
+the local end offset for that epoch is now the target itself, and truncating to it again is a no-op.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from coordinator.partition_state import MirrorPartitionState, Step, advance, transition
+from coordinator.ports import EpochEndOffset, IsrStatus, PartitionOffsets, TopicPartition
+from coordinator.states import MirrorState
+from coordinator.workflows.commands import (
+    AddFetcher,
+    Command,
+    Decision,
+    TruncateFullyAndStartAt,
+    TruncateTo,
+    unchanged,
+)
+from coordinator.workflows.config import MirrorConfig
+from coordinator.workflows.fencing import proactive_bump
+
+
+class PrepareObservation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """What PREPARING reads: the destination partition, and the source's LME and epoch boundary."""
+
+    topic_ready: bool
+    dest: PartitionOffsets
+    source_leader_epoch: int
+    source_lme: int | None = None
+    source_epoch_end: EpochEndOffset | None = None  # source's OffsetsForLeaderEpoch(LME)
+    local_epoch_end: EpochEndOffset | None = None  # destination's OffsetsForLeaderEpoch(source_epoch_end.epoch)
+    isr: IsrStatus | None = None
+
+
+def truncation_target(obs: PrepareObservation) -> int:
+    """Where the local log is cut before mirroring starts (follower divergence semantics)."""
+    src = obs.source_epoch_end
+    if obs.source_lme is None or src is None or src.undefined:
+        return 0
+    local = obs.local_epoch_end
+    if local is None or local.undefined:
+        # The local log knows no epoch at or below the source's: keep at most what the source has.
+        return min(src.end_offset, obs.dest.leo)
+    if local.epoch != src.epoch:
+        # We never had the source's epoch: cut where our older epoch ends; the fetcher's
+        # divergence check takes it from there, as a follower's next OffsetsForLeaderEpoch would.
+        return min(local.end_offset, obs.dest.leo)
+    return min(src.end_offset, local.end_offset)
+
+
+def start(state: MirrorPartitionState, now_ms: int) -> MirrorPartitionState:
+    """UNKNOWN/STOPPED/FAILED -> PREPARING at its first step."""
+    return transition(state, MirrorState.PREPARING, now_ms, step=Step.PREPARE_CHECK)
+
+
+def decide_prepare(
+    state: MirrorPartitionState, tp: TopicPartition, obs: PrepareObservation, now_ms: int, config: MirrorConfig
+) -> Decision:
+    dle = obs.dest.leader_epoch
+    if state.step in (Step.NONE, Step.PREPARE_CHECK):
+        if not obs.topic_ready:
+            return unchanged(state)
+        target = truncation_target(obs)
+        commands: tuple[Command, ...] = ()
+        if target < obs.dest.log_start:
+            commands = (TruncateFullyAndStartAt(tp, target),)
+        elif target < obs.dest.leo:
+            commands = (TruncateTo(tp, target),)
+        nxt = advance(state, leader_epoch=dle, step=Step.PREPARE_WAIT_ISR, truncation_offset=target)
+        return Decision(nxt, commands)
+    # PREPARE_WAIT_ISR
+    if obs.dest.leo > state.truncation_offset:
+        # Someone appended after our cut (a late transaction marker, thread AS30): cut again.
+        return unchanged(state, TruncateTo(tp, state.truncation_offset))
+    isr = obs.isr
+    if isr is None or not isr.isr_truncated_to(state.truncation_offset, all_replicas=config.support_unclean_leader_election):
+        return unchanged(state)
+    bump = proactive_bump(tp, dle, obs.source_leader_epoch, config)
+    commands = (bump,) if bump is not None else ()
+    epoch = bump.min_epoch if bump is not None else dle
+    nxt = transition(
+        state, MirrorState.MIRRORING, now_ms, leader_epoch=epoch, truncation_offset=state.truncation_offset
+    )
+    return Decision(nxt, commands + (AddFetcher(tp),))

@@ -1,0 +1,131 @@
+"""STOPPING (failover): detach a mirror partition from its source and make it writable.
+
+The SPEC's order, one persisted step each:
+
+1. STOP_REMOVE_FETCHER: remove the partition from its fetch session (no more appends from the source).
+2. STOP_RECORD_LME: the LME is the epoch of the last mirrored batch (the destination's
+   OffsetsForLeaderEpoch for its own leader epoch); it is written to ``__mirror_state`` as a
+   LastMirrorEpochs record and published with ``set_last_mirrored_epoch``. The LEO at that moment
+   (``stop_offset``) and the bump target (``epoch_target``) are persisted with it: from here on the
+   log only grows by the coordinator's own writes, so recomputing after a crash would be wrong
+   (the latest epoch is the bumped one) and is never done.
+3. STOP_BUMP_EPOCH: raise the DLE to at least ``max(DLE, LME) + 1`` so the coordinator's markers and
+   every later local write start a new epoch: that boundary is what failback truncates to.
+4. STOP_ABORT_OPEN: an ABORT marker for each transaction the destination still reports open (with the
+   transaction's producer epoch, as the transaction coordinator would). Re-running aborts only
+   what is still open, so no marker is written twice.
+5. STOP_PID_RESET: a MIRROR_PID_RESET control batch carrying the source cluster ID, unless the
+   coordinator's own tail of the log (``[stop_offset, LEO)``, which no producer can write while the
+   topic is read-only) already holds one: at most one per stop. The tail is read once the HW has
+   reached the LEO (a fetch reads below the HW), so a reset written just before a crash is seen.
+6. STOP_WAIT_ISR: wait until the ISR has everything (HW = LEO on every ISR member).
+7. STOPPED: the topic workflow makes the topic writable once all its partitions are STOPPED.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from coordinator.partition_state import (
+    LastMirrorEpoch,
+    MirrorPartitionKey,
+    MirrorPartitionState,
+    Step,
+    advance,
+    transition,
+)
+from coordinator.ports import (
+    UNDEFINED_EPOCH,
+    Batch,
+    ControlType,
+    EpochEndOffset,
+    IsrStatus,
+    OpenTransaction,
+    PartitionOffsets,
+)
+from coordinator.states import MirrorState
+from coordinator.workflows.commands import (
+    AppendControl,
+    BumpLeaderEpoch,
+    Command,
+    Decision,
+    RemoveFetcher,
+    SetLastMirroredEpoch,
+    unchanged,
+)
+
+
+class StopObservation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """What STOPPING reads from the destination (the source may be gone: a failover needs none of it)."""
+
+    dest: PartitionOffsets
+    dest_latest_epoch: EpochEndOffset | None = None  # OffsetsForLeaderEpoch(DLE) on the destination
+    open_transactions: tuple[OpenTransaction, ...] = ()
+    tail: tuple[Batch, ...] | None = None  # destination batches in [stop_offset, LEO); None until readable
+    isr: IsrStatus | None = None
+    in_fetcher: bool = False
+    source_cluster_id: str = ""
+
+
+def begin_stop(state: MirrorPartitionState, now_ms: int) -> MirrorPartitionState:
+    """Enter STOPPING at its first step (legal from every state but UNKNOWN and STOPPED)."""
+    return transition(state, MirrorState.STOPPING, now_ms, step=Step.STOP_REMOVE_FETCHER)
+
+
+def has_pid_reset(tail: tuple[Batch, ...]) -> bool:
+    """True when the tail holds a MIRROR_PID_RESET batch (our own, from before a crash)."""
+    return any(b.is_control and b.control_type == ControlType.MIRROR_PID_RESET for b in tail)
+
+
+def decide_stop(
+    state: MirrorPartitionState, key: MirrorPartitionKey, obs: StopObservation, now_ms: int
+) -> Decision:
+    tp = key.topic_partition
+    dle = obs.dest.leader_epoch
+    step = state.step
+    if step in (Step.NONE, Step.STOP_REMOVE_FETCHER):
+        return Decision(advance(state, leader_epoch=dle, step=Step.STOP_RECORD_LME), (RemoveFetcher(tp),))
+    if step is Step.STOP_RECORD_LME:
+        if obs.in_fetcher:
+            return unchanged(state, RemoveFetcher(tp))
+        latest = obs.dest_latest_epoch
+        lme = latest.epoch if latest is not None and not latest.undefined else UNDEFINED_EPOCH
+        target = max(dle, lme) + 1
+        nxt = advance(
+            state,
+            leader_epoch=dle,
+            step=Step.STOP_BUMP_EPOCH,
+            last_mirrored_epoch=lme,
+            stop_offset=obs.dest.leo,
+            epoch_target=target,
+        )
+        record = LastMirrorEpoch(key, lme, state.applied_offset)
+        publish = SetLastMirroredEpoch(key.mirror_name, tp, lme if lme != UNDEFINED_EPOCH else None)
+        return Decision(nxt, (publish,), record)
+    bump: tuple[Command, ...] = () if dle >= state.epoch_target else (BumpLeaderEpoch(tp, state.epoch_target),)
+    if step is Step.STOP_BUMP_EPOCH:
+        return Decision(advance(state, leader_epoch=max(dle, state.epoch_target), step=Step.STOP_ABORT_OPEN), bump)
+    if step is Step.STOP_ABORT_OPEN:
+        aborts = tuple(
+            AppendControl(tp, ControlType.ABORT, t.producer_id, t.producer_epoch) for t in obs.open_transactions
+        )
+        return Decision(advance(state, step=Step.STOP_PID_RESET), bump + aborts)
+    if step is Step.STOP_PID_RESET:
+        if obs.tail is None:
+            return unchanged(state, *bump)  # the tail is readable once HW = LEO; wait for it
+        reset: tuple[Command, ...] = ()
+        if not has_pid_reset(obs.tail):
+            reset = (AppendControl(tp, ControlType.MIRROR_PID_RESET, source_cluster_id=obs.source_cluster_id),)
+        return Decision(advance(state, step=Step.STOP_WAIT_ISR), bump + reset)
+    # STOP_WAIT_ISR
+    if obs.isr is None or not obs.isr.isr_caught_up():
+        return unchanged(state)
+    stopped = transition(
+        state,
+        MirrorState.STOPPED,
+        now_ms,
+        last_mirrored_epoch=state.last_mirrored_epoch,
+        stop_offset=state.stop_offset,
+        epoch_target=state.epoch_target,
+    )
+    return Decision(stopped.with_(retry_attempt=0))

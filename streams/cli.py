@@ -1,0 +1,281 @@
+"""``kafka-cluster-mirrors``: the admin tool, modelled on KIP-1279's ``kafka-cluster-mirrors.sh``.
+
+    kafka-cluster-mirrors --bootstrap-server 127.0.0.1:9393 --create --mirror a-to-b --mirror-config a.properties
+    kafka-cluster-mirrors ... --start  --mirror a-to-b --topics 'orders,payments'
+    kafka-cluster-mirrors ... --stop   --mirror a-to-b --topics '.*' --wait 600      # mass failover
+    kafka-cluster-mirrors ... --pause|--resume --mirror a-to-b --topics 'orders-.*' [--exclude 'orders-tmp']
+    kafka-cluster-mirrors ... --list
+    kafka-cluster-mirrors ... --describe [--mirror a-to-b] [--json] [--failed]
+    kafka-cluster-mirrors ... --delete --mirror a-to-b
+
+``--bootstrap-server`` is the controller's admin endpoint (env ``KIP1279_CONTROLLER``). The
+caller's principal comes from ``--command-config`` (``principal=User:alice``) or env
+``KIP1279_PRINCIPAL``; local mode trusts it, so it is a development mode. Credentials in
+mirror configs are never printed: every config shown is redacted.
+
+``kip1279-controller`` runs the controller itself (see ``controller_main``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import re
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from coordinator.admin import redact_config
+from coordinator.states import ErrorCode, MirrorState
+from streams import config as worker_config
+from streams.admin_client import AdminError, ClusterMirrorAdmin, looks_like_topic_list, scrub, secret_values
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    pass
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"ERROR_{code}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kafka-cluster-mirrors", description="Manage KIP-1279 cluster mirrors.")
+    p.add_argument("--bootstrap-server", default=os.environ.get("KIP1279_CONTROLLER"),
+                   help="the controller's admin endpoint HOST:PORT (env KIP1279_CONTROLLER)")  # fmt: skip
+    p.add_argument("--command-config", help="properties file: principal=User:NAME, client.id=...")
+    ops = p.add_mutually_exclusive_group(required=True)
+    for op in ("create", "start", "stop", "pause", "resume", "list", "describe", "delete"):
+        ops.add_argument(f"--{op}", action="store_true")
+    p.add_argument("--mirror", help="cluster mirror name")
+    p.add_argument("--mirror-config", help="properties file of the mirror (bootstrap.servers, security, ...)")
+    p.add_argument("--topics", help="comma-separated topic names, or a regex ('.*' for all)")
+    p.add_argument("--exclude", action="append", default=[], help="regex of topics to leave out (repeatable)")
+    p.add_argument("--json", action="store_true", help="describe: print JSON")
+    p.add_argument("--failed", action="store_true", help="describe: only FAILED partitions")
+    p.add_argument("--validate-states", action="store_true",
+                   help="refuse the change if a topic's mirror state changed since it was described")  # fmt: skip
+    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                   help="start/stop/pause/resume: poll describe and show progress until done or SECONDS pass")  # fmt: skip
+    p.add_argument("--verbose", action="store_true")
+    return p
+
+
+def _principal(args: argparse.Namespace) -> tuple[str | None, str]:
+    principal, client_id = os.environ.get("KIP1279_PRINCIPAL"), "kafka-cluster-mirrors"
+    if args.command_config:
+        props = worker_config.load_properties(args.command_config)
+        principal = props.get("principal", principal)
+        client_id = props.get("client.id", client_id)
+    return principal, client_id
+
+
+def _need(args: argparse.Namespace, *names: str) -> None:
+    for n in names:
+        if not getattr(args, n.replace("-", "_")):
+            raise UsageError(f"--{n} is required here")
+
+
+async def _topic_selection(admin: ClusterMirrorAdmin, args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """(names, include regexes) for the request; regexes with --exclude are expanded here."""
+    value = args.topics.strip()
+    if looks_like_topic_list(value) and not args.exclude:
+        return [t.strip() for t in value.split(",")], []
+    if args.start or (args.stop and not args.exclude):
+        return [], [value]  # the controller matches the pattern (and records it in the mirror's config)
+    regex, excludes = re.compile(value), [re.compile(e) for e in args.exclude]
+    members = await admin.mirror_topics(args.mirror)
+    return [t for t in members if regex.fullmatch(t) and not any(e.fullmatch(t) for e in excludes)], []
+
+
+def _print_topic_results(out: TextIO, verb: str, mirror: str, response: Any) -> int:
+    failed = 0
+    if response.error_code:
+        out.write(f"Error: {_code_name(response.error_code)}: {response.error_message}\n")
+        return EXIT_ERROR
+    for t in sorted(response.topics, key=lambda t: t.name):
+        if t.error_code:
+            failed += 1
+            out.write(f"  {t.name}: {_code_name(t.error_code)}: {t.error_message}\n")
+        else:
+            out.write(f"  {t.name}: {verb}\n")
+    ok = len(response.topics) - failed
+    out.write(f"{verb.capitalize()} {ok} topic(s) of mirror {mirror}" + (f"; {failed} refused\n" if failed else "\n"))
+    return EXIT_ERROR if failed else EXIT_OK
+
+
+_TARGET = {"start": MirrorState.MIRRORING, "resume": MirrorState.MIRRORING, "stop": MirrorState.STOPPED, "pause": MirrorState.PAUSED}
+
+
+async def wait_for_states(admin: ClusterMirrorAdmin, mirror: str, topics: set[str] | None, target: MirrorState,
+                          timeout: float, err: TextIO, interval: float = 0.5) -> bool:  # fmt: skip
+    """Polls describe, printing 'N/M partitions STOPPED' as it moves; True when all are there."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        reply = await admin.describe([mirror])
+        parts = [p for m in reply.response.mirrors for t in m.topics if topics is None or t.topic_name in topics  # type: ignore[attr-defined]
+                 for p in t.partitions]  # fmt: skip
+        done = sum(1 for p in parts if p.state == target)
+        failed = sum(1 for p in parts if p.state == MirrorState.FAILED)
+        line = f"{done}/{len(parts)} partitions {target.name}" + (f", {failed} FAILED" if failed else "")
+        if line != last:
+            err.write(line + "\n")
+            err.flush()
+            last = line
+        if parts and done == len(parts):
+            return True
+        if time.monotonic() >= deadline:
+            err.write(f"timed out after {timeout:.0f}s: {line}\n")
+            return False
+        await asyncio.sleep(interval)
+
+
+def _describe_rows(response: Any, failed_only: bool) -> list[dict[str, Any]]:
+    rows = []
+    for m in response.mirrors:
+        if m.error_code:
+            rows.append({"mirror": m.mirror_name, "error": f"{_code_name(m.error_code)}: {m.error_message}"})
+            continue
+        for t in m.topics:
+            for p in t.partitions:
+                if failed_only and p.state != MirrorState.FAILED:
+                    continue
+                rows.append({
+                    "mirror": m.mirror_name, "topic": t.topic_name, "partition": p.partition_index,
+                    "state": p.state_value, "source_hw": p.source_offset, "destination_leo": p.destination_offset,
+                    "lag": p.lag, "retry_attempt": p.retry_attempt, "error": p.error_message,
+                })  # fmt: skip
+    return rows
+
+
+def _print_table(out: TextIO, rows: list[dict[str, Any]]) -> None:
+    cols = ["mirror", "topic", "partition", "state", "source_hw", "destination_leo", "lag", "retry_attempt", "error"]
+    heads = ["MIRROR", "TOPIC", "PARTITION", "STATE", "SOURCE-HW", "DEST-LEO", "LAG", "RETRIES", "ERROR"]
+    cells = [[("" if r.get(c) is None else str(r.get(c))) for c in cols] for r in rows]
+    widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(heads)]
+    out.write("  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)).rstrip() + "\n")
+    for row in cells:
+        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
+
+
+async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if not args.bootstrap_server:
+        raise UsageError("--bootstrap-server (or env KIP1279_CONTROLLER) is required")
+    if args.create:
+        _need(args, "mirror", "mirror-config")
+    elif args.delete:
+        _need(args, "mirror")
+    elif not (args.list or args.describe):
+        _need(args, "mirror", "topics")
+    principal, client_id = await asyncio.to_thread(_principal, args)  # file reads stay off the loop
+    async with ClusterMirrorAdmin(args.bootstrap_server, principal=principal, client_id=client_id) as admin:
+        if args.create:
+            config = await asyncio.to_thread(worker_config.load_properties, args.mirror_config)
+            secrets = secret_values(config)
+            reply = await admin.create(args.mirror, config)
+            r: Any = reply.response
+            if r.error_code:
+                out.write(f"Error: {_code_name(r.error_code)}: {scrub(r.error_message, secrets)}\n")
+                return EXIT_ERROR
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(redact_config(config).items()))
+            out.write(f"Created cluster mirror {args.mirror} ({shown})\n")
+            return EXIT_OK
+        if args.list:
+            reply = await admin.list(include_topic_names=True)
+            r = reply.response
+            if r.error_code:
+                out.write(f"Error: {_code_name(r.error_code)}: {r.error_message}\n")
+                return EXIT_ERROR
+            for m in r.mirrors:
+                out.write(f"{m.mirror_name}\tsource={m.source_bootstrap}\ttopics={m.topic_count}\n")
+            return EXIT_OK
+        if args.describe:
+            reply = await admin.describe([args.mirror] if args.mirror else [])
+            rows = _describe_rows(reply.response, args.failed)
+            if args.json:
+                out.write(json.dumps({"metadata_offset": reply.metadata_offset, "partitions": rows}, indent=1) + "\n")
+            else:
+                _print_table(out, rows)
+            return EXIT_ERROR if any("topic" not in r for r in rows) else EXIT_OK
+        if args.delete:
+            svo = (await admin.describe([args.mirror])).metadata_offset if args.validate_states else -1
+            r = (await admin.delete(args.mirror, state_validation_offset=svo)).response
+            if r.error_code:
+                out.write(f"Error: {_code_name(r.error_code)}: {r.error_message}\n")
+                return EXIT_ERROR
+            out.write(f"Deleted cluster mirror {args.mirror}\n")
+            return EXIT_OK
+        op = next(o for o in ("start", "stop", "pause", "resume") if getattr(args, o))
+        names, patterns = await _topic_selection(admin, args)
+        svo = (await admin.describe([args.mirror])).metadata_offset if args.validate_states else -1
+        if op == "start":
+            reply = await admin.start(args.mirror, names, include=patterns, exclude=args.exclude, state_validation_offset=svo)
+        elif op == "stop":
+            reply = await admin.stop(args.mirror, names, patterns=patterns, state_validation_offset=svo)
+        elif op == "pause":
+            reply = await admin.pause(args.mirror, names, state_validation_offset=svo)
+        else:
+            reply = await admin.resume(args.mirror, names, state_validation_offset=svo)
+        verb = {"start": "started", "stop": "stopped", "pause": "paused", "resume": "resumed"}[op]
+        code = _print_topic_results(out, verb, args.mirror, reply.response)
+        if code == EXIT_OK and args.wait > 0:
+            accepted = {t.name for t in reply.response.topics if not t.error_code}  # type: ignore[attr-defined]
+            done = await wait_for_states(admin, args.mirror, accepted or None, _TARGET[op], args.wait, err)
+            code = EXIT_OK if done else EXIT_ERROR
+        return code
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out, err = out or sys.stdout, err or sys.stderr
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, stream=err)
+    try:
+        return asyncio.run(run(args, out, err))
+    except (UsageError, worker_config.ConfigError, ValueError) as e:
+        err.write(f"error: {e}\n")
+        return EXIT_USAGE
+    except AdminError as e:
+        err.write(f"error: {e}\n")
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+def controller_main(argv: Sequence[str] | None = None) -> int:
+    """``kip1279-controller``: the cluster mirror controller of one destination cluster."""
+    from streams.controller import run_controller
+
+    p = argparse.ArgumentParser(prog="kip1279-controller", description=controller_main.__doc__)
+    p.add_argument("--config", help="worker properties (bootstrap.servers, cluster.name, controller.listener, ...)")
+    p.add_argument("--bootstrap-server", help="Kafka bootstrap servers (env KIP1279_BOOTSTRAP)")
+    p.add_argument("--listener", help="admin endpoint HOST:PORT on loopback (default 127.0.0.1:9393)")
+    p.add_argument("--super-users", default="", help="comma-separated principals allowed everything")
+    p.add_argument("--verbose", action="store_true")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    try:
+        cfg = worker_config.load(args.config, bootstrap_servers=args.bootstrap_server, controller_listener=args.listener)
+    except worker_config.ConfigError as e:
+        sys.stderr.write(f"error: {e}\n")
+        return EXIT_USAGE
+    supers = frozenset(s.strip() for s in args.super_users.split(",") if s.strip())
+    try:
+        asyncio.run(run_controller(cfg, supers))
+    except KeyboardInterrupt:
+        pass
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,263 @@
+"""Worker settings: where the broker is, which topics belong to which destination cluster.
+
+One worker process may serve several destination clusters. Each has its own metadata log,
+its own ``__mirror_state`` and its own desired-state topic; their names all carry the
+cluster's prefix, so two clusters' logs and states never mix (SPEC, "One coordinator per
+destination cluster").
+
+``ensure_topics`` creates the topics this layout needs (Faust does not create input topics);
+``install_payload_redaction`` keeps record payloads (mirror credentials) out of aiokafka's logs.
+
+Settings come from (lowest to highest precedence): defaults, a Kafka-style properties file,
+``KIP1279_*`` environment variables, explicit keyword overrides.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+ENV_PREFIX = "KIP1279_"
+DEFAULT_METADATA_TOPIC = "__kip1279_metadata"
+DEFAULT_MIRROR_STATE_TOPIC = "__mirror_state"
+DEFAULT_DESIRED_STATE_TOPIC = "__kip1279_mirror_desired"
+DEFAULT_STATE_PARTITIONS = 50
+DEFAULT_CONTROLLER_PORT = 9393
+
+_CLUSTER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+
+# Property key -> dataclass field.
+_KEYS: dict[str, str] = {
+    "bootstrap.servers": "bootstrap_servers",
+    "cluster.name": "cluster_name",
+    "metadata.topic": "metadata_topic",
+    "mirror.state.topic": "mirror_state_topic",
+    "mirror.state.topic.num.partitions": "state_partitions",
+    "mirror.state.topic.replication.factor": "replication_factor",
+    "desired.state.topic": "desired_state_topic",
+    "data.dir": "data_dir",
+    "metadata.snapshot.max.records": "snapshot_max_records",
+    "metadata.snapshot.max.interval.ms": "snapshot_max_interval_ms",
+    "controller.listener": "controller_listener",
+    "principal": "principal",
+    "client.id": "client_id",
+}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    bootstrap_servers: str = "127.0.0.1:9092"
+    # The destination cluster this coordinator serves; its topics are prefixed with "<name>.".
+    cluster_name: str = ""
+    metadata_topic: str = DEFAULT_METADATA_TOPIC
+    mirror_state_topic: str = DEFAULT_MIRROR_STATE_TOPIC
+    desired_state_topic: str = DEFAULT_DESIRED_STATE_TOPIC
+    state_partitions: int = DEFAULT_STATE_PARTITIONS
+    replication_factor: int = 1
+    data_dir: str = "./kip1279-data"
+    snapshot_max_records: int = 10_000
+    snapshot_max_interval_ms: int = 60 * 60 * 1000
+    controller_listener: str = f"127.0.0.1:{DEFAULT_CONTROLLER_PORT}"
+    principal: str = "User:ANONYMOUS"
+    client_id: str = "kip1279"
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.cluster_name and not _CLUSTER_NAME.match(self.cluster_name):
+            raise ConfigError(f"cluster.name {self.cluster_name!r}: use letters, digits, '.', '_' or '-'")
+        if self.state_partitions < 1:
+            raise ConfigError(f"mirror.state.topic.num.partitions must be >= 1, not {self.state_partitions}")
+        if self.snapshot_max_records < 1:
+            raise ConfigError("metadata.snapshot.max.records must be >= 1")
+
+    # -- per-cluster names --------------------------------------------------------------------
+
+    def _prefixed(self, name: str) -> str:
+        return f"{self.cluster_name}.{name}" if self.cluster_name else name
+
+    @property
+    def metadata_topic_name(self) -> str:
+        return self._prefixed(self.metadata_topic)
+
+    @property
+    def dlq_topic_name(self) -> str:
+        return f"{self.metadata_topic_name}.dlq"
+
+    @property
+    def mirror_state_topic_name(self) -> str:
+        return self._prefixed(self.mirror_state_topic)
+
+    @property
+    def desired_state_topic_name(self) -> str:
+        return self._prefixed(self.desired_state_topic)
+
+    @property
+    def faust_app_id(self) -> str:
+        return self._prefixed("kip1279-coordinator")
+
+    @property
+    def cluster_data_dir(self) -> Path:
+        return Path(self.data_dir) / (self.cluster_name or "default")
+
+    @property
+    def snapshot_dir(self) -> Path:
+        return self.cluster_data_dir / "snapshots"
+
+    @property
+    def controller_address(self) -> tuple[str, int]:
+        host, _, port = self.controller_listener.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(f"controller.listener {self.controller_listener!r} is not HOST:PORT")
+        return host, int(port)
+
+    def with_overrides(self, **overrides: Any) -> WorkerConfig:
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """A Java-style properties file: ``key=value`` or ``key: value``, ``#``/``!`` comments."""
+    props: dict[str, str] = {}
+    pending = ""
+    for raw in text.splitlines():
+        line = pending + raw.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        match = re.match(r"^([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if match is None:
+            props[line] = ""
+        else:
+            props[match.group(1)] = match.group(2)
+    return props
+
+
+def load_properties(path: str | os.PathLike[str]) -> dict[str, str]:
+    try:
+        return parse_properties(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror}") from None
+
+
+def _coerce(name: str, value: str) -> Any:
+    kind = next(f.type for f in fields(WorkerConfig) if f.name == name)
+    if kind in ("int", int):
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigError(f"{name}: {value!r} is not an integer") from None
+    return value
+
+
+def from_properties(props: Mapping[str, str], base: WorkerConfig | None = None) -> WorkerConfig:
+    known: dict[str, Any] = {}
+    extra: dict[str, str] = dict(base.extra) if base else {}
+    for key, value in props.items():
+        attr = _KEYS.get(key)
+        if attr is None:
+            extra[key] = value
+        else:
+            known[attr] = _coerce(attr, value)
+    return replace(base or WorkerConfig(), extra=extra, **known)
+
+
+def from_env(env: Mapping[str, str] | None = None, base: WorkerConfig | None = None) -> WorkerConfig:
+    """``KIP1279_BOOTSTRAP`` is bootstrap.servers; other keys as ``KIP1279_CLUSTER_NAME`` etc."""
+    env = os.environ if env is None else env
+    props: dict[str, str] = {}
+    if f"{ENV_PREFIX}BOOTSTRAP" in env:
+        props["bootstrap.servers"] = env[f"{ENV_PREFIX}BOOTSTRAP"]
+    for key in _KEYS:
+        name = ENV_PREFIX + key.replace(".", "_").upper()
+        if name in env:
+            props[key] = env[name]
+    return from_properties(props, base) if props else (base or WorkerConfig())
+
+
+# ------------------------------------------------------------------------------ topic layout
+
+
+async def ensure_topics(bootstrap: str, topics: Sequence[NewTopic], client_id: str = "kip1279-admin") -> None:
+    """Create the topics that do not exist yet (Faust and our readers do not create them)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id=client_id)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [t for t in topics if t.name not in existing]
+        if missing:
+            try:
+                await admin.create_topics(missing)
+            except TopicAlreadyExistsError:
+                pass  # another worker won the race
+    finally:
+        await admin.close()
+
+
+def metadata_topic_spec(name: str, replication_factor: int = 1) -> NewTopic:
+    # One partition (total order), kept forever: the log is the source of truth and snapshots
+    # only shorten replay.
+    return NewTopic(name, 1, replication_factor, topic_configs={"retention.ms": "-1", "cleanup.policy": "delete"})
+
+
+def dlq_topic_spec(metadata_topic: str, replication_factor: int = 1) -> NewTopic:
+    # Keyed by the poison record's offset and compacted: a replay that quarantines it again
+    # leaves one entry, not two.
+    return NewTopic(f"{metadata_topic}.dlq", 1, replication_factor, topic_configs={"cleanup.policy": "compact"})
+
+
+# ------------------------------------------------------------------------- client logging
+
+# aiokafka logs whole requests, responses and record values at DEBUG. Metadata records carry
+# mirror configs, credentials included, so byte payloads are scrubbed from its log records.
+_AIOKAFKA_LOGGERS = (
+    "aiokafka", "aiokafka.admin.client", "aiokafka.client", "aiokafka.cluster", "aiokafka.conn",
+    "aiokafka.consumer.consumer", "aiokafka.consumer.fetcher", "aiokafka.consumer.group_coordinator",
+    "aiokafka.consumer.subscription_state", "aiokafka.helpers", "aiokafka.producer.producer",
+    "aiokafka.producer.sender",
+)  # fmt: skip
+_BYTES_LITERAL = re.compile(r"b'(?:[^'\\]|\\.)*'" + r'|b"(?:[^"\\]|\\.)*"')
+
+
+class PayloadRedactionFilter(logging.Filter):
+    """Replaces every bytes literal in a client log line with its size."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.INFO:
+            message = record.getMessage()
+            if "b'" in message or 'b"' in message:
+                record.msg = _BYTES_LITERAL.sub(lambda m: f"<{len(m.group(0)) - 3} chars of bytes redacted>", message)
+                record.args = ()
+        return True
+
+
+_REDACTION = PayloadRedactionFilter()
+
+
+def install_payload_redaction() -> None:
+    """Idempotent: attaches the filter to every aiokafka logger (filters do not inherit)."""
+    for name in _AIOKAFKA_LOGGERS:
+        logger = logging.getLogger(name)
+        if _REDACTION not in logger.filters:
+            logger.addFilter(_REDACTION)
+
+
+def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None, **overrides: Any) -> WorkerConfig:
+    config = WorkerConfig()
+    if path is not None:
+        config = from_properties(load_properties(path), config)
+    config = from_env(env, config)
+    return config.with_overrides(**overrides)

@@ -1,0 +1,457 @@
+"""The cluster mirror controller: validates and authorizes admin commands, and alone appends
+their records to the metadata log (as KRaft's active controller).
+
+One request at a time, like KRaft's single-threaded controller: validate against the current
+image -> append the records atomically -> wait until the log has been replayed past them ->
+answer. Reads (list, describe) see only committed state. Validation is a pluggable callable
+``(request, image, states) -> (records, response)``; the default wires ``coordinator.admin``.
+
+The per-partition states come from a ``StatusSource``; the default follows ``__mirror_state``
+(the Faust table's changelog) with a plain consumer, so describe shows what the workers
+persisted: state, retry attempt and error. Source HW and destination LEO come from an
+optional offsets callable (the cluster ports), -1 until one is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
+
+import msgspec
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from coordinator import admin
+from coordinator.delta import ProblemKind, Replayer
+from coordinator.image import AclOperation, AclPermissionType, AclResourceType, MetadataImage, PatternType
+from coordinator.states import ErrorCode, MirrorState
+from records.framing import ApiMessageAndVersion
+from records.registry import SchemaSet, default_schemas
+from streams.admin_client import (  # noqa: F401 - scrub/secret_values re-exported
+    API_NAMES,
+    ProtocolError,
+    RequestHeader,
+    decode_request_header,
+    encode_response,
+    read_frame,
+    scrub,
+    secret_values,
+)
+from streams.broker import require_loopback
+from streams.config import WorkerConfig
+from streams.metadata_log import (
+    DeadLetterQueue,
+    MetadataLogLoader,
+    MetadataLogReader,
+    MetadataLogWriter,
+    SnapshotPolicy,
+    SnapshotStore,
+    dlq_topic_spec,
+    ensure_topics,
+    metadata_topic_spec,
+)
+from streams.mirror_state_store import MirrorStateCodec, RecordType, mirror_state_topic_spec
+
+log = logging.getLogger(__name__)
+ANONYMOUS = "User:ANONYMOUS"
+StateKey = tuple[str, uuid.UUID, int]
+
+
+class PartitionStatus(NamedTuple):
+    state: MirrorState
+    retry_attempt: int = 0
+    error_message: str | None = None
+    source_hw: int = -1
+    destination_leo: int = -1
+
+
+class AdminRequest(NamedTuple):
+    header: RequestHeader
+    api: str  # e.g. "StopMirrorTopics"
+    body: msgspec.Struct
+    principal: admin.Principal
+
+
+Validator = Callable[[AdminRequest, MetadataImage, Mapping[StateKey, PartitionStatus]],
+                     tuple[Sequence[ApiMessageAndVersion], msgspec.Struct]]  # fmt: skip
+
+
+class StatusSource(Protocol):
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    async def statuses(self) -> Mapping[StateKey, PartitionStatus]: ...
+
+
+# -------------------------------------------------------------------- the default validator
+
+
+def _error_response(schemas: SchemaSet, api: str, code: int, message: str | None) -> msgspec.Struct:
+    cls = schemas.struct(f"{api}Response")
+    fields = {"throttle_time_ms": 0, "error_code": int(code), "error_message": message}
+    if api == "ListClusterMirrors":
+        fields["mirrors"] = []
+    elif api == "DescribeClusterMirrors":
+        fields["mirrors"] = []
+    elif api not in ("CreateClusterMirror", "DeleteClusterMirror"):
+        fields["topics"] = []
+    return cls(**fields)
+
+
+def _topic_response(schemas: SchemaSet, api: str, result: admin.AdminResponse, secrets: Sequence[str]) -> msgspec.Struct:
+    cls = schemas.struct(f"{api}Response")
+    if api in ("CreateClusterMirror", "DeleteClusterMirror"):
+        code, message = result.first_error()
+        return cls(throttle_time_ms=0, error_code=int(code), error_message=scrub(message, secrets))
+    topic_cls = schemas.nested(f"{api}Response", "TopicResult")
+    topics = [topic_cls(name=t.name, error_code=int(t.error_code), error_message=scrub(t.error_message, secrets))
+              for t in result.topics]  # fmt: skip
+    return cls(throttle_time_ms=0, error_code=int(result.error_code),
+               error_message=scrub(result.error_message, secrets), topics=topics)  # fmt: skip
+
+
+def _names(body: Any) -> list[str]:
+    return [t.topic_name for t in body.topics]
+
+
+def coordinator_validator(schemas: SchemaSet | None = None) -> Validator:
+    """``coordinator.admin`` behind the controller's validator interface."""
+    s = schemas or default_schemas()
+
+    def validate(req: AdminRequest, image: MetadataImage, statuses: Mapping[StateKey, PartitionStatus]):  # noqa: ANN202
+        b: Any = req.body
+        states = {k: v.state for k, v in statuses.items()}
+        who = req.principal
+        svo = getattr(b, "state_validation_offset", -1)
+        api = req.api
+        if api == "CreateClusterMirror":
+            config = {c.name: c.value for c in b.config}
+            r = admin.create_cluster_mirror(image, b.mirror_name, config, principal=who, schemas=s)
+            return r.records, _topic_response(s, api, r.response, secret_values(config))
+        if api == "DeleteClusterMirror":
+            r = admin.delete_cluster_mirror(image, b.mirror_name, states=states, state_validation_offset=svo, principal=who, schemas=s)
+        elif api == "StartMirrorTopics":
+            r = admin.start_mirror_topics(image, b.mirror_name, _names(b), include_patterns=b.include_patterns,
+                                          exclude_patterns=b.exclude_patterns, states=states,
+                                          state_validation_offset=svo, principal=who, schemas=s)  # fmt: skip
+        elif api == "StopMirrorTopics":
+            r = admin.stop_mirror_topics(image, b.mirror_name, _names(b), patterns=b.patterns, states=states,
+                                         state_validation_offset=svo, principal=who, schemas=s)  # fmt: skip
+        elif api == "PauseMirrorTopics":
+            r = admin.pause_mirror_topics(image, b.mirror_name, _names(b), states=states, state_validation_offset=svo, principal=who, schemas=s)
+        elif api == "ResumeMirrorTopics":
+            r = admin.resume_mirror_topics(image, b.mirror_name, _names(b), states=states, state_validation_offset=svo, principal=who, schemas=s)
+        elif api == "ListClusterMirrors":
+            return (), _list_response(s, admin.list_cluster_mirrors(image, b.include_topic_names, principal=who))
+        elif api == "DescribeClusterMirrors":
+            described = admin.describe_cluster_mirrors(image, list(b.mirror_names or ()), states=states, principal=who)
+            return (), _describe_response(s, described, statuses)
+        else:
+            return (), _error_response(s, api, ErrorCode.INVALID_REQUEST, f"unsupported API {api}")
+        return r.records, _topic_response(s, api, r.response, ())
+
+    return validate
+
+
+def _list_response(s: SchemaSet, mirrors: Sequence[admin.ListedMirror]) -> msgspec.Struct:
+    cls = s.nested("ListClusterMirrorsResponse", "ListedMirror")
+    listed = [cls(mirror_name=m.name, source_bootstrap=m.source_bootstrap, source_cluster_id=m.source_cluster_id,
+                  topic_count=m.topic_count, topic_names=list(m.topic_names)) for m in mirrors]  # fmt: skip
+    return s.struct("ListClusterMirrorsResponse")(throttle_time_ms=0, error_code=0, error_message=None, mirrors=listed)
+
+
+def _describe_response(s: SchemaSet, described: Sequence[admin.DescribedMirror],
+                       statuses: Mapping[StateKey, PartitionStatus]) -> msgspec.Struct:  # fmt: skip
+    name = "DescribeClusterMirrorsResponse"
+    mcls, tcls, pcls = s.nested(name, "DescribedMirror"), s.nested(name, "TopicPartitions"), s.nested(name, "PartitionDetail")
+    mirrors = []
+    for m in described:
+        topics = []
+        for t in m.topics:
+            parts = []
+            for p, state in t.partitions:
+                st = statuses.get((m.name, t.topic_id, p), PartitionStatus(state))
+                lag = st.source_hw - st.destination_leo if st.source_hw >= 0 and st.destination_leo >= 0 else -1
+                parts.append(pcls(partition_index=p, source_offset=st.source_hw, destination_offset=st.destination_leo,
+                                  lag=lag, state_value=st.state.name, retry_attempt=st.retry_attempt,
+                                  error_message=st.error_message, error_code=0, state=int(st.state)))  # fmt: skip
+            topics.append(tcls(topic_name=t.name, partitions=parts))
+        mirrors.append(mcls(error_code=int(m.error_code), mirror_name=m.name, topics=topics, error_message=m.error_message))
+    return s.struct(name)(throttle_time_ms=0, error_code=0, error_message=None, mirrors=mirrors)
+
+
+# ---------------------------------------------------------------- states from __mirror_state
+
+
+class MirrorStateChangelogView:
+    """Follows every partition of ``__mirror_state`` and keeps each mirror partition's latest state."""
+
+    def __init__(self, bootstrap: str, topic: str, num_partitions: int,
+                 offsets: Callable[[str, uuid.UUID, int], tuple[int, int]] | None = None) -> None:  # fmt: skip
+        self.bootstrap, self.topic, self.num_partitions = bootstrap, topic, num_partitions
+        self.offsets = offsets
+        self.codec = MirrorStateCodec()
+        self._states: dict[StateKey, PartitionStatus] = {}
+        self._consumer: AIOKafkaConsumer | None = None
+
+    async def start(self) -> None:
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False,
+                                    auto_offset_reset="earliest", client_id="kip1279-controller-states")  # fmt: skip
+        await consumer.start()
+        tps = [TopicPartition(self.topic, p) for p in range(self.num_partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        self._consumer = consumer
+
+    async def stop(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            await consumer.stop()
+
+    async def _catch_up(self) -> None:
+        consumer = self._consumer
+        if consumer is None:
+            return
+        tps = list(consumer.assignment())
+        ends = await consumer.end_offsets(tps)
+        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
+            for msgs in (await consumer.getmany(*tps, timeout_ms=200)).values():
+                for msg in msgs:
+                    self._apply(msg.key, msg.value, msg.offset)
+
+    def _apply(self, key: bytes | None, value: bytes | None, offset: int) -> None:
+        try:
+            rec = self.codec.decode(key or b"", value)
+        except Exception as e:  # noqa: BLE001 - one bad changelog record must not hide the rest
+            log.error("undecodable %s record at offset %d: %s", self.topic, offset, e)
+            return
+        if rec.type != RecordType.MIRROR_PARTITION_STATE:
+            return
+        k: Any = rec.key
+        skey = (k.mirror_name, k.topic_id, k.partition)
+        if rec.value is None:
+            self._states.pop(skey, None)
+            return
+        v: Any = rec.value
+        try:
+            state = MirrorState(v.state)
+        except ValueError:
+            state = MirrorState.UNKNOWN
+        self._states[skey] = PartitionStatus(state, v.retry_attempt, v.error_message)
+
+    async def statuses(self) -> Mapping[StateKey, PartitionStatus]:
+        await self._catch_up()
+        if self.offsets is None:
+            return dict(self._states)
+        out = {}
+        for key, st in self._states.items():
+            hw, leo = self.offsets(*key)
+            out[key] = st._replace(source_hw=hw, destination_leo=leo)
+        return out
+
+
+# ------------------------------------------------------------------------------ controller
+
+
+class ClusterMirrorController:
+    def __init__(self, config: WorkerConfig, *, validator: Validator | None = None, status: StatusSource | None = None,
+                 super_users: frozenset[str] = frozenset(), snapshot_policy: SnapshotPolicy | None = None,
+                 schemas: SchemaSet | None = None) -> None:  # fmt: skip
+        self.config = config
+        self.schemas = schemas or default_schemas()
+        self.validator = validator or coordinator_validator(self.schemas)
+        self.status = status or MirrorStateChangelogView(
+            config.bootstrap_servers, config.mirror_state_topic_name, config.state_partitions)
+        self.super_users = super_users
+        topic = config.metadata_topic_name
+        self.writer = MetadataLogWriter(config.bootstrap_servers, topic)
+        self.dlq = DeadLetterQueue(config.bootstrap_servers, topic)
+        self.reader = MetadataLogReader(config.bootstrap_servers, topic, dlq=self.dlq, client_id="kip1279-controller")
+        self.replayer = Replayer(schemas=self.schemas)
+        policy = snapshot_policy or SnapshotPolicy(config.snapshot_max_records, config.snapshot_max_interval_ms)
+        self.loader = MetadataLogLoader(
+            self.reader, SnapshotStore(config.snapshot_dir / "controller"), policy=policy,
+            replay=self._replay,
+            to_records=lambda: self.image.to_records(self.schemas),
+            on_poison=self._on_poison,
+        )  # fmt: skip
+        self._applied = asyncio.Condition()
+        self._lock = asyncio.Lock()  # one command at a time
+        self._follow: asyncio.Task[None] | None = None
+        self._timer: asyncio.Task[None] | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self.address: tuple[str, int] | None = None
+        self._image: MetadataImage | None = None
+        self._image_stale = True
+
+    def _replay(self, offset: int, epoch: int, record: ApiMessageAndVersion) -> None:
+        problem = self.replayer.replay(record, offset, epoch)
+        if problem is not None:
+            log.error("metadata record at offset %d not applied: %s", offset, problem.message)
+        self._image_stale = True
+
+    def _on_poison(self, entry: Any) -> None:
+        self.replayer.delta.report(entry.offset, entry.leader_epoch, ProblemKind.UNDECODABLE, entry.record.error)
+        self._image_stale = True
+
+    @property
+    def image(self) -> MetadataImage:
+        """The committed image; rebuilt only when records were applied since the last call."""
+        if self._image is None or self._image_stale:
+            _, self._image = self.replayer.publish()  # start a fresh delta: unchanged parts stay shared
+            self._image_stale = False
+        return self._image
+
+    @property
+    def metadata_offset(self) -> int:
+        return self.image.offset
+
+    async def start(self, listen: bool = True) -> None:
+        c = self.config
+        await ensure_topics(c.bootstrap_servers, [metadata_topic_spec(c.metadata_topic_name, c.replication_factor),
+                                                  dlq_topic_spec(c.metadata_topic_name, c.replication_factor),
+                                                  mirror_state_topic_spec(c)])  # fmt: skip
+        await self.writer.start()
+        await self.dlq.start()
+        await self.reader.start()
+        await self.status.start()
+        await self.loader.catch_up()
+        self._follow = asyncio.create_task(self._run_follow(), name="kip1279-controller-follow")
+        self._timer = asyncio.create_task(self._snapshot_timer(), name="kip1279-controller-snapshots")
+        if listen:
+            host, port = c.controller_address
+            self._server = await asyncio.start_server(self._serve, require_loopback(host), port)
+            sock = self._server.sockets[0].getsockname()
+            self.address = (sock[0], sock[1])
+            log.info("controller for %s listening on %s:%d", c.metadata_topic_name, *self.address)
+
+    async def _run_follow(self) -> None:
+        try:
+            async for entry in self.reader.read(self.loader.next_offset, follow=True):
+                self.loader.apply(entry)
+                async with self._applied:
+                    self._applied.notify_all()
+                await self.loader.maybe_snapshot()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # Appends now time out and answer an error instead of hanging; the log says why.
+            log.exception("the controller stopped following %s", self.config.metadata_topic_name)
+            raise
+
+    async def _snapshot_timer(self) -> None:
+        # A quiet log still gets its time-based snapshot (records alone only trigger the count).
+        period = max(1.0, min(self.loader.policy.max_interval_ms / 1000, 60.0))
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self.loader.maybe_snapshot()
+            except Exception as e:  # noqa: BLE001 - a failed snapshot only lengthens the next replay
+                log.error("metadata snapshot failed: %s", e)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        for task in (self._follow, self._timer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._follow = self._timer = None
+        for part in (self.status, self.reader, self.dlq, self.writer):
+            with contextlib.suppress(Exception):
+                await part.stop()
+
+    async def append(self, records: Sequence[ApiMessageAndVersion], timeout: float = 30.0) -> list[int]:
+        """Appends records and returns once the image includes them (read-your-writes)."""
+        offsets = await self.writer.append(records)
+        if offsets:
+            last = offsets[-1]
+            async with self._applied:
+                await asyncio.wait_for(self._applied.wait_for(lambda: self.loader.next_offset > last), timeout)
+        return offsets
+
+    async def create_acls(self, principal: str, operations: Sequence[AclOperation], mirror: str = "*",
+                          pattern: PatternType = PatternType.LITERAL, deny: bool = False, host: str = "*") -> list[int]:  # fmt: skip
+        """Bootstrap ClusterMirror ACLs (there is no CreateAcls RPC in this project yet)."""
+        cls = self.schemas.struct("AccessControlEntryRecord")
+        key = self.schemas.spec("AccessControlEntryRecord").api_key
+        perm = AclPermissionType.DENY if deny else AclPermissionType.ALLOW
+        records = [ApiMessageAndVersion(cls(id=uuid.uuid4(), resource_type=int(AclResourceType.CLUSTER_MIRROR),
+                                            resource_name=mirror, pattern_type=int(pattern), principal=principal,
+                                            host=host, operation=int(op), permission_type=int(perm)), 0, key)
+                   for op in operations]  # type: ignore[arg-type]  # fmt: skip
+        return await self.append(records)
+
+    async def handle(self, header: RequestHeader, body: msgspec.Struct, peer_host: str = "127.0.0.1") -> tuple[msgspec.Struct, int]:
+        """Validates, appends, answers. Returns the response and the metadata offset it reflects."""
+        api = API_NAMES[header.api_key]
+        who = admin.Principal(header.principal or ANONYMOUS, peer_host, self.super_users)
+        req = AdminRequest(header, api, body, who)
+        async with self._lock:
+            statuses = await self.status.statuses()
+            records, response = self.validator(req, self.image, statuses)
+            secrets = secret_values({c.name: c.value for c in getattr(body, "config", [])})
+            code = getattr(response, "error_code", 0)
+            log.info("%s %s by %s from %s: error %d, %d record(s)%s", api, getattr(body, "mirror_name", ""),
+                     who.name, peer_host, code, len(records), _describe_config(body))  # fmt: skip
+            if records:
+                try:
+                    await self.append(list(records))
+                except Exception as e:  # noqa: BLE001 - the client gets an error, the controller stays up
+                    log.error("%s: append to the metadata log failed: %s", api, scrub(str(e), secrets))
+                    return _error_response(self.schemas, api, ErrorCode.UNKNOWN_SERVER_ERROR, "metadata log append failed"), self.metadata_offset
+            return response, self.metadata_offset
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        try:
+            while True:
+                frame = await read_frame(reader)
+                if frame is None:
+                    break
+                header, pos = decode_request_header(frame)
+                api = API_NAMES.get(header.api_key)
+                if api is None or header.api_version != 0:
+                    log.warning("unsupported api key %d v%d from %s; closing", header.api_key, header.api_version, peer[0])
+                    break
+                try:
+                    body = self.schemas.decode(f"{api}Request", frame[pos:], header.api_version)
+                except Exception as e:  # noqa: BLE001 - a malformed request gets INVALID_REQUEST
+                    response, offset = _error_response(self.schemas, api, ErrorCode.INVALID_REQUEST, f"malformed {api} request: {e}"), self.metadata_offset
+                else:
+                    try:
+                        response, offset = await self.handle(header, body, peer[0])
+                    except Exception:  # noqa: BLE001 - a validator bug answers an error, never kills the controller
+                        log.exception("%s failed", api)
+                        response = _error_response(self.schemas, api, ErrorCode.UNKNOWN_SERVER_ERROR, f"{api} failed on the controller")
+                        offset = self.metadata_offset
+                writer.write(encode_response(header.correlation_id, offset, response, header.api_version, self.schemas))
+                await writer.drain()
+        except (ProtocolError, asyncio.IncompleteReadError, ConnectionError) as e:
+            log.warning("admin connection from %s dropped: %s", peer[0], e)
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+
+def _describe_config(body: Any) -> str:
+    config = getattr(body, "config", None)
+    if not config:
+        return ""
+    return f", config {admin.redact_config({c.name: c.value for c in config})}"
+
+
+async def run_controller(config: WorkerConfig, super_users: frozenset[str] = frozenset()) -> None:
+    """Run a controller until cancelled (``kafka-cluster-mirrors --run-controller``)."""
+    controller = ClusterMirrorController(config, super_users=super_users)
+    await controller.start()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await controller.stop()

@@ -1,0 +1,604 @@
+"""The effect executor and ``MirrorRunner``: observe -> decide -> execute -> persist, synchronously.
+
+One runner drives one cluster mirror (source -> destination) over any number of topics and
+partitions. Desired states go in directly (``set_desired``); the metadata-image integration
+feeds the same ``DesiredStateLog`` later. ``tick(now_ms)`` runs one round:
+
+1. topic level (create, grow, read-only/attach, loops, foreign IDs, deleted sources);
+2. every partition's workflow step until it settles (bounded), commands first, then the state
+   write (fenced) and the LastMirrorEpochs record;
+3. one fetch round per fetcher under its response byte budget;
+4. the settle loop again (EPOCH_FENCING -> MIRRORING in the same round), and the topic level
+   again for stopped topics, so a topic is writable in the round its last partition stopped;
+5. when due, the metadata sync: periodic epoch check, topic configs, group offsets, ACLs.
+
+A restart is a new runner over the same ``InMemoryStateStore`` and ``DesiredStateLog``: fetch
+sessions, lag and backoffs are rebuilt from the persisted states, nothing else survives.
+Retriable port errors (the source unreachable or flapping, leadership moving) leave the state
+as it is and back the partition off; other port errors send it to FAILED with backoff.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+
+import msgspec
+
+from coordinator.partition_state import (
+    UNKNOWN_STATE,
+    LastMirrorEpoch,
+    MirrorPartitionKey,
+    MirrorPartitionState,
+    StateWriteFenced,
+    Step,
+    check_write,
+    decode_state,
+    encode_state,
+    stamp_applied,
+)
+from coordinator.ports import (
+    Batch,
+    DestinationCluster,
+    EpochEndOffset,
+    FetchResult,
+    IsolationLevel,
+    OffsetOutOfRange,
+    PortError,
+    SourceCluster,
+    TopicMetadata,
+    TopicPartition,
+    GroupNotEmpty,
+    UnexpectedAppendOffset,
+    UnknownTopicId,
+)
+from coordinator.retry import fail
+from coordinator.states import DesiredState, ErrorCode, MirrorState, is_legal_transition
+from coordinator.workflows import commands as c
+from coordinator.workflows.config import MirrorConfig
+from coordinator.workflows.drive import Need, PartitionObservation, decide_partition, needs
+from coordinator.workflows.fencing import proactive_bump
+from coordinator.workflows.fetcher import (
+    MIRROR_FETCH_ISOLATION,
+    FetchPosition,
+    OutOfRange,
+    decide_fetch,
+    fetcher_of,
+    lag,
+    partition_max_bytes,
+    round_order,
+)
+from coordinator.workflows.prepare import PrepareObservation
+from coordinator.workflows.stop import StopObservation
+from coordinator.workflows.sync_acls import plan_acl_sync
+from coordinator.workflows.sync_configs import plan_config_sync
+from coordinator.workflows.sync_groups import (
+    SYNCED_STATES,
+    DestPartition,
+    finish_group_sync,
+    group_selected,
+    name_pattern,
+    plan_group_sync,
+)
+from coordinator.workflows.topic import TopicObservation, decide_topic
+
+_SETTLE_STEPS = 12  # workflow steps per partition per round; every workflow is shorter
+
+
+class InMemoryStateStore:
+    """Stand-in for ``__mirror_state``: encoded values per key, fenced writes, legal transitions only."""
+
+    def __init__(self) -> None:
+        self._values: dict[MirrorPartitionKey, bytes] = {}
+        self.last_mirror_epochs: dict[MirrorPartitionKey, LastMirrorEpoch] = {}
+        self.history: list[tuple[MirrorPartitionKey, MirrorState, MirrorState]] = []
+
+    def get(self, key: MirrorPartitionKey) -> MirrorPartitionState | None:
+        raw = self._values.get(key)
+        return None if raw is None else decode_state(raw)
+
+    def put(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> None:
+        stored = self.get(key)
+        check_write(key, stored, state)
+        before = stored.state if stored is not None else MirrorState.UNKNOWN
+        if not is_legal_transition(before, state.state):
+            raise AssertionError(f"{key}: illegal transition {before.name} -> {state.state.name}")
+        self._values[key] = encode_state(state)
+        if before != state.state:
+            self.history.append((key, before, state.state))
+
+    def put_lme(self, record: LastMirrorEpoch) -> None:
+        self.last_mirror_epochs[record.key] = record
+
+    def keys(self, mirror_name: str) -> list[MirrorPartitionKey]:
+        return sorted(k for k in self._values if k.mirror_name == mirror_name)
+
+
+class DesiredStateLog:
+    """Stand-in for the metadata log's MirrorTopicStateChangeRecords: offsets only grow."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[int, str, uuid.UUID, DesiredState]] = []
+
+    def append(self, mirror_name: str, topic_id: uuid.UUID, desired: DesiredState) -> int:
+        offset = len(self.records)
+        self.records.append((offset, mirror_name, topic_id, desired))
+        return offset
+
+    def latest(self, mirror_name: str) -> dict[uuid.UUID, tuple[DesiredState, int]]:
+        out: dict[uuid.UUID, tuple[DesiredState, int]] = {}
+        for offset, name, topic_id, desired in self.records:
+            if name == mirror_name:
+                out[topic_id] = (desired, offset)
+        return out
+
+
+class PartitionStatus(msgspec.Struct, frozen=True):
+    """Describe output for one partition: state, source HW, destination LEO, lag, retries, error."""
+
+    tp: TopicPartition
+    state: MirrorState
+    source_hw: int
+    dest_leo: int
+    lag: int
+    retry_attempt: int
+    error: str | None
+
+
+class Executor:
+    """Runs commands against the destination port and the fetch sessions, in order."""
+
+    def __init__(self, dest: DestinationCluster, sessions: list[set[TopicPartition]], num_fetchers: int) -> None:
+        self.dest = dest
+        self.sessions = sessions
+        self.num_fetchers = num_fetchers
+
+    def run(self, commands: Iterable[c.Command]) -> None:
+        for cmd in commands:
+            self.run_one(cmd)
+
+    def run_one(self, cmd: c.Command) -> None:  # noqa: C901 - one arm per command, on purpose
+        d = self.dest
+        match cmd:
+            case c.AddFetcher(tp=tp):
+                self.sessions[fetcher_of(tp, self.num_fetchers)].add(tp)
+            case c.RemoveFetcher(tp=tp):
+                self.sessions[fetcher_of(tp, self.num_fetchers)].discard(tp)
+            case c.TruncateTo(tp=tp, offset=offset):
+                d.truncate_to(tp, offset)
+            case c.TruncateFullyAndStartAt(tp=tp, offset=offset):
+                d.truncate_fully_and_start_at(tp, offset)
+            case c.AppendBatches(tp=tp, batches=batches):
+                d.append_mirror_batches(tp, batches)
+            case c.BumpLeaderEpoch(tp=tp, min_epoch=epoch):
+                d.bump_leader_epoch(tp, epoch)
+            case c.AppendControl():
+                d.append_control_batch(cmd.tp, cmd.control_type, cmd.producer_id, cmd.producer_epoch, cmd.source_cluster_id)
+            case c.SetLastMirroredEpoch(mirror_name=name, tp=tp, epoch=epoch):
+                d.set_last_mirrored_epoch(name, tp, epoch)
+            case c.CreateTopic():
+                d.create_topic(cmd.name, cmd.topic_id, cmd.num_partitions, dict(cmd.configs), read_only=True,
+                               mirror_name=cmd.mirror_name, mirror_source_cluster_id=cmd.source_cluster_id)
+            case c.CreatePartitions(topic_id=topic_id, total_count=n):
+                d.create_partitions(topic_id, n)
+            case c.SetReadOnly(topic_id=topic_id, read_only=read_only):
+                d.set_read_only(topic_id, read_only)
+            case c.SetMirror(topic_id=topic_id, mirror_name=name, source_cluster_id=source):
+                d.set_mirror(topic_id, name, source)
+            case c.AlterConfigs(topic_id=topic_id, set_configs=to_set, delete_configs=to_delete):
+                d.alter_configs(topic_id, dict(to_set), to_delete)
+            case c.CommitGroupOffsets(group_id=group, group_type=kind, offsets=offsets):
+                d.commit_group_offsets(group, offsets, kind)
+            case c.CreateAcls(acls=acls):
+                d.create_acls(acls)
+            case c.DeleteAcls(acls=acls):
+                d.delete_acls(acls)
+            case _:
+                raise TypeError(f"unknown command {cmd!r}")
+
+
+class MirrorRunner:
+    """One cluster mirror's coordinator loop over the ports (see the module docstring)."""
+
+    def __init__(
+        self,
+        mirror_name: str,
+        source: SourceCluster,
+        dest: DestinationCluster,
+        config: MirrorConfig | None = None,
+        store: InMemoryStateStore | None = None,
+        metadata: DesiredStateLog | None = None,
+        jitter: Callable[[], float] | None = None,
+    ) -> None:
+        self.mirror_name = mirror_name
+        self.source = source
+        self.dest = dest
+        self.config = config or MirrorConfig()
+        self.store = store if store is not None else InMemoryStateStore()
+        self.metadata = metadata if metadata is not None else DesiredStateLog()
+        self.jitter = jitter or (lambda: 1.0)
+        n = max(1, self.config.num_fetchers)
+        self.sessions: list[set[TopicPartition]] = [set() for _ in range(n)]
+        self.rotation = [0] * n
+        self.executor = Executor(dest, self.sessions, n)
+        self.partitions: dict[uuid.UUID, set[int]] = {}
+        self.source_topics: dict[uuid.UUID, TopicMetadata] = {}
+        self.ready: set[uuid.UUID] = set()
+        self.backoff_until: dict[TopicPartition, int] = {}
+        self.progress: dict[TopicPartition, tuple[int, int]] = {}  # (source HW, destination LEO)
+        self.peak_round_bytes = 0
+        self.warnings: list[str] = []
+        self.errors: list[str] = []
+        self.now_ms = 0
+        self._next_sync_ms = 0
+        self._source_cluster_id: str | None = None
+        self._dest_cluster_id: str | None = None
+        # Rebuild from persisted state only: partitions known, fetchers for those that mirror.
+        for key in self.store.keys(mirror_name):
+            self.partitions.setdefault(key.topic_id, set()).add(key.partition)
+            state = self.store.get(key)
+            if state is not None and state.state in (MirrorState.MIRRORING, MirrorState.EPOCH_FENCING):
+                self.executor.run_one(c.AddFetcher(key.topic_partition))
+
+    # ------------------------------------------------------------------ operator side
+
+    def set_desired(self, topic_id: uuid.UUID, desired: DesiredState) -> int:
+        """Append a desired-state record for a topic (start/resume, stop, pause); returns its offset."""
+        return self.metadata.append(self.mirror_name, topic_id, desired)
+
+    def key(self, tp: TopicPartition) -> MirrorPartitionKey:
+        return MirrorPartitionKey(self.mirror_name, tp.topic_id, tp.partition)
+
+    def state(self, tp: TopicPartition) -> MirrorPartitionState:
+        return self.store.get(self.key(tp)) or UNKNOWN_STATE
+
+    def states(self) -> dict[TopicPartition, MirrorPartitionState]:
+        return {k.topic_partition: self.store.get(k) or UNKNOWN_STATE for k in self.store.keys(self.mirror_name)}
+
+    def describe(self) -> list[PartitionStatus]:
+        out = []
+        for tp, s in sorted(self.states().items()):
+            hw, leo = self.progress.get(tp, (-1, -1))
+            out.append(PartitionStatus(tp, s.state, hw, leo, lag(hw, leo) if hw >= 0 else -1, s.retry_attempt, s.error_message))
+        return out
+
+    # ------------------------------------------------------------------ the round
+
+    def tick(self, now_ms: int) -> None:
+        self.now_ms = now_ms
+        desired = self.metadata.latest(self.mirror_name)
+        self._cluster_ids()
+        for topic_id, (want, offset) in sorted(desired.items()):
+            self._reconcile_topic(topic_id, want, offset)
+        self._settle(desired)
+        self._fetch_round(desired)
+        self._settle(desired)
+        for topic_id, (want, offset) in sorted(desired.items()):
+            if want is DesiredState.STOP:
+                self._reconcile_topic(topic_id, want, offset)  # writable in the round it stopped
+        if now_ms >= self._next_sync_ms:
+            self._next_sync_ms = now_ms + self.config.metadata_refresh_interval_ms
+            self._sync()
+
+    def _cluster_ids(self) -> None:
+        for attr, port in (("_source_cluster_id", self.source), ("_dest_cluster_id", self.dest)):
+            try:
+                setattr(self, attr, getattr(self, attr) or port.cluster_id())
+            except PortError as e:
+                self._note(f"cluster id: {e}")
+
+    def _note(self, message: str) -> None:
+        self.errors.append(f"{self.now_ms}: {message}")
+        del self.errors[:-200]
+
+    # ------------------------------------------------------------------ topic level
+
+    def _reconcile_topic(self, topic_id: uuid.UUID, want: DesiredState, offset: int) -> None:
+        self.ready.discard(topic_id)
+        try:
+            obs = self._observe_topic(topic_id, want)
+        except PortError as e:
+            self._note(f"topic {topic_id}: {e}")
+            return
+        if obs is None:
+            return
+        states = {p: self.state(TopicPartition(topic_id, p)) for p in sorted(self.partitions.get(topic_id, ()))}
+        decision = decide_topic(self.mirror_name, obs, want, states, self.now_ms, self.config)
+        try:
+            self.executor.run(decision.commands)
+        except PortError as e:
+            self._note(f"topic {topic_id}: {e}")
+            return
+        for p, s in decision.states.items():
+            self.partitions.setdefault(topic_id, set()).add(p)
+            if s is not states.get(p):
+                self._persist(self.key(TopicPartition(topic_id, p)), stamp_applied(s, offset))
+        if decision.ready:
+            self.ready.add(topic_id)
+
+    def _observe_topic(self, topic_id: uuid.UUID, want: DesiredState) -> TopicObservation | None:
+        dest_topic = _describe_one(self.dest, topic_id)
+        if want is DesiredState.STOP:
+            # A failover needs nothing from the source, which may well be gone.
+            return TopicObservation(topic_id=topic_id, source_topic=None, dest_topic=dest_topic,
+                                    source_cluster_id="", dest_cluster_id=self._dest_cluster_id or "")
+        if self._source_cluster_id is None or self._dest_cluster_id is None:
+            return None
+        source_topic = _describe_one(self.source, topic_id)
+        if source_topic is not None:
+            self.source_topics[topic_id] = source_topic
+        same_name = None
+        if dest_topic is None and source_topic is not None:
+            same_name = next((t for t in self.dest.describe_topics() if t.name == source_topic.name), None)
+        return TopicObservation(topic_id=topic_id, source_topic=source_topic, dest_topic=dest_topic,
+                                dest_same_name=same_name, source_cluster_id=self._source_cluster_id,
+                                dest_cluster_id=self._dest_cluster_id)
+
+    # ------------------------------------------------------------------ partition level
+
+    def _settle(self, desired: dict[uuid.UUID, tuple[DesiredState, int]]) -> None:
+        for topic_id, (want, offset) in sorted(desired.items()):
+            for p in sorted(self.partitions.get(topic_id, ())):
+                self._drive(self.key(TopicPartition(topic_id, p)), want, offset)
+
+    def _drive(self, key: MirrorPartitionKey, want: DesiredState, offset: int) -> None:
+        tp = key.topic_partition
+        for _ in range(_SETTLE_STEPS):
+            state = self.store.get(key) or UNKNOWN_STATE
+            try:
+                obs = self._observe(key, state, want)
+                if obs is None:
+                    return
+                decision = decide_partition(key, state, want, offset, obs, self.now_ms, self.config)
+                self.executor.run(decision.commands)
+            except PortError as e:
+                self._on_port_error(key, state, e, offset)
+                return
+            if decision.last_mirror_epoch is not None:
+                self.store.put_lme(decision.last_mirror_epoch)
+            if decision.state is state:
+                return
+            if not self._persist(key, decision.state):
+                return
+            if tp in self.backoff_until:
+                del self.backoff_until[tp]
+
+    def _observe(self, key: MirrorPartitionKey, state: MirrorPartitionState, want: DesiredState) -> PartitionObservation | None:
+        tp = key.topic_partition
+        in_fetcher = tp in self.sessions[fetcher_of(tp, len(self.sessions))]
+        need = needs(state, want)
+        if need is Need.NOTHING:
+            return PartitionObservation(in_fetcher=in_fetcher)
+        if need is Need.DEST:
+            return PartitionObservation(in_fetcher=in_fetcher, dest=self.dest.list_offsets(tp))
+        if need is Need.PREPARE:
+            return PartitionObservation(in_fetcher=in_fetcher, prepare=self._observe_prepare(tp, state))
+        return PartitionObservation(in_fetcher=in_fetcher, stop=self._observe_stop(tp, state, in_fetcher))
+
+    def _observe_prepare(self, tp: TopicPartition, state: MirrorPartitionState) -> PrepareObservation:
+        dest = self.dest.list_offsets(tp)
+        sle = self.source.list_offsets(tp).leader_epoch
+        ready = tp.topic_id in self.ready
+        if state.step is Step.PREPARE_WAIT_ISR:
+            return PrepareObservation(topic_ready=ready, dest=dest, source_leader_epoch=sle, isr=self.dest.isr_status(tp))
+        # The source keeps its LME under the mirror that fed it (the one its topic is attached to).
+        src_topic = self.source_topics.get(tp.topic_id)
+        lme_mirror = (src_topic.mirror_name if src_topic is not None else None) or self.mirror_name
+        lme = self.source.last_mirrored_epoch(lme_mirror, tp)
+        src_end = local_end = None
+        if lme is not None:
+            src_end = self.source.end_offset_for_epoch(tp, lme)
+            if not src_end.undefined:
+                local_end = self.dest.end_offset_for_epoch(tp, src_end.epoch)
+        return PrepareObservation(topic_ready=ready, dest=dest, source_leader_epoch=sle, source_lme=lme,
+                                  source_epoch_end=src_end, local_epoch_end=local_end)
+
+    def _observe_stop(self, tp: TopicPartition, state: MirrorPartitionState, in_fetcher: bool) -> StopObservation:
+        """Destination only: a failover must work with the source unreachable."""
+        dest = self.dest.list_offsets(tp)
+        step = state.step
+        latest = opens = isr = None
+        tail: tuple[Batch, ...] | None = None
+        if step is Step.STOP_RECORD_LME:
+            epoch = latest_epoch(self.dest, tp, dest.leader_epoch)
+            latest = EpochEndOffset(epoch, dest.leo) if epoch is not None else EpochEndOffset(-1, -1)
+        elif step is Step.STOP_ABORT_OPEN:
+            opens = tuple(self.dest.open_transactions(tp))
+        elif step is Step.STOP_PID_RESET and dest.hw >= dest.leo:
+            tail = self._read_dest(tp, state.stop_offset, dest.leo)
+        elif step is Step.STOP_WAIT_ISR:
+            isr = self.dest.isr_status(tp)
+        topic = _describe_one(self.dest, tp.topic_id)
+        source_id = (topic.mirror_source_cluster_id if topic is not None else None) or self._source_cluster_id or ""
+        return StopObservation(dest=dest, dest_latest_epoch=latest, open_transactions=opens or (), tail=tail,
+                               isr=isr, in_fetcher=in_fetcher, source_cluster_id=source_id)
+
+    def _read_dest(self, tp: TopicPartition, start: int, end: int) -> tuple[Batch, ...]:
+        out: list[Batch] = []
+        offset = start
+        while offset < end:
+            got = self.dest.fetch(tp, offset, 1 << 20, IsolationLevel.READ_UNCOMMITTED).batches
+            if not got:
+                break
+            out.extend(got)
+            offset = got[-1].next_offset
+        return tuple(out)
+
+    def _persist(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> bool:
+        try:
+            self.store.put(key, state)
+            return True
+        except StateWriteFenced as e:
+            # Another writer moved the state on: drop ours, the next round re-reads.
+            self._note(str(e))
+            return False
+
+    def _on_port_error(self, key: MirrorPartitionKey, state: MirrorPartitionState, e: PortError, offset: int) -> None:
+        tp = key.topic_partition
+        self._note(f"{tp} in {state.state.name}: {e}")
+        if e.retriable or isinstance(e, UnexpectedAppendOffset):
+            self.backoff_until[tp] = self.now_ms + self.config.fetch_backoff_ms
+            return
+        if state.state is MirrorState.FAILED:
+            return
+        code = ErrorCode.UNKNOWN_TOPIC_ID if isinstance(e, UnknownTopicId) else ErrorCode.UNKNOWN_SERVER_ERROR
+        failed = fail(state, code, f"{type(e).__name__}: {e}", self.now_ms, self.config, jitter=self.jitter())
+        self._persist(key, stamp_applied(failed, offset))
+
+    # ------------------------------------------------------------------ fetching
+
+    def _fetch_round(self, desired: dict[uuid.UUID, tuple[DesiredState, int]]) -> None:
+        for i, members in enumerate(self.sessions):
+            eligible = [tp for tp in members if self.backoff_until.get(tp, -1) <= self.now_ms
+                        and self.state(tp).state is MirrorState.MIRRORING]
+            remaining = self.config.fetch_response_max_bytes
+            used = served = 0
+            for tp in round_order(eligible, self.rotation[i]):
+                if remaining <= 0:
+                    break
+                served += 1
+                got = self._fetch_one(tp, partition_max_bytes(remaining, self.config), desired)
+                remaining -= got
+                used += got
+            self.rotation[i] += served
+            self.peak_round_bytes = max(self.peak_round_bytes, used)
+
+    def _fetch_one(self, tp: TopicPartition, max_bytes: int, desired: dict[uuid.UUID, tuple[DesiredState, int]]) -> int:
+        key = self.key(tp)
+        state = self.state(tp)
+        offset = desired.get(tp.topic_id, (DesiredState.START, -1))[1]
+        try:
+            dest = self.dest.list_offsets(tp)
+            pos = FetchPosition(dest.leo, latest_epoch(self.dest, tp, dest.leader_epoch), dest.log_start, dest.leader_epoch)
+            result: FetchResult | OutOfRange
+            try:
+                result = self.source.fetch(tp, pos.fetch_offset, max_bytes, MIRROR_FETCH_ISOLATION,
+                                           last_fetched_epoch=pos.last_fetched_epoch)
+            except OffsetOutOfRange as e:
+                result = OutOfRange(e.log_start, e.leo)
+            local_end = None
+            if isinstance(result, FetchResult) and result.diverging_epoch is not None:
+                local_end = self.dest.end_offset_for_epoch(tp, result.diverging_epoch.epoch)
+            decision = decide_fetch(state, tp, pos, result, self.now_ms, self.config, local_end)
+            self.executor.run(decision.commands)
+        except PortError as e:
+            self._on_port_error(key, state, e, offset)
+            return 0
+        size = 0
+        if isinstance(result, FetchResult):
+            size = sum(b.size_in_bytes for b in result.batches)
+            appended = [b for cmd in decision.commands if isinstance(cmd, c.AppendBatches) for b in cmd.batches]
+            leo = appended[-1].next_offset if appended else pos.fetch_offset
+            self.progress[tp] = (result.hw, leo)
+        if decision.state is not state:
+            self._persist(key, stamp_applied(decision.state, offset))
+        return size
+
+    # ------------------------------------------------------------------ metadata sync
+
+    def _sync(self) -> None:
+        """Periodic work for live mirror partitions only (paused, stopped and failed ones are left be)."""
+        live = {tp: s for tp, s in self.states().items() if s.state in SYNCED_STATES}
+        for tp in sorted(live):
+            try:
+                self.periodic_epoch_check(tp)
+            except PortError as e:
+                self._note(f"epoch check {tp}: {e}")
+        for topic_id in sorted({tp.topic_id for tp in live}):
+            try:
+                self._sync_configs(topic_id)
+            except PortError as e:
+                self._note(f"config sync {topic_id}: {e}")
+        for step in (self._sync_groups, self._sync_acls):
+            if not live:
+                break
+            try:
+                step(live)
+            except PortError as e:
+                self._note(f"{step.__name__}: {e}")
+
+    def periodic_epoch_check(self, tp: TopicPartition) -> None:
+        """DLE >= SLE at each metadata sync (the third mechanism, after reactive and proactive)."""
+        sle = self.source.list_offsets(tp).leader_epoch
+        dle = self.dest.list_offsets(tp).leader_epoch
+        bump = proactive_bump(tp, dle, sle, self.config)
+        if bump is not None:
+            self.executor.run_one(bump)
+
+    def _sync_configs(self, topic_id: uuid.UUID) -> None:
+        topic = self.source_topics.get(topic_id)
+        name = topic.name if topic is not None else str(topic_id)
+        plan = plan_config_sync(topic_id, name, self.source.describe_configs(topic_id),
+                                self.dest.describe_configs(topic_id), self.config.topic_properties_exclude)
+        self.warnings.extend(w for w in plan.warnings if w not in self.warnings)
+        if plan.command is not None:
+            self.executor.run_one(plan.command)
+
+    def _sync_groups(self, live: dict[TopicPartition, MirrorPartitionState]) -> None:
+        inc, exc = name_pattern(self.config.groups_include), name_pattern(self.config.groups_exclude)
+        groups = [g for g in self.source.list_groups() if group_selected(g.group_id, inc, exc)]
+        if not groups:
+            return
+        source_offsets = {g.group_id: self.source.group_offsets(g.group_id) for g in groups}
+        dest_groups = {g.group_id: g for g in self.dest.list_groups()}
+        active = [g for g, d in dest_groups.items() if d.active]
+        dest_committed = {g.group_id: self.dest.group_offsets(g.group_id) for g in groups if g.group_id in dest_groups}
+        wanted = {TopicPartition(o.topic_id, o.partition) for offs in source_offsets.values() for o in offs}
+        partitions = {}
+        for tp in sorted(wanted & live.keys()):
+            off = self.dest.list_offsets(tp)
+            partitions[tp] = DestPartition(live[tp].state, off.log_start, off.leo)
+        plan = plan_group_sync(groups, source_offsets, active, dest_committed, partitions,
+                               self.config.groups_include, self.config.groups_exclude)
+        epochs = {(tp, o): self._epoch_before(tp, o) for tp, o in plan.epoch_lookups()}
+        for cmd in finish_group_sync(plan, epochs):
+            try:
+                self.executor.run_one(cmd)
+            except GroupNotEmpty:
+                pass  # a member joined meanwhile: its group is its own now
+
+    def _epoch_before(self, tp: TopicPartition, offset: int) -> int:
+        """The epoch a consumer would commit with ``offset``: that of the record before it, from the
+        destination's epoch cache (the record at the log start when nothing precedes it)."""
+        off = self.dest.list_offsets(tp)
+        at = max(offset - 1, off.log_start)
+        if at < off.leo:
+            got = self.dest.fetch(tp, at, 1, IsolationLevel.READ_UNCOMMITTED).batches
+            if got:
+                return got[0].leader_epoch
+        latest = latest_epoch(self.dest, tp, off.leader_epoch)
+        return -1 if latest is None else latest
+
+    def _sync_acls(self, live: dict[TopicPartition, MirrorPartitionState]) -> None:
+        self.executor.run(plan_acl_sync(self.source.describe_acls(), self.dest.describe_acls(), self.config.acls_include))
+
+
+def latest_epoch(port: DestinationCluster, tp: TopicPartition, dle: int) -> int | None:
+    """The newest epoch in the destination's epoch cache, None when it is empty.
+
+    Mirror partitions do not add their own leader epoch to the cache (their batches carry the
+    source's), so OffsetsForLeaderEpoch(DLE) is undefined there. The model answers
+    ``latest_epoch`` directly; with only the Protocol, OffsetsForLeaderEpoch is defined exactly
+    up to the latest epoch, so a binary search over [0, DLE] finds it.
+    """
+    direct = getattr(port, "latest_epoch", None)
+    if direct is not None:
+        epoch = direct(tp)
+        return None if epoch < 0 else epoch
+    lo, hi, found = 0, max(dle, 0), None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        answer = port.end_offset_for_epoch(tp, mid)
+        if answer.undefined:
+            hi = mid - 1
+        else:
+            found, lo = answer.epoch, mid + 1
+    return found
+
+
+def _describe_one(port: SourceCluster | DestinationCluster, topic_id: uuid.UUID) -> TopicMetadata | None:
+    try:
+        found = port.describe_topics([topic_id])
+    except UnknownTopicId:
+        return None
+    return found[0] if found else None

@@ -1,0 +1,132 @@
+"""The local model server: malformed requests, loopback only, snapshots across restarts, async client."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from clustermodel.client import AsyncClusterClient, ClusterClient
+from clustermodel.protocol import decode_error, frame, response_decoder
+from clustermodel.server import is_loopback, main
+from coordinator.ports import InvalidRequest, OffsetOutOfRange, PartitionOffsets
+
+
+def raw_exchange(port: int, data: bytes) -> Any:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(data)
+        header = _recv_exact(sock, 4)
+        return response_decoder.decode(_recv_exact(sock, int.from_bytes(header, "big")))
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        assert chunk, "server closed the connection"
+        buf += chunk
+    return buf
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"\xc1garbage",  # not msgpack
+        msgspec.msgpack.encode({"id": 1}),  # not a request array
+        msgspec.msgpack.encode([7, "default", "nope", []]),  # unknown method
+        msgspec.msgpack.encode([8, "missing", "cluster_id", []]),  # unknown cluster
+        msgspec.msgpack.encode([9, "default", "fetch", ["not a tp", 0, 10]]),  # bad argument types
+        msgspec.msgpack.encode([10, "default", "list_offsets", []]),  # missing argument
+    ],
+)
+def test_malformed_requests_get_error_replies(model_server: Any, payload: bytes) -> None:
+    resp = raw_exchange(model_server.port, frame(payload))
+    assert not resp.ok
+    assert isinstance(decode_error(resp.result), InvalidRequest)
+    with ClusterClient(model_server.port) as client:
+        assert client.ping() == "pong"  # still serving
+
+
+def test_oversized_frame_is_refused_and_connection_closed(model_server: Any) -> None:
+    resp = raw_exchange(model_server.port, (1 << 31).to_bytes(4, "big"))
+    assert not resp.ok and resp.id == -1
+    with ClusterClient(model_server.port) as client:
+        assert client.ping() == "pong"
+
+
+def test_typed_errors_travel_back(model_server: Any) -> None:
+    with ClusterClient(model_server.port) as client:
+        client.add_cluster("errs", 5)
+        errs = client.for_cluster("errs")
+        errs.add_topic("t")
+        tp = errs.tp("t")
+        with pytest.raises(OffsetOutOfRange) as info:
+            errs.fetch(tp, 3, 100)
+        assert info.value.topic_partition == tp and info.value.leo == 0
+        results = errs.pipeline([("list_offsets", (tp,)), ("fetch", (tp, 9, 10))] * 50)
+        assert all(isinstance(r, PartitionOffsets) for r in results[::2])
+        assert all(isinstance(r, OffsetOutOfRange) for r in results[1::2])
+        errs.close()
+
+
+def test_async_client_pipelines_concurrent_calls(model_server: Any) -> None:
+    async def run() -> list[Any]:
+        async with AsyncClusterClient(model_server.port) as client:
+            await client.call("add_cluster", "async1", 3, 3)
+        async with AsyncClusterClient(model_server.port, "async1") as client:
+            await client.add_topic("t", 1)
+            tp = await client.tp("t", 0)
+            await client.produce("t", 0, [(b"k", b"v")])
+            outs = await asyncio.gather(*(client.list_offsets(tp) for _ in range(200)), return_exceptions=True)
+            with pytest.raises(OffsetOutOfRange):
+                await client.fetch(tp, 5, 10)
+            return outs
+
+    outs = asyncio.run(run())
+    assert len(outs) == 200 and all(o.leo == 1 for o in outs)
+
+
+def test_non_loopback_host_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4") and not is_loopback("example.com")
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert main(["--host", "0.0.0.0"]) == 2
+    assert "loopback" in capsys.readouterr().err
+
+
+def test_snapshot_survives_server_restart(server_factory: Any, tmp_path: Path) -> None:
+    snapshot = tmp_path / "clusters.msgpack"
+    first = server_factory("--cluster", "a", "--cluster", "b", "--seed", "4", "--snapshot", str(snapshot))
+    with ClusterClient(first.port, "a") as a:
+        a.add_topic("orders", 2)
+        a.produce("orders", 1, [(b"k", b"v1"), (b"k", b"v2")])
+        a.init_producer_id("tx")
+        a.begin_transaction("tx")
+        a.produce_transactional("tx", "orders", 1, [(b"k", b"open")])
+        tp = a.tp("orders", 1)
+        before = a.list_offsets(tp)
+        cluster_id = a.cluster_id()
+    assert first.stop() == 0 and snapshot.exists()
+    second = server_factory("--cluster", "a", "--snapshot", str(snapshot))
+    with ClusterClient(second.port, "a") as a:
+        assert a.cluster_id() == cluster_id
+        assert a.list_offsets(tp) == before
+        assert [o.first_offset for o in a.open_transactions(tp)] == [2]
+        a.commit_transaction("tx")  # the transaction coordinator state survived too
+        assert a.list_offsets(tp).lso == 4
+        assert sorted(a.call("list_clusters")) == ["a", "b"]
+
+
+def test_long_pipeline_of_large_requests_does_not_deadlock(model_server: Any) -> None:
+    with ClusterClient(model_server.port, timeout=20) as admin:
+        admin.add_cluster("big", 6)
+    with ClusterClient(model_server.port, "big", timeout=20) as client:
+        client.add_topic("t", 1, 1)
+        replies = client.pipeline([("produce", ("t", 0, [(None, b"z" * 65536)]))] * 300)
+        assert [r.base_offset for r in replies] == list(range(300))
+        tp = client.tp("t")
+        fetched = client.pipeline([("fetch", (tp, i, 1 << 20)) for i in range(0, 300, 10)])
+        assert all(f.batches for f in fetched)

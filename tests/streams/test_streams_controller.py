@@ -1,0 +1,284 @@
+"""The controller and ``kafka-cluster-mirrors`` on a real broker: KIP error codes, ACLs,
+redaction of credentials, StateValidationOffset races, describe and progress."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from coordinator.image import AclOperation
+from coordinator.states import ErrorCode, MirrorState
+from records.framing import ApiMessageAndVersion
+from records.registry import default_schemas
+from streams import cli
+from streams import mirror_state_store as mss
+from streams.admin_client import ClusterMirrorAdmin
+from streams.config import WorkerConfig
+from streams.controller import ClusterMirrorController
+
+S = default_schemas()
+ADMIN = "User:admin"
+SECRET = "pa55-w0rd-XYZZY"
+TOPICS = {"orders": uuid.UUID(int=101), "payments": uuid.UUID(int=102), "audit": uuid.UUID(int=103)}
+
+
+def amv(_message: str, /, **fields: object) -> ApiMessageAndVersion:
+    return ApiMessageAndVersion(S.struct(_message)(**fields), 0, S.spec(_message).api_key)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def controller(worker_config: WorkerConfig) -> AsyncIterator[ClusterMirrorController]:
+    c = ClusterMirrorController(worker_config, super_users=frozenset({ADMIN}))
+    await c.start()
+    try:
+        records = []
+        for name, tid in TOPICS.items():
+            records.append(amv("TopicRecord", name=name, topic_id=tid))
+            records += [amv("PartitionRecord", partition_id=p, topic_id=tid, replicas=(1,), isr=(1,), leader=1)
+                        for p in range(2)]
+        await c.append(records)  # the destination's topics, as the metadata sync would record them
+        yield c
+    finally:
+        await c.stop()
+
+
+def endpoint(c: ClusterMirrorController) -> str:
+    assert c.address is not None
+    return f"{c.address[0]}:{c.address[1]}"
+
+
+async def run_cli(c: ClusterMirrorController, *argv: str, principal: str = ADMIN) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    args = ["--bootstrap-server", endpoint(c), *argv]
+
+    def call() -> int:
+        import os
+
+        os.environ["KIP1279_PRINCIPAL"] = principal
+        try:
+            return cli.main(args, out=out, err=err)
+        finally:
+            os.environ.pop("KIP1279_PRINCIPAL", None)
+
+    code = await asyncio.to_thread(call)
+    return code, out.getvalue(), err.getvalue()
+
+
+def mirror_config(tmp_path: Path) -> Path:
+    path = tmp_path / "a-to-b.properties"
+    path.write_text(
+        "bootstrap.servers=127.0.0.1:19092\n"
+        "security.protocol=SASL_SSL\n"
+        f"sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"u\" password=\"{SECRET}\";\n"
+        f"ssl.truststore.password={SECRET}\n"
+    )
+    return path
+
+
+async def create_mirror(c: ClusterMirrorController, tmp_path: Path) -> None:
+    code, out, _ = await run_cli(c, "--create", "--mirror", "a-to-b", "--mirror-config", str(mirror_config(tmp_path)))
+    assert code == 0, out
+
+
+async def test_create_redacts_credentials_everywhere(controller: ClusterMirrorController, tmp_path: Path,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    code, out, err = await run_cli(controller, "--verbose", "--create", "--mirror", "a-to-b",
+                                   "--mirror-config", str(mirror_config(tmp_path)))
+    assert code == 0 and "Created cluster mirror a-to-b" in out and "[hidden]" in out
+    again = await run_cli(controller, "--create", "--mirror", "a-to-b", "--mirror-config", str(mirror_config(tmp_path)))
+    assert again[0] == 1 and "CLUSTER_MIRROR_ALREADY_EXISTS" in again[1]
+    listed = await run_cli(controller, "--list")
+    described = await run_cli(controller, "--describe", "--json")
+    everything = out + err + again[1] + again[2] + listed[1] + described[1] + caplog.text
+    assert "a-to-b" in listed[1] and "127.0.0.1:19092" in listed[1]
+    assert "a-to-b" in caplog.text  # the controller did log the request...
+    assert SECRET not in everything  # ...but never the credentials
+
+
+MIRRORING_ALL = {(t, p): (MirrorState.MIRRORING, 0, None) for t in ("orders", "payments") for p in range(2)}
+
+
+async def test_refused_requests_get_kip_error_codes(controller: ClusterMirrorController, worker_config: WorkerConfig,
+                                                    tmp_path: Path) -> None:
+    async with ClusterMirrorAdmin(endpoint(controller), principal=ADMIN) as a:
+        r = (await a.start("nope", ["orders"])).response
+        assert r.error_code == ErrorCode.UNKNOWN_CLUSTER_MIRROR
+        await create_mirror(controller, tmp_path)
+        r = (await a.start("a-to-b", ["orders", "payments"])).response
+        assert r.error_code == 0 and [t.error_code for t in r.topics] == [0, 0]
+        offset = controller.metadata_offset
+        r = (await a.start("a-to-b", ["orders"])).response  # already started: accepted, nothing to write
+        assert [t.error_code for t in r.topics] == [ErrorCode.NONE] and controller.metadata_offset == offset
+        r = (await a.stop("a-to-b", ["audit"])).response
+        assert [(t.name, t.error_code) for t in r.topics] == [("audit", ErrorCode.TOPIC_NOT_IN_CLUSTER_MIRROR)]
+        assert r.topics[0].error_message
+        r = (await a.pause("a-to-b", ["orders"])).response  # no worker has reported a state yet
+        assert r.topics[0].error_code == ErrorCode.INVALID_CLUSTER_MIRROR_STATES and "UNKNOWN" in r.topics[0].error_message
+        await _write_states(worker_config, MIRRORING_ALL)
+        r = (await a.pause("a-to-b", ["orders"])).response
+        assert r.topics[0].error_code == 0
+        r = (await a.pause("a-to-b", ["orders"])).response
+        assert r.topics[0].error_code == ErrorCode.MIRROR_TOPIC_ALREADY_PAUSED
+        r = (await a.resume("a-to-b", ["payments"])).response
+        assert r.topics[0].error_code == ErrorCode.MIRROR_TOPIC_NOT_PAUSED
+        r = (await a.delete("a-to-b")).response
+        assert r.error_code == ErrorCode.CLUSTER_MIRROR_NOT_EMPTY
+    # Only the accepted commands reached the metadata log.
+    members = controller.image.mirrors.topics
+    assert {m.topic_id: int(m.desired_state) for m in members.values()} == {TOPICS["orders"]: 2, TOPICS["payments"]: 0}
+    code, out, _ = await run_cli(controller, "--stop", "--mirror", "a-to-b", "--topics", "audit")
+    assert code == 1 and "TOPIC_NOT_IN_CLUSTER_MIRROR" in out
+
+
+async def test_authorization_denial_and_grant(controller: ClusterMirrorController, tmp_path: Path) -> None:
+    await create_mirror(controller, tmp_path)
+    offset_before = controller.metadata_offset
+    code, out, _ = await run_cli(controller, "--start", "--mirror", "a-to-b", "--topics", "orders", principal="User:bob")
+    assert code == 1 and "CLUSTER_MIRROR_AUTHORIZATION_FAILED" in out
+    assert controller.metadata_offset == offset_before  # a denied command appends nothing
+    code, out, _ = await run_cli(controller, "--describe", "--mirror", "a-to-b", principal="User:bob")
+    assert code == 1 and "CLUSTER_MIRROR_AUTHORIZATION_FAILED" in out
+    code, out, _ = await run_cli(controller, "--list", principal="User:bob")
+    assert code == 0 and "a-to-b" not in out  # unauthorized mirrors are left out of a listing
+    await controller.create_acls("User:bob", [AclOperation.ALTER], mirror="a-to-b")
+    code, out, _ = await run_cli(controller, "--start", "--mirror", "a-to-b", "--topics", "orders", principal="User:bob")
+    assert code == 0, out
+    async with ClusterMirrorAdmin(endpoint(controller), principal="User:bob") as bob:
+        r = (await bob.delete("a-to-b")).response
+        assert r.error_code == ErrorCode.CLUSTER_MIRROR_AUTHORIZATION_FAILED  # ALTER does not grant DELETE
+        r = (await bob.create("b-to-a", {"bootstrap.servers": "x:1"})).response
+        assert r.error_code == ErrorCode.CLUSTER_MIRROR_AUTHORIZATION_FAILED
+
+
+async def test_state_validation_offset_refuses_a_raced_request(controller: ClusterMirrorController, tmp_path: Path) -> None:
+    await create_mirror(controller, tmp_path)
+    async with ClusterMirrorAdmin(endpoint(controller), principal=ADMIN) as alice, \
+            ClusterMirrorAdmin(endpoint(controller), principal=ADMIN) as bob:
+        await alice.start("a-to-b", ["orders", "payments"])
+        await _write_states(controller.config, MIRRORING_ALL)
+        seen = (await alice.describe(["a-to-b"])).metadata_offset
+        assert seen == controller.metadata_offset
+        assert (await bob.pause("a-to-b", ["orders"])).response.topics[0].error_code == 0  # bob gets there first
+        raced = (await alice.stop("a-to-b", ["orders"], state_validation_offset=seen)).response
+        assert raced.error_code == ErrorCode.INVALID_CLUSTER_MIRROR_STATES and "orders" in raced.error_message
+        assert controller.image.mirrors.topics[TOPICS["orders"]].desired_state == 2  # still paused, not stopped
+        fresh = (await alice.describe(["a-to-b"])).metadata_offset
+        ok = (await alice.stop("a-to-b", ["payments"], state_validation_offset=fresh)).response
+        assert ok.error_code == 0 and ok.topics[0].error_code == 0
+    code, out, _ = await run_cli(controller, "--stop", "--mirror", "a-to-b", "--topics", "orders", "--validate-states")
+    assert code == 0, out
+
+
+async def _write_states(cfg: WorkerConfig, states: dict[tuple[str, int], tuple[MirrorState, int, str | None]]) -> None:
+    """What the workers persist: MirrorPartitionState records on __mirror_state."""
+    codec = mss.default_codec()
+    producer = AIOKafkaProducer(bootstrap_servers=cfg.bootstrap_servers)
+    await producer.start()
+    try:
+        for (topic, p), (state, retries, error) in states.items():
+            key = codec.state_key("a-to-b", TOPICS[topic], p)
+            value = codec.encode_value(codec.state_value(state=int(state), retry_attempt=retries, error_message=error))
+            await producer.send_and_wait(cfg.mirror_state_topic_name, key=key, value=value,
+                                         partition=mss.partition_for_key(key, cfg.state_partitions))
+    finally:
+        await producer.stop()
+
+
+async def test_describe_failed_and_mass_stop_progress(controller: ClusterMirrorController, worker_config: WorkerConfig,
+                                                      tmp_path: Path) -> None:
+    await create_mirror(controller, tmp_path)
+    code, out, _ = await run_cli(controller, "--start", "--mirror", "a-to-b", "--topics", ".*", "--exclude", "audit")
+    assert code == 0, out
+    assert {m.topic_id for m in controller.image.mirrors.topics.values()} == {TOPICS["orders"], TOPICS["payments"]}
+    await _write_states(worker_config, {("orders", 0): (MirrorState.MIRRORING, 0, None),
+                                        ("orders", 1): (MirrorState.FAILED, 3, "source unreachable"),
+                                        ("payments", 0): (MirrorState.MIRRORING, 0, None)})
+    code, out, _ = await run_cli(controller, "--describe", "--mirror", "a-to-b", "--json", "--failed")
+    rows = json.loads(out)["partitions"]
+    assert [(r["topic"], r["partition"], r["state"], r["retry_attempt"], r["error"]) for r in rows] == \
+        [("orders", 1, "FAILED", 3, "source unreachable")]
+    code, table, _ = await run_cli(controller, "--describe")
+    assert "SOURCE-HW" in table and "DEST-LEO" in table and "UNKNOWN" in table  # payments-1 has no state yet
+    await _write_states(worker_config, {("payments", 1): (MirrorState.MIRRORING, 0, None)})
+
+    async def workers_stop_partitions() -> None:
+        await asyncio.sleep(0.8)
+        for key in [("orders", 0), ("orders", 1), ("payments", 0)]:
+            await _write_states(worker_config, {key: (MirrorState.STOPPED, 0, None)})
+            await asyncio.sleep(0.6)
+        await _write_states(worker_config, {("payments", 1): (MirrorState.STOPPED, 0, None)})
+
+    stopper = asyncio.create_task(workers_stop_partitions())
+    code, out, err = await run_cli(controller, "--stop", "--mirror", "a-to-b", "--topics", ".*", "--wait", "30")
+    await stopper
+    assert code == 0, out + err
+    progress = [line for line in err.splitlines() if "partitions STOPPED" in line]
+    assert progress[-1] == "4/4 partitions STOPPED" and len(progress) >= 3  # it showed the way there
+    assert progress[0].startswith(("0/4", "1/4"))
+
+
+async def test_controller_restart_loads_its_snapshot_and_the_tail(worker_config: WorkerConfig, tmp_path: Path) -> None:
+    from coordinator.delta import replay_log
+    from streams.metadata_log import MetadataLogReader, SnapshotPolicy
+
+    first = ClusterMirrorController(worker_config, super_users=frozenset({ADMIN}),
+                                    snapshot_policy=SnapshotPolicy(max_records=4, max_interval_ms=10**9))
+    await first.start()
+    try:
+        await first.append([amv("TopicRecord", name=n, topic_id=t) for n, t in TOPICS.items()])
+        async with ClusterMirrorAdmin(endpoint(first), principal=ADMIN) as a:
+            await a.create("a-to-b", {"bootstrap.servers": "x:1", "sasl.jaas.config": f"password={SECRET}"})
+            await a.start("a-to-b", ["orders", "payments"])
+        before = first.image
+    finally:
+        await first.stop()
+    snapshots = sorted((worker_config.snapshot_dir / "controller").glob("*.checkpoint"))
+    assert snapshots, "4 records per snapshot were due"
+
+    second = ClusterMirrorController(worker_config, super_users=frozenset({ADMIN}))
+    await second.start()
+    try:
+        assert second.loader.loaded_snapshot is not None
+        assert second.image == before and second.image.provenance == before.provenance
+        async with ClusterMirrorAdmin(endpoint(second), principal=ADMIN) as a:
+            r = (await a.create("a-to-b", {"bootstrap.servers": "y:1"})).response
+            assert r.error_code == ErrorCode.CLUSTER_MIRROR_ALREADY_EXISTS  # it remembers
+    finally:
+        await second.stop()
+    async with MetadataLogReader(worker_config.bootstrap_servers, worker_config.metadata_topic_name, dlq=None) as reader:
+        entries = [(e.offset, e.leader_epoch, e.record) async for e in reader.read(0, follow=False)]
+    full, problems = replay_log(entries)
+    assert not problems and full == before
+
+
+async def test_malformed_request_gets_invalid_request(controller: ClusterMirrorController) -> None:
+    from streams.admin_client import RequestHeader, decode_response, read_frame
+
+    host, port = controller.address  # type: ignore[misc]
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        good = S.struct("DeleteClusterMirrorRequest")(mirror_name="m", state_validation_offset=-1)
+        from streams.admin_client import encode_request
+
+        frame = encode_request(RequestHeader(104, 0, 77, "t", ADMIN), good)
+        broken = frame[:-3]  # cut the body short, fix the size prefix
+        writer.write(len(broken[4:]).to_bytes(4, "big") + broken[4:])
+        await writer.drain()
+        reply = await read_frame(reader)
+        assert reply is not None
+        header, response = decode_response(reply, "DeleteClusterMirrorResponse", 0)
+        assert header.correlation_id == 77 and response.error_code == ErrorCode.INVALID_REQUEST
+    finally:
+        writer.close()
+    # The controller is still serving.
+    async with ClusterMirrorAdmin(endpoint(controller), principal=ADMIN) as a:
+        assert (await a.list()).response.error_code == 0

@@ -1,0 +1,194 @@
+"""The metadata log on a real broker: atomic appends, replay, poison records to the DLQ, snapshots."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from coordinator.delta import Replayer
+from coordinator.image import ConfigResourceType, MetadataImage
+from records import segments
+from records.framing import ApiMessageAndVersion
+from records.registry import default_schemas
+from streams.config import WorkerConfig
+from streams.metadata_log import (
+    DeadLetterQueue,
+    LogEntry,
+    MetadataLogLoader,
+    MetadataLogReader,
+    MetadataLogWriter,
+    PoisonRecord,
+    SnapshotPolicy,
+    SnapshotStore,
+    dlq_topic_spec,
+    ensure_topics,
+    metadata_topic_spec,
+    read_dlq,
+)
+
+S = default_schemas()
+
+
+def amv(_message: str, /, **fields: object) -> ApiMessageAndVersion:
+    return ApiMessageAndVersion(S.struct(_message)(**fields), 0, S.spec(_message).api_key)  # type: ignore[arg-type]
+
+
+def sample_records(n_topics: int = 3) -> list[ApiMessageAndVersion]:
+    out = [amv("ConfigRecord", resource_type=int(ConfigResourceType.CLUSTER_MIRROR), resource_name="a-to-b",
+               name="bootstrap.servers", value="a:9092")]
+    for i in range(n_topics):
+        tid = uuid.UUID(int=i + 1)
+        out.append(amv("TopicRecord", name=f"orders-{i}", topic_id=tid))
+        for p in range(2):
+            out.append(amv("PartitionRecord", partition_id=p, topic_id=tid, replicas=(1,), isr=(1,), leader=1,
+                           leader_epoch=0, partition_epoch=0))
+        out.append(amv("MirrorTopicStateChangeRecord", topic_id=tid, mirror_name="a-to-b", desired_state=0))
+    return out
+
+
+async def setup_log(cfg: WorkerConfig) -> str:
+    topic = cfg.metadata_topic_name
+    await ensure_topics(cfg.bootstrap_servers, [metadata_topic_spec(topic), dlq_topic_spec(topic)])
+    return topic
+
+
+async def read_all(cfg: WorkerConfig, topic: str, dlq: DeadLetterQueue | None = None) -> list[LogEntry]:
+    async with MetadataLogReader(cfg.bootstrap_servers, topic, dlq=dlq) as reader:
+        return [e async for e in reader.read(0, follow=False)]
+
+
+async def test_append_is_atomic_and_replays_in_order(worker_config: WorkerConfig) -> None:
+    topic = await setup_log(worker_config)
+    records = sample_records()
+    async with MetadataLogWriter(worker_config.bootstrap_servers, topic) as writer:
+        first = await writer.append(records[:4])
+        second = await writer.append(records[4:])
+        epoch = writer.epoch
+    assert first == sorted(first) and second[0] > first[-1]
+    entries = await read_all(worker_config, topic)
+    assert [e.offset for e in entries] == first + second
+    assert [e.record for e in entries] == records
+    assert {e.leader_epoch for e in entries} == {epoch}
+    # A new writer (controller failover) takes the next epoch.
+    async with MetadataLogWriter(worker_config.bootstrap_servers, topic) as writer2:
+        assert writer2.epoch == epoch + 1
+
+
+async def test_second_writer_fences_the_first(worker_config: WorkerConfig) -> None:
+    topic = await setup_log(worker_config)
+    records = sample_records(1)
+    old = MetadataLogWriter(worker_config.bootstrap_servers, topic)
+    await old.start()
+    try:
+        await old.append(records[:1])
+        async with MetadataLogWriter(worker_config.bootstrap_servers, topic) as new:
+            await new.append(records[1:2])
+            with pytest.raises(KafkaError):
+                await old.append(records[2:3])  # a zombie controller cannot append any more
+    finally:
+        await old.stop()
+    entries = await read_all(worker_config, topic)
+    assert [e.record for e in entries] == records[:2]
+
+
+async def test_poison_record_is_quarantined_and_replay_continues(worker_config: WorkerConfig) -> None:
+    topic = await setup_log(worker_config)
+    records = sample_records(1)
+    async with MetadataLogWriter(worker_config.bootstrap_servers, topic) as writer:
+        await writer.append(records[:2])
+    producer = AIOKafkaProducer(bootstrap_servers=worker_config.bootstrap_servers)
+    await producer.start()
+    try:
+        garbage = b"\x01\x1d\x00\x07\x07\x07"  # frame v1, apiKey 29, v0, truncated body
+        poison_offset = (await producer.send_and_wait(topic, garbage, partition=0)).offset
+    finally:
+        await producer.stop()
+    async with MetadataLogWriter(worker_config.bootstrap_servers, topic) as writer:
+        tail = await writer.append(records[2:])
+
+    dlq = DeadLetterQueue(worker_config.bootstrap_servers, topic)
+    await dlq.start()
+    try:
+        entries = await read_all(worker_config, topic, dlq)
+    finally:
+        await dlq.stop()
+    poison = [e for e in entries if e.is_poison]
+    assert [e.offset for e in poison] == [poison_offset]
+    assert isinstance(poison[0].record, PoisonRecord) and "MirrorTopicStateChangeRecord" in poison[0].record.error
+    assert [e.record for e in entries if not e.is_poison] == records  # nothing before or after was lost
+    assert entries[-1].offset == tail[-1]
+    quarantined = await read_dlq(worker_config.bootstrap_servers, topic)
+    assert len(quarantined) == 1
+    q = quarantined[0]
+    assert q.offset == poison_offset and q.raw == garbage and q.error == poison[0].record.error
+
+
+def _replayer_loader(reader: MetadataLogReader, store: SnapshotStore | None, policy: SnapshotPolicy) -> tuple[MetadataLogLoader, Replayer]:
+    r = Replayer()
+    loader = MetadataLogLoader(reader, store, policy=policy, replay=lambda off, ep, rec: r.replay(rec, off, ep),
+                               to_records=lambda: r.image().to_records())
+    return loader, r
+
+
+async def test_snapshot_plus_tail_equals_full_replay(worker_config: WorkerConfig, tmp_path: Path) -> None:
+    topic = await setup_log(worker_config)
+    records = sample_records(6)
+    async with MetadataLogWriter(worker_config.bootstrap_servers, topic) as writer:
+        for i in range(0, len(records), 5):
+            await writer.append(records[i : i + 5])
+
+    store = SnapshotStore(tmp_path / "snaps")
+    async with MetadataLogReader(worker_config.bootstrap_servers, topic, dlq=None) as reader:
+        loader, first = _replayer_loader(reader, store, SnapshotPolicy(max_records=7, max_interval_ms=10**9))
+        await loader.catch_up()
+    full: MetadataImage = first.image()
+    ids = store.ids()
+    assert ids, "a snapshot every 7 records was due"
+    assert ids[-1].end_offset <= loader.next_offset
+
+    # More records after the snapshot: the restart replays only those.
+    more = [amv("MirrorTopicStateChangeRecord", topic_id=uuid.UUID(int=1), mirror_name="a-to-b", desired_state=1)]
+    async with MetadataLogWriter(worker_config.bootstrap_servers, topic) as writer:
+        await writer.append(more)
+    async with MetadataLogReader(worker_config.bootstrap_servers, topic, dlq=None) as reader:
+        restarted, second = _replayer_loader(reader, store, SnapshotPolicy(max_records=10**9))
+        seen: list[int] = []
+        orig = restarted.replay
+        restarted.replay = lambda off, ep, rec: (seen.append(off), orig(off, ep, rec))  # type: ignore[assignment]
+        await restarted.catch_up()
+    snap = restarted.loaded_snapshot
+    assert snap is not None
+    assert all(off >= snap.last_offset for off in seen)  # snapshot records sit at its last offset
+    async with MetadataLogReader(worker_config.bootstrap_servers, topic, dlq=None) as reader:
+        scratch, third = _replayer_loader(reader, None, SnapshotPolicy())
+        await scratch.catch_up()
+    assert second.image() == third.image()
+    assert second.image() != full  # the tail's stop was applied
+    assert second.image().provenance == third.image().provenance
+
+
+def test_snapshot_files_are_segments_and_damage_falls_back(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path, keep=5)
+    recs = sample_records(2)
+    old = store.write(recs[:3], last_offset=10, epoch=1, timestamp_ms=1000)
+    new = store.write(recs, last_offset=20, epoch=2, timestamp_ms=2000)
+    assert new.name == "00000000000000000021-0000000002"
+    batches = segments.read_segment(tmp_path / f"{new.name}.checkpoint")
+    assert batches[0].is_control and batches[-1].is_control
+    assert segments.control_type(batches[0].records[0]) == segments.ControlType.SNAPSHOT_HEADER
+    latest = store.latest()
+    assert latest is not None and latest.id == new and latest.records == recs
+    # Flip a byte of the newest segment: the checksum catches it, the older snapshot is used.
+    path = tmp_path / f"{new.name}.checkpoint"
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF
+    path.write_bytes(bytes(data))
+    fallback = store.latest()
+    assert fallback is not None and fallback.id == old and fallback.records == recs[:3]
+    # A segment without its manifest (crash before the commit point) is not a snapshot.
+    (tmp_path / f"{old.name}.manifest.json").unlink()
+    assert old not in store.ids()

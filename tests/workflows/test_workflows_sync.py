@@ -1,0 +1,129 @@
+"""Group offset sync (VK12 double clamp, active groups, stopped mirrors) and ACL sync (RS16)."""
+
+from __future__ import annotations
+
+from workflow_harness import FAST, World, all_in, run_until
+
+from coordinator.ports import AclBinding, GroupType
+from coordinator.states import DesiredState, MirrorState
+from coordinator.workflows.config import MirrorConfig
+
+ONE_BATCH_PER_ROUND = MirrorConfig(metadata_refresh_interval_ms=0, fetch_backoff_ms=0, fetch_response_max_bytes=1,
+                                   groups_exclude=("secret-.*",))
+
+
+def _offsets(cluster, group):
+    return {(o.partition): (o.offset, o.leader_epoch) for o in cluster.group_offsets(group)}
+
+
+def _lagging_mirror():
+    w = World("a", "b")
+    a, b = w["a"], w["b"]
+    topic = a.add_topic("g", partitions=1)
+    tp = a.tp("g", 0)
+    for i in range(3):
+        a.produce("g", 0, [(b"k", f"v{i}".encode())])
+    m = w.mirror("a", "b", ONE_BATCH_PER_ROUND)
+    m.set_desired(topic.topic_id, DesiredState.START)
+    run_until(w, lambda: all_in(m, MirrorState.MIRRORING) and b.list_offsets(tp).leo == 3)
+    a.elect_leader("g", 0)  # later records carry another epoch
+    for i in range(3, 10):
+        a.produce("g", 0, [(b"k", f"v{i}".encode())])
+    return w, topic, tp, m
+
+
+def test_group_offsets_clamped_into_destination_range():
+    w, topic, tp, m = _lagging_mirror()
+    a, b = w["a"], w["b"]
+    a.commit_offset("app", "g", 0, 10)  # ahead of the lagging destination
+    a.commit_offset("early", "g", 0, 1)  # behind the destination's log start (after retention)
+    a.commit_offset("exact", "g", 0, 2)
+    a.commit_offset("secret-x", "g", 0, 2)  # excluded by groups.exclude
+    a.commit_offset("share-1", "g", 0, 2, group_type=GroupType.SHARE)
+    b.delete_records("g", 0, 2)  # destination retention moved its log start
+    w.step()
+    leo = b.list_offsets(tp).leo
+    assert 3 < leo < 10, "still lagging"
+    (status,) = m.runner.describe()
+    assert (status.source_hw, status.dest_leo, status.lag) == (10, leo, 10 - leo)
+    synced, epoch = _offsets(b, "app")[0]
+    assert synced == leo, "min(sourceCommitted, destLEO)"
+    assert epoch == b.partition(tp).leader_log.batches[-1].leader_epoch == 1, "epoch of the record before, looked up locally"
+    assert _offsets(b, "early")[0][0] == 2, "max(destLogStart, ...)"
+    assert _offsets(b, "exact")[0] == _offsets(a, "exact")[0], "unclamped: offset and epoch as committed"
+    assert b.group_offsets("secret-x") == []
+    assert [g.group_type for g in b.list_groups() if g.group_id == "share-1"] == [GroupType.SHARE]
+    run_until(w, lambda: b.list_offsets(tp).leo == 10)
+    w.step()
+    assert m.runner.describe()[0].lag == 0
+    assert _offsets(b, "app")[0] == _offsets(a, "app")[0]
+    for g in ("app", "early", "exact"):
+        off = b.list_offsets(tp)
+        assert off.log_start <= _offsets(b, g)[0][0] <= off.leo
+
+
+def test_active_destination_groups_and_stopped_mirrors_are_not_overwritten():
+    w, topic, tp, m = _lagging_mirror()
+    a, b = w["a"], w["b"]
+    run_until(w, lambda: b.list_offsets(tp).leo == 10)
+    b.commit_offset("live", "g", 0, 1)
+    b.join_group("live", "consumer-1")
+    a.commit_offset("live", "g", 0, 9)
+    a.commit_offset("app", "g", 0, 5)
+    w.step(rounds=2)
+    assert _offsets(b, "live")[0][0] == 1, "active on the destination: its members own it"
+    assert _offsets(b, "app")[0][0] == 5
+
+    m.set_desired(topic.topic_id, DesiredState.PAUSE)
+    w.step()
+    a.commit_offset("app", "g", 0, 7)
+    w.step(rounds=2)
+    assert _offsets(b, "app")[0][0] == 5, "paused: no sync"
+
+    m.set_desired(topic.topic_id, DesiredState.STOP)
+    run_until(w, lambda: all_in(m, MirrorState.STOPPED))
+    b.commit_offset("app", "g", 0, 6)  # a consumer on the failed-over side
+    a.commit_offset("app", "g", 0, 9)
+    w.step(rounds=3)
+    assert _offsets(b, "app")[0][0] == 6, "a stopped mirror never overwrites local progress"
+
+
+def _acl(rt, name, principal, op="READ", perm="ALLOW"):
+    return AclBinding(rt, name, "LITERAL", principal, "*", op, perm)
+
+
+def test_acl_sync_default_scope_mirrors_source_keeps_cluster_mirror_acls():
+    w = World("a", "b")
+    a, b = w["a"], w["b"]
+    topic = a.add_topic("s", partitions=1)
+    src = [_acl("TOPIC", "s", "User:alice"), _acl("GROUP", "app", "User:alice")]
+    for acl in src + [_acl("CLUSTER_MIRROR", "a-to-x", "User:ops", "ALTER")]:
+        a.add_acl(acl)
+    mirror_acl = _acl("CLUSTER_MIRROR", "a-to-b", "User:ops", "ALTER")
+    local_deny = _acl("TOPIC", "*", "User:mallory", "ALL", "DENY")
+    b.add_acl(mirror_acl)
+    b.add_acl(local_deny)
+    m = w.mirror("a", "b")
+    m.set_desired(topic.topic_id, DesiredState.START)
+    run_until(w, lambda: all_in(m, MirrorState.MIRRORING))
+    w.step()
+    assert set(b.describe_acls()) == set(src) | {mirror_acl}, "in scope: local ACLs go (RS16); CLUSTER_MIRROR stays"
+    a.delete_acls([src[1]])
+    w.step()
+    assert set(b.describe_acls()) == {src[0], mirror_acl}, "removed on the source, removed here (RS16 case 1)"
+
+
+def test_acl_sync_narrow_scope_leaves_local_acls_alone():
+    w = World("a", "b")
+    a, b = w["a"], w["b"]
+    topic = a.add_topic("s", partitions=1)
+    a.add_acl(_acl("TOPIC", "s", "User:alice"))
+    a.add_acl(_acl("GROUP", "app", "User:alice"))
+    local = _acl("GROUP", "dr-only", "User:bob")
+    b.add_acl(local)
+    cfg = MirrorConfig(**{**{f: getattr(FAST, f) for f in FAST.__struct_fields__}, "acls_include": ("TOPIC;s",)})
+    m = w.mirror("a", "b", cfg)
+    m.set_desired(topic.topic_id, DesiredState.START)
+    run_until(w, lambda: all_in(m, MirrorState.MIRRORING))
+    w.step()
+    assert set(b.describe_acls()) == {_acl("TOPIC", "s", "User:alice"), local}

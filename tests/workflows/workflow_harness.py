@@ -1,0 +1,168 @@
+"""Helpers for the workflow tests: two (or three) model clusters, runners, log views, invariants.
+
+``World`` owns the clusters and the runners, moves the logical clock of all of them together
+and can restart a runner from its persisted state only (same ``InMemoryStateStore`` and
+``DesiredStateLog``, everything else new). ``CrashingPort`` wraps a port and raises ``Crash``
+(a BaseException, so no handler in the runner swallows it) after a given number of calls: a
+coordinator killed in the middle of a workflow.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from clustermodel import ClusterModel, batch_values, filter_aborted
+from coordinator.ports import Batch, ControlType, IsolationLevel, TopicPartition
+from coordinator.states import DesiredState, MirrorState
+from coordinator.workflows.config import MirrorConfig
+from streams.effects import DesiredStateLog, InMemoryStateStore, MirrorRunner
+
+FAST = MirrorConfig(metadata_refresh_interval_ms=0, fetch_backoff_ms=0, failed_retry_initial_backoff_ms=100,
+                    failed_retry_max_backoff_ms=1_000)
+
+_MUTATING = {
+    "create_topic", "create_partitions", "set_read_only", "set_mirror", "append_mirror_batches",
+    "truncate_to", "truncate_fully_and_start_at", "bump_leader_epoch", "append_control_batch",
+    "set_last_mirrored_epoch", "commit_group_offsets", "alter_configs", "create_acls", "delete_acls",
+}
+
+
+class Crash(BaseException):
+    """The coordinator process died."""
+
+
+class CrashingPort:
+    """A port proxy that dies at its ``calls_left``-th mutating call (reads are free): before the call,
+    or with ``after_call`` once the call took effect (executed but never persisted by the runner)."""
+
+    def __init__(self, port: Any, calls_left: int, after_call: bool = False) -> None:
+        self._port = port
+        self.calls_left = calls_left
+        self.after_call = after_call
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._port, name)
+        if name not in _MUTATING or not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self.calls_left <= 0:
+                if self.after_call:
+                    attr(*args, **kwargs)
+                raise Crash(name)
+            self.calls_left -= 1
+            return attr(*args, **kwargs)
+
+        return call
+
+
+class Mirror:
+    """A runner with the durable parts kept apart, so it can be rebuilt after a crash."""
+
+    def __init__(self, name: str, source: ClusterModel, dest: ClusterModel, config: MirrorConfig) -> None:
+        self.name, self.source, self.dest, self.config = name, source, dest, config
+        self.store = InMemoryStateStore()
+        self.metadata = DesiredStateLog()
+        self.runner = self.build()
+
+    def build(self, dest: Any = None) -> MirrorRunner:
+        return MirrorRunner(self.name, self.source, dest or self.dest, self.config, self.store, self.metadata)
+
+    def restart(self) -> MirrorRunner:
+        self.runner = self.build()
+        return self.runner
+
+    def set_desired(self, topic_id: uuid.UUID, desired: DesiredState) -> None:
+        self.runner.set_desired(topic_id, desired)
+
+
+class World:
+    """Model clusters on one logical clock, and the mirrors between them."""
+
+    def __init__(self, *names: str, seed: int = 0, brokers: int = 3) -> None:
+        self.clusters = {n: ClusterModel(n, seed=seed + i, brokers=brokers) for i, n in enumerate(names or ("a", "b"))}
+        self.mirrors: dict[str, Mirror] = {}
+        self.now = 0
+
+    def __getitem__(self, name: str) -> ClusterModel:
+        return self.clusters[name]
+
+    def mirror(self, source: str, dest: str, config: MirrorConfig = FAST) -> Mirror:
+        name = f"{source}-to-{dest}"
+        m = self.mirrors.get(name)
+        if m is None:
+            m = self.mirrors[name] = Mirror(name, self.clusters[source], self.clusters[dest], config)
+        return m
+
+    def step(self, ms: int = 100, rounds: int = 1) -> None:
+        for _ in range(rounds):
+            self.now += ms
+            for c in self.clusters.values():
+                c.tick(ms)
+            for m in self.mirrors.values():
+                m.runner.tick(self.now)
+
+
+# ---------------------------------------------------------------------------------------------
+# Log views
+# ---------------------------------------------------------------------------------------------
+
+
+def batches(cluster: ClusterModel, tp: TopicPartition) -> list[Batch]:
+    return list(cluster.partition(tp).leader_log.batches)
+
+
+def shape(bs: list[Batch]) -> list[tuple[Any, ...]]:
+    """What "the same log" means: offsets, batch epochs, producer fields, control type, payload."""
+    return [(b.base_offset, b.last_offset, b.leader_epoch, b.producer_id, b.producer_epoch, b.base_sequence,
+             b.is_transactional, b.control_type, b.payload) for b in bs]
+
+
+def prefix(cluster: ClusterModel, tp: TopicPartition, upto: int) -> list[tuple[Any, ...]]:
+    return shape([b for b in batches(cluster, tp) if b.last_offset < upto])
+
+
+def committed_values(cluster: ClusterModel, tp: TopicPartition) -> list[bytes | None]:
+    """What a read_committed consumer reads from the log start to the LSO (model payload values)."""
+    part = cluster.partition(tp)
+    offset = part.leader_log.log_start
+    got: list[Batch] = []
+    aborted = []
+    while True:
+        r = cluster.fetch(tp, offset, 1 << 20, IsolationLevel.READ_COMMITTED)
+        if not r.batches:
+            break
+        got.extend(r.batches)
+        aborted.extend(r.aborted_transactions)
+        offset = r.batches[-1].next_offset
+    out: list[bytes | None] = []
+    for b in filter_aborted(got, sorted(set(aborted), key=lambda a: a.first_offset)):
+        out.extend(batch_values(b))
+    return out
+
+
+def control_types(cluster: ClusterModel, tp: TopicPartition) -> list[ControlType]:
+    return [b.control_type for b in batches(cluster, tp) if b.is_control and b.control_type is not None]
+
+
+def dle(cluster: ClusterModel, tp: TopicPartition) -> int:
+    return cluster.partition(tp).leader_epoch
+
+
+def states_of(m: Mirror) -> dict[TopicPartition, MirrorState]:
+    return {tp: s.state for tp, s in m.runner.states().items()}
+
+
+def run_until(world: World, predicate: Any, max_rounds: int = 60, ms: int = 100) -> int:
+    for i in range(max_rounds):
+        if predicate():
+            return i
+        world.step(ms)
+    assert predicate(), "condition not reached"
+    return max_rounds
+
+
+def all_in(m: Mirror, state: MirrorState) -> bool:
+    st = states_of(m)
+    return bool(st) and all(s is state for s in st.values())
