@@ -10,6 +10,8 @@ import uuid
 
 import msgspec
 
+from records.segments import ControlType  # the control record types, one definition for records and ports
+
 # Kafka's sentinels.
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
@@ -19,14 +21,6 @@ NO_SEQUENCE = -1
 NO_LEADER = -1
 # A RecordBatch v2 header is 61 bytes; batch sizes count it so byte budgets behave like Kafka's.
 RECORD_BATCH_OVERHEAD = 61
-
-
-class ControlType(enum.IntEnum):
-    """The control record type in a control batch's key (Kafka ControlRecordType, plus KIP-1279's)."""
-
-    ABORT = 0
-    COMMIT = 1
-    MIRROR_PID_RESET = 7
 
 
 class IsolationLevel(enum.IntEnum):

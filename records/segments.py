@@ -23,11 +23,13 @@ import os
 import struct
 import zlib
 from collections.abc import Iterable, Iterator
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import msgspec
 from crc32c import crc32c
 
+from records.codec import CodecError, MessageCodec
+from records.registry import default_schemas
 from records.varint import (
     VarintError,
     read_uvarint,
@@ -712,76 +714,31 @@ def parse_end_txn_marker(record: Record) -> EndTxnMarker:
     return EndTxnMarker(ControlType(ctype), epoch, version)
 
 
-class MirrorPidReset(msgspec.Struct, frozen=True):
-    """The value of a MIRROR_PID_RESET control record (MirrorPidResetRecord v0).
-
-    The schema is flexible from v0, so the value is: Version int16, SourceClusterId
-    as a compact string (uvarint length + 1, then UTF-8), then a tagged-field
-    section. Unknown tagged fields are kept as (tag, bytes) and written back.
-    """
-
-    source_cluster_id: str
-    version: int = MIRROR_PID_RESET_VERSION
-    unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
+def _pid_reset_codec() -> MessageCodec:
+    return default_schemas().codec("MirrorPidResetRecord")
 
 
-def encode_mirror_pid_reset(value: MirrorPidReset) -> bytes:
-    out = bytearray(_INT16.pack(value.version))
-    cid = value.source_cluster_id.encode()
-    write_uvarint(out, len(cid) + 1)
-    out += cid
-    write_uvarint(out, len(value.unknown_tagged_fields))
-    for tag, data in sorted(value.unknown_tagged_fields):
-        write_uvarint(out, tag)
-        write_uvarint(out, len(data))
-        out += data
-    return bytes(out)
+# The value of a MIRROR_PID_RESET control record: the generated MirrorPidResetRecord Struct
+# (Version int16, SourceClusterId compact string, tagged fields; flexible from v0).
+MirrorPidReset = _pid_reset_codec().cls
 
 
-def parse_mirror_pid_reset(record: Record) -> MirrorPidReset:
+def encode_mirror_pid_reset(value: msgspec.Struct) -> bytes:
+    return _pid_reset_codec().encode(value, MIRROR_PID_RESET_VERSION)
+
+
+def parse_mirror_pid_reset(record: Record) -> msgspec.Struct:
     ctype = control_type(record)
     if ctype != ControlType.MIRROR_PID_RESET:
         raise ControlRecordError("not a MIRROR_PID_RESET record", 0, f"control type is {ctype!r}")
     value = record.value
     if value is None:
         raise ControlRecordError("bad MIRROR_PID_RESET value", 0, "value is null")
-    return _decode_mirror_pid_reset(value)
-
-
-def _decode_mirror_pid_reset(value: bytes) -> MirrorPidReset:
-    if len(value) < 2:
-        raise ControlRecordError("bad MIRROR_PID_RESET value", 0, f"needs a 2-byte version, found {len(value)} bytes")
-    (version,) = _INT16.unpack_from(value)
     try:
-        size, pos = read_uvarint(value, 2)
-        if size == 0:
-            raise ControlRecordError("bad MIRROR_PID_RESET value", 2, "SourceClusterId is null")
-        size -= 1
-        if pos + size > len(value):
-            raise ControlRecordError(
-                "bad MIRROR_PID_RESET value", pos, f"SourceClusterId says {size} bytes, {len(value) - pos} remain"
-            )
-        try:
-            cid = value[pos : pos + size].decode()
-        except UnicodeDecodeError as e:
-            raise ControlRecordError("bad MIRROR_PID_RESET value", pos, f"SourceClusterId is not UTF-8 ({e.reason})") from None
-        pos += size
-        tag_count, pos = read_uvarint(value, pos)
-        tagged = []
-        for _ in range(tag_count):
-            tag, pos = read_uvarint(value, pos)
-            tsize, pos = read_uvarint(value, pos)
-            if pos + tsize > len(value):
-                raise ControlRecordError(
-                    "bad MIRROR_PID_RESET value", pos, f"tagged field {tag} says {tsize} bytes, {len(value) - pos} remain"
-                )
-            tagged.append((tag, value[pos : pos + tsize]))
-            pos += tsize
-    except VarintError as e:
-        raise ControlRecordError("bad MIRROR_PID_RESET value", e.position, str(e)) from None
-    if pos != len(value):
-        raise ControlRecordError("bad MIRROR_PID_RESET value", pos, f"{len(value) - pos} trailing bytes")
-    return MirrorPidReset(cid, version, tuple(tagged))
+        return _pid_reset_codec().decode(value, MIRROR_PID_RESET_VERSION)
+    except CodecError as e:
+        detail = f"field {e.field}: {e.detail}" if e.field else e.detail
+        raise ControlRecordError("bad MIRROR_PID_RESET value", e.position or 0, detail) from None
 
 
 def _control_batch(
@@ -812,7 +769,8 @@ def _control_batch(
     )
 
 
-def abort_marker_batch(
+def end_txn_marker_batch(
+    marker: ControlType,
     *,
     base_offset: int,
     producer_id: int,
@@ -821,9 +779,11 @@ def abort_marker_batch(
     timestamp: int,
     partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
 ) -> RecordBatch:
-    """A transactional control batch holding one ABORT marker for the producer."""
+    """A transactional control batch holding one ABORT or COMMIT marker for the producer."""
+    if marker not in (ControlType.ABORT, ControlType.COMMIT):
+        raise ValueError(f"an end-transaction marker is ABORT or COMMIT, not {marker!r}")
     return _control_batch(
-        ControlType.ABORT,
+        marker,
         encode_end_txn_marker(coordinator_epoch),
         base_offset=base_offset,
         timestamp=timestamp,
@@ -834,26 +794,14 @@ def abort_marker_batch(
     )
 
 
-def commit_marker_batch(
-    *,
-    base_offset: int,
-    producer_id: int,
-    producer_epoch: int,
-    coordinator_epoch: int,
-    timestamp: int,
-    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
-) -> RecordBatch:
-    """A transactional control batch holding one COMMIT marker for the producer."""
-    return _control_batch(
-        ControlType.COMMIT,
-        encode_end_txn_marker(coordinator_epoch),
-        base_offset=base_offset,
-        timestamp=timestamp,
-        partition_leader_epoch=partition_leader_epoch,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        transactional=True,
-    )
+def abort_marker_batch(**kwargs: Any) -> RecordBatch:
+    """A transactional control batch holding one ABORT marker (see ``end_txn_marker_batch``)."""
+    return end_txn_marker_batch(ControlType.ABORT, **kwargs)
+
+
+def commit_marker_batch(**kwargs: Any) -> RecordBatch:
+    """A transactional control batch holding one COMMIT marker (see ``end_txn_marker_batch``)."""
+    return end_txn_marker_batch(ControlType.COMMIT, **kwargs)
 
 
 def mirror_pid_reset_batch(
@@ -870,7 +818,7 @@ def mirror_pid_reset_batch(
     """
     return _control_batch(
         ControlType.MIRROR_PID_RESET,
-        encode_mirror_pid_reset(MirrorPidReset(source_cluster_id)),
+        encode_mirror_pid_reset(MirrorPidReset(source_cluster_id=source_cluster_id)),
         base_offset=base_offset,
         timestamp=timestamp,
         partition_leader_epoch=partition_leader_epoch,

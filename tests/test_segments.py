@@ -448,7 +448,7 @@ def test_mirror_pid_reset_batch() -> None:
     assert control_type(record) is ControlType.MIRROR_PID_RESET
     # Flexible v0: Version int16, compact string (length + 1), empty tagged-field section.
     assert record.value == b"\x00\x00" + bytes([len(cluster_id) + 1]) + cluster_id.encode() + b"\x00"
-    assert parse_mirror_pid_reset(record) == MirrorPidReset(cluster_id)
+    assert parse_mirror_pid_reset(record) == MirrorPidReset(source_cluster_id=cluster_id)
 
     segment = encode_segment([batch, abort_marker_batch(base_offset=501, producer_id=1, producer_epoch=0, coordinator_epoch=0, timestamp=124)])
     back = decode_segment(segment)
@@ -458,16 +458,16 @@ def test_mirror_pid_reset_batch() -> None:
 
 
 def test_mirror_pid_reset_value_keeps_unknown_tagged_fields() -> None:
-    value = MirrorPidReset("abc", 0, ((3, b"\x01\x02"),))
+    value = MirrorPidReset(version=0, source_cluster_id="abc", unknown_tagged_fields=((3, b"\x01\x02"),))
     raw = encode_mirror_pid_reset(value)
     assert raw == bytes.fromhex("0000" "04616263" "01" "03" "02" "0102")
     record = Record(0, 0, control_key(ControlType.MIRROR_PID_RESET), raw)
     assert parse_mirror_pid_reset(record) == value
-    with pytest.raises(ControlRecordError, match="1 trailing bytes"):
+    with pytest.raises(ControlRecordError, match="byte 11: 1 bytes of garbage after the MirrorPidResetRecord body"):
         parse_mirror_pid_reset(Record(0, 0, record.key, raw + b"\x00"))
-    with pytest.raises(ControlRecordError, match="SourceClusterId is null"):
+    with pytest.raises(ControlRecordError, match="at byte 2: field SourceClusterId: non-nullable field was null"):
         parse_mirror_pid_reset(Record(0, 0, record.key, b"\x00\x00\x00\x00"))
-    with pytest.raises(ControlRecordError, match="SourceClusterId says 9 bytes, 2 remain"):
+    with pytest.raises(ControlRecordError, match="at byte 2: field SourceClusterId: truncated: needs 9 more bytes, 2 remain"):
         parse_mirror_pid_reset(Record(0, 0, record.key, b"\x00\x00\x0a\x61\x62"))
 
 
