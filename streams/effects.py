@@ -209,8 +209,10 @@ class MirrorRunner:
         store: InMemoryStateStore | None = None,
         metadata: DesiredStateLog | None = None,
         jitter: Callable[[], float] | None = None,
+        settle_steps: int = _SETTLE_STEPS,
     ) -> None:
         self.mirror_name = mirror_name
+        self.settle_steps = settle_steps
         self.source = source
         self.dest = dest
         self.config = config or MirrorConfig()
@@ -233,12 +235,30 @@ class MirrorRunner:
         self._next_sync_ms = 0
         self._source_cluster_id: str | None = None
         self._dest_cluster_id: str | None = None
+        self._topic_settled: dict[uuid.UUID, int] = {}  # topic -> desired offset its topic level settled at
+        self._topics_checked_ms: dict[uuid.UUID, int] = {}
         # Rebuild from persisted state only: partitions known, fetchers for those that mirror.
         for key in self.store.keys(mirror_name):
-            self.partitions.setdefault(key.topic_id, set()).add(key.partition)
-            state = self.store.get(key)
-            if state is not None and state.state in (MirrorState.MIRRORING, MirrorState.EPOCH_FENCING):
-                self.executor.run_one(c.AddFetcher(key.topic_partition))
+            self.adopt(key)
+
+    # ------------------------------------------------------------------ ownership (the stream worker)
+
+    def adopt(self, key: MirrorPartitionKey) -> None:
+        """Take a persisted partition on (at start, or when its state partition is assigned)."""
+        self.partitions.setdefault(key.topic_id, set()).add(key.partition)
+        state = self.store.get(key)
+        if state is not None and state.state in (MirrorState.MIRRORING, MirrorState.EPOCH_FENCING):
+            self.executor.run_one(c.AddFetcher(key.topic_partition))
+
+    def release(self, key: MirrorPartitionKey) -> None:
+        """Forget a partition whose state moved to another worker (no port call, no write)."""
+        tp = key.topic_partition
+        parts = self.partitions.get(key.topic_id)
+        if parts is not None:
+            parts.discard(key.partition)
+        self.sessions[fetcher_of(tp, len(self.sessions))].discard(tp)
+        self.backoff_until.pop(tp, None)
+        self.progress.pop(tp, None)
 
     # ------------------------------------------------------------------ operator side
 
@@ -276,9 +296,53 @@ class MirrorRunner:
         for topic_id, (want, offset) in sorted(desired.items()):
             if want is DesiredState.STOP:
                 self._reconcile_topic(topic_id, want, offset)  # writable in the round it stopped
-        if now_ms >= self._next_sync_ms:
-            self._next_sync_ms = now_ms + self.config.metadata_refresh_interval_ms
-            self._sync()
+        self.sync_if_due(now_ms)
+
+    # ------------------------------------------------------------------ the round, in phases
+    #
+    # The stream worker runs a round in phases so that it can make each state write durable
+    # (the changelog acknowledged) before the next step's commands run: ``reconcile_topics``,
+    # ``step_partitions`` (``settle_steps`` steps each), ``fetch_round``, ``sync_if_due``.
+
+    def reconcile_topics(self, now_ms: int, desired: dict[uuid.UUID, tuple[DesiredState, int]] | None = None) -> None:
+        """The topic level, for topics whose desired state moved or that are not settled yet
+        (and every metadata refresh interval for the rest)."""
+        self.now_ms = now_ms
+        desired = self.metadata.latest(self.mirror_name) if desired is None else desired
+        self._cluster_ids()
+        for topic_id, (want, offset) in sorted(desired.items()):
+            due = now_ms - self._topics_checked_ms.get(topic_id, -(1 << 62)) >= self.config.metadata_refresh_interval_ms
+            if self._topic_settled.get(topic_id) == offset and not due:
+                continue
+            self._topics_checked_ms[topic_id] = now_ms
+            self._reconcile_topic(topic_id, want, offset)
+
+    def step_partitions(self, now_ms: int, keys: Iterable[MirrorPartitionKey],
+                        desired: dict[uuid.UUID, tuple[DesiredState, int]] | None = None) -> None:
+        """Drive ``keys`` (at most ``settle_steps`` steps each); keys of topics with no desired state are left be."""
+        self.now_ms = now_ms
+        desired = self.metadata.latest(self.mirror_name) if desired is None else desired
+        for key in keys:
+            got = desired.get(key.topic_id)
+            if got is None:
+                continue
+            self.partitions.setdefault(key.topic_id, set()).add(key.partition)
+            self._drive(key, got[0], got[1])
+            if got[0] is DesiredState.STOP and self.state(key.topic_partition).state is MirrorState.STOPPED:
+                self._topic_settled.pop(key.topic_id, None)  # the topic level makes it writable next
+
+    def fetch_round(self, now_ms: int, only: set[TopicPartition] | None = None,
+                    desired: dict[uuid.UUID, tuple[DesiredState, int]] | None = None) -> None:
+        self.now_ms = now_ms
+        self._fetch_round(self.metadata.latest(self.mirror_name) if desired is None else desired, only)
+
+    def sync_if_due(self, now_ms: int) -> bool:
+        self.now_ms = now_ms
+        if now_ms < self._next_sync_ms:
+            return False
+        self._next_sync_ms = now_ms + self.config.metadata_refresh_interval_ms
+        self._sync()
+        return True
 
     def _cluster_ids(self) -> None:
         for attr, port in (("_source_cluster_id", self.source), ("_dest_cluster_id", self.dest)):
@@ -315,6 +379,12 @@ class MirrorRunner:
                 self._persist(self.key(TopicPartition(topic_id, p)), stamp_applied(s, offset))
         if decision.ready:
             self.ready.add(topic_id)
+        if not decision.commands and (decision.ready or (
+                want is DesiredState.STOP and all(st.state in (MirrorState.STOPPED, MirrorState.UNKNOWN)
+                                                  for st in decision.states.values()))):
+            self._topic_settled[topic_id] = offset
+        else:
+            self._topic_settled.pop(topic_id, None)
 
     def _observe_topic(self, topic_id: uuid.UUID, want: DesiredState) -> TopicObservation | None:
         dest_topic = _describe_one(self.dest, topic_id)
@@ -343,7 +413,7 @@ class MirrorRunner:
 
     def _drive(self, key: MirrorPartitionKey, want: DesiredState, offset: int) -> None:
         tp = key.topic_partition
-        for _ in range(_SETTLE_STEPS):
+        for _ in range(self.settle_steps):
             state = self.store.get(key) or UNKNOWN_STATE
             try:
                 obs = self._observe(key, state, want)
@@ -447,9 +517,10 @@ class MirrorRunner:
 
     # ------------------------------------------------------------------ fetching
 
-    def _fetch_round(self, desired: dict[uuid.UUID, tuple[DesiredState, int]]) -> None:
+    def _fetch_round(self, desired: dict[uuid.UUID, tuple[DesiredState, int]],
+                     only: set[TopicPartition] | None = None) -> None:
         for i, members in enumerate(self.sessions):
-            eligible = [tp for tp in members if self.backoff_until.get(tp, -1) <= self.now_ms
+            eligible = [tp for tp in members if (only is None or tp in only) and self.backoff_until.get(tp, -1) <= self.now_ms
                         and self.state(tp).state is MirrorState.MIRRORING]
             remaining = self.config.fetch_response_max_bytes
             used = served = 0

@@ -1,0 +1,613 @@
+"""The coordinator's Faust app: a metadata agent, a partition agent and a tick timer.
+
+Topics (every name carries the destination cluster's prefix, see ``streams.config``):
+
+- the metadata log (one partition) is followed by the **metadata follower** (a Faust task):
+  ``MetadataLogLoader`` + ``Replayer``: the latest snapshot, then the tail, then the live log,
+  snapshotting every N records / T ms. Each published ``(delta, image)`` goes through
+  ``local_changes(delta, owns=...)`` and every changed mirror partition this worker owns becomes
+  one desired-state event on the desired-state topic, on its murmur2 partition.
+- the desired-state topic and the tick topic (both ``mirror.state.topic.num.partitions``
+  partitions, co-partitioned with the ``mirror_state`` table) feed one **partition agent**.
+- a **timer** sends one tick per owned table partition, straight to that partition; the agent
+  then steps every mirror partition of that table partition in one go.
+
+Per event of table partition ``p`` the agent (1) writes the state writes waiting for ``p`` into
+the table (RocksDB; changelog ``__mirror_state``) and waits for the changelog to acknowledge
+them, then (2) runs one workflow step for each mirror partition of ``p`` in a bounded thread
+pool (blocking port calls never run on the loop), one job per cluster mirror so a slow or dead
+source stalls only its own mirror's partitions, and goes back to (1), a few rounds at most. A
+step's commands therefore only run once the previous step's state is durable, which is what
+makes every workflow resumable after a SIGKILL. The steps reuse ``MirrorRunner``'s logic (the
+"load, decide, execute, persist" step) over ``WorkerStateStore``: reads see the table's states
+plus writes not yet persisted; writes are fenced (``check_write``) and queued per partition.
+
+FAILED retries, the topic level (create, read-only, writable after a stop), the fetch round and
+the metadata sync (epoch check, configs, groups, ACLs) all run off the same tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import struct
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from coordinator.changes import local_changes
+from coordinator.delta import ProblemKind, Replayer
+from coordinator.image import EMPTY_IMAGE, ClusterMirrorImage, MetadataImage
+from coordinator.partition_state import (
+    LastMirrorEpoch,
+    MirrorPartitionKey,
+    MirrorPartitionState,
+    check_write,
+    decode_state,
+    encode_state,
+)
+from coordinator.ports import PortError, SourceUnavailable
+from coordinator.states import DesiredState, MirrorState, is_legal_transition
+from coordinator.workflows.config import MirrorConfig
+from records.framing import ApiMessageAndVersion, MetadataRecordSerde
+from streams.config import WorkerConfig, dlq_topic_spec, ensure_topics, metadata_topic_spec
+from streams.effects import MirrorRunner
+from streams.metadata_log import DeadLetterQueue, MetadataLogLoader, MetadataLogReader, SnapshotPolicy, SnapshotStore
+from streams.mirror_state_store import (
+    EPOCH_HEADER,
+    OFFSET_HEADER,
+    RecordType,
+    decode_desired_state,
+    default_codec,
+    desired_state_topic_spec,
+    make_app,
+    make_desired_state_topic,
+    make_mirror_state_table,
+    mirror_state_topic_spec,
+    partition_for_key,
+)
+
+log = logging.getLogger(__name__)
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+_VALUE_PREFIX = _INT16.pack(0)
+Desired = dict[uuid.UUID, tuple[DesiredState, int]]
+PortFactory = Callable[[str, ClusterMirrorImage], tuple[Any, Any]]
+
+
+def tick_topic_name(config: WorkerConfig) -> str:
+    return config.desired_state_topic_name + ".ticks"
+
+
+def worker_topic_specs(config: WorkerConfig) -> list[Any]:
+    from aiokafka.admin import NewTopic
+
+    ticks = NewTopic(tick_topic_name(config), config.state_partitions, config.replication_factor,
+                     topic_configs={"retention.ms": "600000"})  # fmt: skip
+    return [metadata_topic_spec(config.metadata_topic_name, config.replication_factor),
+            dlq_topic_spec(config.metadata_topic_name, config.replication_factor),
+            mirror_state_topic_spec(config), desired_state_topic_spec(config), ticks]  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------ ports
+
+
+class ReconnectingClient:
+    """A model-server client with a per-call timeout that reconnects after a failed call.
+
+    A timed-out call leaves the connection out of step (its late reply would answer the next
+    request), so the connection is dropped; the next call opens a new one.
+    """
+
+    def __init__(self, port: int, cluster: str, timeout: float) -> None:
+        self.port, self.cluster, self.timeout = port, cluster, timeout
+        self._client: Any = None
+
+    def _get(self) -> Any:
+        if self._client is None:
+            from clustermodel.client import ClusterClient
+
+            self._client = ClusterClient(self.port, self.cluster, timeout=self.timeout)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            client = self._get()
+            try:
+                return getattr(client, name)(*args, **kwargs)
+            except SourceUnavailable:
+                self.close()
+                raise
+
+        return call
+
+
+class LockedPort:
+    """An in-process port (a ``ClusterModel``) shared by jobs on several threads."""
+
+    def __init__(self, port: Any, lock: threading.RLock) -> None:
+        self._port, self._lock = port, lock
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._port, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return attr(*args, **kwargs)
+
+        return call
+
+
+def model_cluster_of(bootstrap: str) -> str:
+    """``model://A`` -> ``A`` (a mirror's ``bootstrap.servers`` naming a model cluster)."""
+    if not bootstrap.startswith("model://"):
+        raise ValueError(f"bootstrap.servers {bootstrap!r} does not name a model cluster (model://NAME)")
+    return bootstrap.removeprefix("model://").strip("/")
+
+
+def model_server_ports(config: WorkerConfig, timeout: float = 5.0) -> PortFactory:
+    """Ports on the cluster-model server: ``cluster.model.port``; the destination cluster is
+    ``cluster.model.cluster`` (default: ``cluster.name``), the source is the mirror's
+    ``bootstrap.servers=model://NAME``. Each cluster mirror gets its own connections."""
+    port = int(config.extra.get("cluster.model.port", "0"))
+    if port <= 0:
+        raise ValueError("cluster.model.port is required for the model-server ports")
+    dest = config.extra.get("cluster.model.cluster", config.cluster_name)
+
+    def ports(mirror_name: str, mirror: ClusterMirrorImage) -> tuple[Any, Any]:
+        return (ReconnectingClient(port, model_cluster_of(mirror.source_bootstrap), timeout),
+                ReconnectingClient(port, dest, timeout))  # fmt: skip
+
+    return ports
+
+
+def in_process_ports(clusters: dict[str, Any], dest: str) -> PortFactory:
+    """Ports on in-process ``ClusterModel``s (unit tests); one lock per cluster."""
+    locks = {name: threading.RLock() for name in clusters}
+
+    def ports(mirror_name: str, mirror: ClusterMirrorImage) -> tuple[Any, Any]:
+        src = model_cluster_of(mirror.source_bootstrap)
+        return LockedPort(clusters[src], locks[src]), LockedPort(clusters[dest], locks[dest])
+
+    return ports
+
+
+# ------------------------------------------------------------------------------ state cache
+
+
+class WorkerStateStore:
+    """The states of the table partitions this worker owns, decoded, plus queued writes.
+
+    Implements the store ``MirrorRunner`` uses (``get``/``put``/``put_lme``/``keys``), for one
+    mirror (``view``) or all. ``put`` is fenced and refuses illegal transitions, like the
+    in-memory store; it queues the write under the key's table partition, and the partition
+    agent writes the queue into the table while processing an event of that partition.
+    """
+
+    def __init__(self, num_partitions: int) -> None:
+        self.num_partitions = num_partitions
+        self.lock = threading.RLock()
+        self.durable: dict[MirrorPartitionKey, MirrorPartitionState] = {}
+        self.pending: dict[int, dict[MirrorPartitionKey, MirrorPartitionState]] = defaultdict(dict)
+        self.pending_lme: dict[int, dict[MirrorPartitionKey, LastMirrorEpoch]] = defaultdict(dict)
+        self.owned: set[int] = set()
+        self._partition: dict[MirrorPartitionKey, int] = {}
+        self.transitions = 0
+        self.writes = 0
+
+    def partition_of(self, key: MirrorPartitionKey) -> int:
+        p = self._partition.get(key)
+        if p is None:
+            body = default_codec().key_body(key.mirror_name, key.topic_id, key.partition)
+            p = self._partition[key] = partition_for_key(b"\0\0" + body, self.num_partitions)
+        return p
+
+    def get(self, key: MirrorPartitionKey) -> MirrorPartitionState | None:
+        with self.lock:
+            p = self.partition_of(key)
+            got = self.pending.get(p, {}).get(key)
+            return got if got is not None else self.durable.get(key)
+
+    def put(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> None:
+        with self.lock:
+            stored = self.get(key)
+            check_write(key, stored, state)
+            before = stored.state if stored is not None else MirrorState.UNKNOWN
+            if not is_legal_transition(before, state.state):
+                raise AssertionError(f"{key}: illegal transition {before.name} -> {state.state.name}")
+            p = self.partition_of(key)
+            if p not in self.owned:
+                return  # its partition moved to another worker: the owner decides for it
+            self.pending[p][key] = state
+
+    def put_lme(self, record: LastMirrorEpoch) -> None:
+        with self.lock:
+            p = self.partition_of(record.key)
+            if p in self.owned:
+                self.pending_lme[p][record.key] = record
+
+    def keys(self, mirror_name: str) -> list[MirrorPartitionKey]:
+        with self.lock:
+            found = {k for k in self.durable if k.mirror_name == mirror_name}
+            for writes in self.pending.values():
+                found.update(k for k in writes if k.mirror_name == mirror_name)
+            return sorted(found)
+
+    def take(self, partition: int) -> tuple[dict[MirrorPartitionKey, MirrorPartitionState], dict[MirrorPartitionKey, LastMirrorEpoch]]:
+        with self.lock:
+            return self.pending.pop(partition, {}), self.pending_lme.pop(partition, {})
+
+    def has_pending(self, key: MirrorPartitionKey) -> bool:
+        with self.lock:
+            return key in self.pending.get(self.partition_of(key), {})
+
+    def drop_partition(self, partition: int) -> list[MirrorPartitionKey]:
+        with self.lock:
+            self.owned.discard(partition)
+            self.pending.pop(partition, None)
+            self.pending_lme.pop(partition, None)
+            gone = [k for k in self.durable if self.partition_of(k) == partition]
+            for k in gone:
+                del self.durable[k]
+            return gone
+
+
+# ---------------------------------------------------------------------------------- worker
+
+
+class _DesiredView:
+    """``MirrorRunner.metadata``: the desired state per topic of one mirror (newest wins:
+    the worker's own image, or a desired-state event that is ahead of it)."""
+
+    def __init__(self, worker: CoordinatorWorker, mirror_name: str) -> None:
+        self.worker, self.mirror_name = worker, mirror_name
+
+    def latest(self, mirror_name: str) -> Desired:
+        return self.worker.desired_for(mirror_name)
+
+
+class _Mirror:
+    def __init__(self, runner: MirrorRunner, ports: tuple[Any, Any]) -> None:
+        self.runner = runner
+        self.ports = ports
+        self.busy: concurrent.futures.Future[Any] | asyncio.Future[Any] | None = None
+
+
+class CoordinatorWorker:
+    """One destination cluster's stream worker (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        *,
+        ports: PortFactory | None = None,
+        tick_interval: float = 0.25,
+        max_rounds: int = 10,
+        step_timeout: float = 10.0,
+        threads: int = 4,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        **app_overrides: Any,
+    ) -> None:
+        self.config = config
+        self.ports = ports or model_server_ports(config)
+        self.tick_interval = tick_interval
+        self.max_rounds = max_rounds
+        self.step_timeout = step_timeout
+        self.clock_ms = clock_ms
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kip1279-ports")
+        self.app = make_app(config, **app_overrides)
+        self.table = make_mirror_state_table(self.app, config)
+        self.desired_topic = make_desired_state_topic(self.app, config)
+        self.tick_topic_name = tick_topic_name(config)
+        self.tick_topic = self.app.topic(self.tick_topic_name, key_type=bytes, value_type=bytes, key_serializer="raw",
+                                         value_serializer="raw", partitions=config.state_partitions)  # fmt: skip
+        channel = self.app.topic(config.desired_state_topic_name, self.tick_topic_name, key_type=bytes,
+                                 value_type=bytes, key_serializer="raw", value_serializer="raw",
+                                 partitions=config.state_partitions)  # fmt: skip
+        self.store = WorkerStateStore(config.state_partitions)
+        self.image: MetadataImage = EMPTY_IMAGE
+        self.event_desired: dict[tuple[str, uuid.UUID], tuple[DesiredState, int]] = {}
+        self.mirrors: dict[str, _Mirror] = {}
+        self.caught_up = asyncio.Event()
+        self.loader: MetadataLogLoader | None = None
+        self.replayer = Replayer()
+        self.poison_offsets: list[int] = []
+        self._keys_by_partition: dict[int, set[MirrorPartitionKey]] = defaultdict(set)
+        self._last_step: dict[int, float] = {}
+        self._serde = MetadataRecordSerde(default_codec().schemas)
+        self._record_cls = default_codec().schemas.struct("MirrorTopicStateChangeRecord")
+        self._record_key = default_codec().schemas.spec("MirrorTopicStateChangeRecord").api_key
+        self.agent = self.app.agent(channel, name=f"{config.faust_app_id}.mirror-partitions")(self._process)
+        self.app.timer(tick_interval, name=f"{config.faust_app_id}.ticks")(self._send_ticks)
+        self.app.task(self._follow_metadata)
+
+    # ---------------------------------------------------------------- the metadata follower
+
+    async def _follow_metadata(self) -> None:
+        c = self.config
+        topic = c.metadata_topic_name
+        await ensure_topics(c.bootstrap_servers, worker_topic_specs(c))
+        dlq = DeadLetterQueue(c.bootstrap_servers, topic, client_id="kip1279-worker-dlq")
+        reader = MetadataLogReader(c.bootstrap_servers, topic, dlq=dlq, client_id="kip1279-worker-metadata")
+        await dlq.start()
+        await reader.start()
+        self.loader = loader = MetadataLogLoader(
+            reader, SnapshotStore(c.snapshot_dir / "worker"), replay=self._replay,
+            to_records=lambda: self.image.to_records(), on_poison=self._on_poison,
+            policy=SnapshotPolicy(c.snapshot_max_records, c.snapshot_max_interval_ms),
+        )  # fmt: skip
+        try:
+            sid = await loader.load_snapshot()
+            if sid is not None:
+                log.info("loaded metadata snapshot %s; replaying from offset %d", sid.name, sid.end_offset)
+            await loader.catch_up()
+            await self._publish()
+            self.caught_up.set()
+            log.info("metadata log %s caught up at offset %d", topic, loader.next_offset)
+            async for entry in reader.read(loader.next_offset, follow=True):
+                loader.apply(entry)
+                await loader.maybe_snapshot()
+                if not self.replayer.in_transaction:
+                    await self._publish()
+        finally:
+            await reader.stop()
+            await dlq.stop()
+
+    def _replay(self, offset: int, epoch: int, record: ApiMessageAndVersion) -> None:
+        problem = self.replayer.replay(record, offset, epoch)
+        if problem is not None and problem.kind is not ProblemKind.STALE_OFFSET:
+            log.error("metadata record at offset %d not applied: %s", offset, problem.message)
+
+    def _on_poison(self, entry: Any) -> None:
+        self.poison_offsets.append(entry.offset)
+        self.replayer.report(entry.offset, entry.leader_epoch, ProblemKind.UNDECODABLE, entry.record.error)
+
+    def _owns(self, key: Any) -> bool:
+        return self.store.partition_of(MirrorPartitionKey(key.mirror_name, key.topic_id, key.partition)) in self.owned_partitions()
+
+    async def _publish(self) -> None:
+        delta, image = self.replayer.publish()
+        changes = local_changes(delta, image)
+        self.image = image
+        for kind in ("start", "stop", "pause", "resume", "added", "leader_changes"):
+            for k in getattr(changes, kind):
+                self._keys_by_partition[self.store.partition_of(MirrorPartitionKey(*k))].add(MirrorPartitionKey(*k))
+        owned = self.owned_partitions()
+        sent = 0
+        for kind in ("stop", "pause", "start", "resume", "added", "leader_changes"):
+            for k in getattr(changes, kind):
+                key = MirrorPartitionKey(k.mirror_name, k.topic_id, k.partition)
+                p = self.store.partition_of(key)
+                m = image.mirror_topic(k.topic_id)
+                if p not in owned or m is None:
+                    continue
+                record = self._record_cls(topic_id=k.topic_id, mirror_name=m.mirror_name, desired_state=int(m.desired_state))
+                headers = [(OFFSET_HEADER, _INT64.pack(max(m.last_change_offset, 0))),
+                           (EPOCH_HEADER, _INT32.pack(max(image.provenance.epoch, 0)))]  # fmt: skip
+                await self.desired_topic.send(key=default_codec().state_key(key.mirror_name, key.topic_id, key.partition), value=self._serde.encode(record, 0),
+                                              partition=p, headers=headers)  # fmt: skip
+                sent += 1
+        if sent:
+            log.info("metadata offset %d: %d desired-state event(s)", image.offset, sent)
+
+    def desired_for(self, mirror_name: str) -> Desired:
+        out: Desired = {}
+        mirrors = self.image.mirrors
+        for m in mirrors.topics.values():
+            if m.mirror_name == mirror_name:
+                out[m.topic_id] = (m.desired_state, max(m.last_change_offset, 0))
+        for (name, tid), (want, offset) in list(self.event_desired.items()):
+            if name == mirror_name and (tid not in out or out[tid][1] < offset):
+                out[tid] = (want, offset)
+        return out
+
+    # ------------------------------------------------------------------------- ticks
+
+    def owned_partitions(self) -> set[int]:
+        try:
+            assignment = self.app.consumer.assignment()
+        except Exception:  # noqa: BLE001 - no consumer yet
+            return set()
+        return {tp.partition for tp in assignment if tp.topic == self.tick_topic_name}
+
+    async def _send_ticks(self) -> None:
+        if not self.caught_up.is_set():
+            return
+        now = _INT64.pack(self.clock_ms())
+        for p in sorted(self.owned_partitions()):
+            await self.tick_topic.send(key=b"tick", value=now, partition=p)
+        if self.loader is not None:
+            try:
+                await self.loader.maybe_snapshot()
+            except Exception as e:  # noqa: BLE001 - a failed snapshot only lengthens the next replay
+                log.error("metadata snapshot failed: %s", e)
+
+    # ------------------------------------------------------------------ the partition agent
+
+    async def _process(self, stream: Any) -> None:
+        async for event in stream.events():
+            msg = event.message
+            p = msg.partition
+            if msg.topic != self.tick_topic_name:
+                try:
+                    change = decode_desired_state(msg.key, msg.value, msg.headers)
+                except Exception as e:  # noqa: BLE001 - a bad event is skipped, never a crash loop
+                    log.error("undecodable desired-state event at %s[%d]@%d: %s", msg.topic, p, msg.offset, e)
+                    continue
+                if change.mirror_name is not None:
+                    k = (change.mirror_name, change.topic_id)
+                    if k not in self.event_desired or self.event_desired[k][1] < change.metadata_offset:
+                        self.event_desired[k] = (DesiredState(change.desired_state), change.metadata_offset)
+                    self._keys_by_partition[p].add(MirrorPartitionKey(change.mirror_name, change.topic_id, change.partition))
+                if time.monotonic() - self._last_step.get(p, 0.0) < 0.05:
+                    continue  # a burst of events: the next tick (or event) steps the partition
+            if not self.caught_up.is_set():
+                continue
+            try:
+                await self.step_partition(p)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - one bad round must not stop the agent
+                log.exception("stepping table partition %d failed", p)
+
+    def _sync_ownership(self) -> None:
+        owned = self.owned_partitions()
+        gained, lost = owned - self.store.owned, self.store.owned - owned
+        for p in lost:
+            for key in self.store.drop_partition(p):
+                m = self.mirrors.get(key.mirror_name)
+                if m is not None:
+                    m.runner.release(key)
+        if not gained:
+            return
+        loaded: list[MirrorPartitionKey] = []
+        codec = default_codec()
+        with self.store.lock:
+            self.store.owned |= gained
+            for raw_key, raw_value in self.table.items():
+                p = partition_for_key(raw_key, self.config.state_partitions)
+                if p not in gained or raw_value is None:
+                    continue
+                rtype, k = codec.decode_key(raw_key)
+                if rtype != RecordType.MIRROR_PARTITION_STATE:
+                    continue
+                key = MirrorPartitionKey(k.mirror_name, k.topic_id, k.partition)  # type: ignore[attr-defined]
+                self.store.durable[key] = decode_state(raw_value[2:])
+                self._keys_by_partition[p].add(key)
+                loaded.append(key)
+        for key in loaded:
+            m = self.mirrors.get(key.mirror_name)
+            if m is not None:
+                m.runner.adopt(key)
+        log.info("table partitions %s assigned: %d mirror partition state(s) loaded", sorted(gained), len(loaded))
+
+    def keys_of(self, partition: int) -> list[MirrorPartitionKey]:
+        """Mirror partitions whose state lives in table partition ``partition``."""
+        return sorted(self._keys_by_partition.get(partition, ()))
+
+    async def _persist(self, partition: int) -> int:
+        """Writes the queued writes of ``partition`` into the table (inside an event of that
+        partition) and waits for the changelog. Returns how many were written."""
+        states, lmes = self.store.take(partition)
+        if not states and not lmes:
+            return 0
+        codec = default_codec()
+        written = 0
+        for key, state in sorted(states.items()):
+            stored = self.store.durable.get(key)
+            try:
+                check_write(key, stored, state)
+            except Exception as e:  # noqa: BLE001 - StateWriteFenced: another writer moved it on
+                log.warning("dropped a fenced write: %s", e)
+                continue
+            self.table[codec.state_key(key.mirror_name, key.topic_id, key.partition)] = _VALUE_PREFIX + encode_state(state)
+            if stored is None or stored.state != state.state:
+                self.store.transitions += 1
+            self.store.durable[key] = state
+            written += 1
+        for key, lme in lmes.items():
+            value = codec.lme_value(lme.last_mirror_epoch, lme.applied_offset)
+            self.table[codec.lme_key(key.mirror_name, key.topic_id, key.partition)] = codec.encode_value(value)
+        self.store.writes += written
+        await self.app.producer.flush()  # durable before the next step's commands run
+        return written + len(lmes)
+
+    async def _mirror(self, name: str) -> _Mirror | None:
+        m = self.mirrors.get(name)
+        if m is not None:
+            return m
+        image = self.image.mirrors.get(name)
+        if image is None:
+            return None
+        loop = asyncio.get_running_loop()
+
+        def build() -> _Mirror:
+            ports = self.ports(name, image)
+            runner = MirrorRunner(name, ports[0], ports[1], MirrorConfig.from_properties(dict(image.configs)),
+                                  store=self.store, metadata=_DesiredView(self, name), settle_steps=1)  # type: ignore[arg-type]
+            return _Mirror(runner, ports)
+
+        m = self.mirrors[name] = await loop.run_in_executor(self.pool, build)
+        return m
+
+    async def step_partition(self, partition: int) -> None:
+        """Steps every mirror partition of ``partition``; state writes are made durable between steps."""
+        self._last_step[partition] = time.monotonic()
+        self._sync_ownership()
+        if partition not in self.store.owned:
+            return
+        await self._persist(partition)
+        keys = self.keys_of(partition)
+        by_mirror: dict[str, list[MirrorPartitionKey]] = defaultdict(list)
+        for k in keys:
+            by_mirror[k.mirror_name].append(k)
+        for name in self.image.mirrors.mirrors:
+            by_mirror.setdefault(name, [])
+        loop = asyncio.get_running_loop()
+        for _ in range(self.max_rounds):
+            jobs = []
+            for name, mkeys in by_mirror.items():
+                m = await self._mirror(name)
+                if m is None or m.busy is not None:
+                    continue  # still busy with a slow port call: only this mirror's partitions wait
+                fut = loop.run_in_executor(self.pool, self._job, m, mkeys, self.clock_ms())
+                m.busy = fut
+                fut.add_done_callback(lambda f, m=m: self._job_done(m, f))
+                jobs.append(fut)
+            if not jobs:
+                break
+            await asyncio.wait(jobs, timeout=self.step_timeout)
+            if not await self._persist(partition):
+                break
+
+    def _job_done(self, m: _Mirror, fut: Any) -> None:
+        m.busy = None
+        if not fut.cancelled() and fut.exception() is not None:
+            log.error("mirror %s: step failed: %r", m.runner.mirror_name, fut.exception())
+
+    def _job(self, m: _Mirror, keys: list[MirrorPartitionKey], now_ms: int) -> None:
+        """On a pool thread: one step per partition, the topic level, the fetch round, the sync."""
+        r = m.runner
+        desired = self.desired_for(r.mirror_name)
+        try:
+            r.reconcile_topics(now_ms, desired)
+        except PortError as e:
+            r._note(f"topic level: {e}")
+        r.step_partitions(now_ms, keys, desired)
+        only = {k.topic_partition for k in keys if not self.store.has_pending(k)}
+        r.fetch_round(now_ms, only, desired)
+        r.sync_if_due(now_ms)
+
+    # ---------------------------------------------------------------------------- lifecycle
+
+    def describe(self) -> dict[str, Any]:
+        return {"transitions": self.store.transitions, "writes": self.store.writes,
+                "owned": sorted(self.store.owned), "poison_offsets": list(self.poison_offsets),
+                "metadata_offset": self.image.offset}  # fmt: skip
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for m in self.mirrors.values():
+            for port in m.ports:
+                close = getattr(port, "close", None)
+                if close is not None:
+                    try:
+                        close()
+                    except Exception:  # noqa: BLE001
+                        pass
+
