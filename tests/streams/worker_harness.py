@@ -1,0 +1,329 @@
+"""A rig of real processes for the worker robustness tests (crash, poison, rebalance).
+
+One cluster-model server (clusters A and B), and per destination cluster a controller and any
+number of ``kip1279-worker`` processes, all on the session's noida-db broker. It reuses the
+demo's process management (``streams.demo.Processes``: every child is stopped on close and dies
+with its parent), its CLI runner and its log helpers, and adds what the tests need: SIGKILL a
+worker, restart it on the same (or a wiped) data directory, read the ``__mirror_state``
+changelog history of every mirror partition and check it, and compare the two clusters' logs.
+
+The topic prefixes (``--cluster-name``) are unique per rig, so rigs share the broker; the model
+cluster is passed with ``--model-cluster``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from clustermodel.client import ClusterClient
+from clustermodel.workload import Workload
+from coordinator.partition_state import decode_state
+from coordinator.ports import PortError, TopicPartition
+from coordinator.states import MirrorState, is_legal_transition
+from streams.config import WorkerConfig
+from streams.demo import PY, Clock, DemoError, Processes, log_batches, run_cli, shape, wait_for
+from streams.mirror_state_store import RecordType, default_codec
+
+# Faust's defaults keep a SIGKILLed member's partitions for 60 s (its session timeout) before the
+# group rebalances them to the restarted worker; 6 s (the broker's minimum) keeps the tests short.
+FAUST_ENV = {"BROKER_SESSION_TIMEOUT": "6", "BROKER_HEARTBEAT_INTERVAL": "0.5", "BROKER_REBALANCE_TIMEOUT": "8"}
+PROPS = "bootstrap.servers=model://{src}\nmetadata.refresh.interval.ms=1000\n"
+
+
+class Rig:
+    def __init__(self, workdir: Path, bootstrap: str, topics: dict[str, int], *, state_partitions: int = 4,
+                 tick: float = 0.1, seed: int = 1) -> None:  # fmt: skip
+        self.workdir, self.bootstrap, self.topics = workdir, bootstrap, topics
+        self.state_partitions, self.tick, self.seed = state_partitions, tick, seed
+        self.procs = Processes(workdir)
+        self.loglevel = os.environ.get("KIP1279_TEST_LOGLEVEL", "warning")
+        self.tag = uuid.uuid4().hex[:6]
+        self.endpoints: dict[str, str] = {}
+        self.workers: dict[str, tuple[str, subprocess.Popen[str]]] = {}
+        self.clock: Clock | None = None
+        self.port = 0
+        self.clients: dict[str, ClusterClient] = {}
+        self.ids: dict[str, uuid.UUID] = {}
+        self.tps: list[TopicPartition] = []
+
+    # ------------------------------------------------------------------------- processes
+
+    def prefix(self, cluster: str) -> str:
+        return f"{cluster}{self.tag}"
+
+    def config(self, cluster: str) -> WorkerConfig:
+        return WorkerConfig(bootstrap_servers=self.bootstrap, cluster_name=self.prefix(cluster),
+                            state_partitions=self.state_partitions, data_dir=str(self.data_dir(cluster, "")))  # fmt: skip
+
+    def data_dir(self, cluster: str, worker: str) -> Path:
+        return self.workdir / f"data-{cluster}{worker}"
+
+    def common(self, cluster: str, data_dir: Path) -> list[str]:
+        return ["--bootstrap-server", self.bootstrap, "--cluster-name", self.prefix(cluster), "--data-dir", str(data_dir),
+                "--state-partitions", str(self.state_partitions), "--model-port", str(self.port),
+                "--model-cluster", cluster, "--loglevel", self.loglevel]  # fmt: skip
+
+    def start(self, clusters: Sequence[str] = ("A", "B")) -> Rig:
+        _, line = self.procs.spawn("model-server", [PY, "-m", "clustermodel.server", "--port", "0", "--cluster", "A",
+                                                    "--cluster", "B", "--seed", str(self.seed)], ready="PORT")  # fmt: skip
+        self.port = int(line.split()[1])
+        self.clients = {c: ClusterClient(self.port, c) for c in ("A", "B")}
+        self.ids = {name: self.clients["A"].add_topic(name, n).topic_id for name, n in self.topics.items()}
+        self.tps = [TopicPartition(self.ids[t], p) for t, n in self.topics.items() for p in range(n)]
+        for c in clusters:
+            _, line = self.procs.spawn(f"controller-{c}", [PY, "-m", "streams.worker", "--controller", "--listener",
+                                                           "127.0.0.1:0", "--super-users", "User:demo-admin",
+                                                           *self.common(c, self.data_dir(c, ""))], ready="LISTENING")  # fmt: skip
+            self.endpoints[c] = line.split()[1]
+        self.clock = Clock(self.port)
+        self.clock.start()
+        return self
+
+    def spawn_worker(self, cluster: str, name: str | None = None, data_dir: Path | None = None) -> str:
+        """Starts a worker of ``cluster`` (the ``worker-B`` of the demo by default)."""
+        name = name or f"worker-{cluster}"
+        data_dir = data_dir or self.data_dir(cluster, "")
+        argv = [PY, "-m", "streams.worker", "--tick-interval", str(self.tick), *self.common(cluster, data_dir)]
+        env = dict(FAUST_ENV, **json.loads(os.environ.get("KIP1279_TEST_FAUST_ENV", "{}")))
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)  # the child inherits them; Faust reads its settings from the environment
+        try:
+            proc, _ = self.procs.spawn(name, argv)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        self.workers[name] = (cluster, proc)
+        return name
+
+    def kill_worker(self, name: str, evict: bool = True) -> None:
+        """SIGKILL: no clean shutdown, nothing flushed that was not already acknowledged. With
+        ``evict`` (only when no other worker of the cluster runs), its group membership is expired
+        as Kafka would after the session timeout (see ``evict_dead_members``)."""
+        cluster, proc = self.workers.pop(name)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        self.procs.procs = [(n, p) for n, p in self.procs.procs if p is not proc]
+        if evict:
+            evict_dead_members(self.bootstrap, self.config(cluster).faust_app_id)
+
+    def stop_worker(self, name: str) -> None:
+        """SIGTERM (a clean stop, e.g. a scale-down)."""
+        _, proc = self.workers.pop(name)
+        self.procs.stop(name)
+        proc.wait(10)
+
+    def wipe(self, cluster: str, worker: str = "") -> None:
+        """Removes RocksDB and the metadata snapshots: state comes back from the changelog and the log."""
+        shutil.rmtree(self.data_dir(cluster, worker), ignore_errors=True)
+
+    def worker_alive(self, name: str) -> bool:
+        return name in self.workers and self.workers[name][1].poll() is None
+
+    def worker_log(self, name: str) -> str:
+        p = self.workdir / f"{name}.log"
+        return p.read_text(errors="replace") if p.exists() else ""
+
+    def close(self) -> None:
+        if self.clock is not None and self.clock.is_alive():
+            self.clock.stop()
+        for c in self.clients.values():
+            c.close()
+        self.procs.close()
+
+    # ------------------------------------------------------------------------- commands
+
+    def cli(self, cluster: str, *argv: str) -> str:
+        code, text = run_cli(self.endpoints[cluster], *argv)
+        if code != 0:
+            raise DemoError(f"kafka-cluster-mirrors {' '.join(argv)} on {cluster} failed ({code}): {text.strip()}")
+        return text
+
+    def create_mirror(self, cluster: str, mirror: str, src: str) -> None:
+        path = self.workdir / f"{mirror}.properties"
+        path.write_text(PROPS.format(src=src))
+        self.cli(cluster, "--create", "--mirror", mirror, "--mirror-config", str(path))
+
+    def start_topics(self, cluster: str, mirror: str, timeout: float = 30.0) -> None:
+        """``--start`` once the controller has registered the source's topics."""
+        deadline = time.monotonic() + timeout
+        while True:
+            code, text = run_cli(self.endpoints[cluster], "--start", "--mirror", mirror, "--topics", ",".join(self.topics))
+            if code == 0:
+                return
+            if time.monotonic() > deadline:
+                raise DemoError(f"could not start {mirror}: {text.strip()}")
+            time.sleep(0.3)
+
+    def stop_topics(self, cluster: str, mirror: str) -> None:
+        self.cli(cluster, "--stop", "--mirror", mirror, "--topics", ",".join(self.topics))
+
+    def produce(self, cluster: str, seconds: float, seed: int) -> None:
+        """Keyed records and transactions (committed, aborted, left open), then closes the open ones."""
+        assert self.clock is not None
+        with self.clock.lock:
+            self.clock.workload = Workload(self.clients[cluster], list(self.topics), seed=seed, records_per_s=300,
+                                           batch_size=5, transactional_ratio=0.3, abort_ratio=0.3,
+                                           leave_open_ratio=0.15)  # fmt: skip
+        time.sleep(seconds)
+        self.clock.quiet()
+        c = self.clients[cluster]
+        for txn in c.open_transactional_ids():
+            c.abort_transaction(txn)
+
+    def wait(self, what: str, predicate: Callable[[], bool], timeout: float = 60.0) -> None:
+        wait_for(what, predicate, timeout, self.clock)
+
+    # ------------------------------------------------------------------- verification
+
+    def read_only(self, cluster: str) -> dict[str, bool]:
+        names = {v: k for k, v in self.ids.items()}
+        return {names[t.topic_id]: t.read_only for t in self.clients[cluster].describe_topics(list(self.ids.values()))}
+
+    def history(self, cluster: str, timeout: float = 10.0) -> dict[tuple[str, uuid.UUID, int], list[Any]]:
+        """Every ``MirrorPartitionState`` write in the cluster's ``__mirror_state`` changelog, in order."""
+        return asyncio.run(read_history(self.bootstrap, self.config(cluster).mirror_state_topic_name, timeout))
+
+    def latest(self, cluster: str, mirror: str) -> dict[TopicPartition, MirrorState]:
+        out = {}
+        for (name, tid, p), states in self.history(cluster).items():
+            if name == mirror and states:
+                out[TopicPartition(tid, p)] = states[-1].state
+        return out
+
+    def all_in(self, cluster: str, mirror: str, state: MirrorState) -> bool:
+        got = self.latest(cluster, mirror)
+        return len(got) == len(self.tps) and all(s is state for s in got.values())
+
+    def caught_up(self, src: str, dst: str) -> bool:
+        s, d = self.clients[src], self.clients[dst]
+        try:
+            return all(d.list_offsets(tp).hw >= s.list_offsets(tp).lso for tp in self.tps)
+        except PortError:
+            return False
+
+    def in_sync(self, src: str, dst: str) -> bool:
+        s, d = self.clients[src], self.clients[dst]
+        try:
+            for tp in self.tps:
+                ls, ld = s.list_offsets(tp), d.list_offsets(tp)
+                if (ls.leo, ls.hw, ls.lso) != (ld.leo, ld.hw, ld.lso):
+                    return False
+        except PortError:
+            return False
+        return True
+
+    def log_problems(self, src: str, dst: str, *, offsets: bool = True) -> list[str]:
+        """The demo's verdict, per partition: same batches up to the source's HW, same LEO/HW/LSO
+        (``offsets``; not after a stop, which ends the destination's log with its own batch), no
+        transaction open on the destination, DLE >= SLE."""
+        s, d = self.clients[src], self.clients[dst]
+        problems = []
+        for tp in self.tps:
+            ls, ld = s.list_offsets(tp), d.list_offsets(tp)
+            if shape(log_batches(s, tp), ls.hw) != shape(log_batches(d, tp), ls.hw):
+                problems.append(f"{tp}: logs differ below {src}'s HW {ls.hw}")
+            if ld.hw < ls.hw:
+                problems.append(f"{tp}: {dst}'s HW {ld.hw} < {src}'s HW {ls.hw}")
+            for what, a, b in (("LEO", ls.leo, ld.leo), ("HW", ls.hw, ld.hw), ("LSO", ls.lso, ld.lso)):
+                if offsets and a != b:
+                    problems.append(f"{tp}: {dst}'s {what} {b} != {src}'s {a}")
+            if d.open_transactions(tp):
+                problems.append(f"{tp}: transaction(s) open on {dst}")
+            if ld.leader_epoch < ls.leader_epoch:
+                problems.append(f"{tp}: DLE {ld.leader_epoch} < SLE {ls.leader_epoch}")
+        return problems
+
+
+def history_problems(history: dict[tuple[str, uuid.UUID, int], list[Any]]) -> list[str]:
+    """Per mirror partition: state_epoch goes up by exactly 1 per write (nothing lost, nothing
+    applied twice) and every state change is a legal transition (the first from UNKNOWN)."""
+    problems = []
+    for key, states in history.items():
+        before, epoch = MirrorState.UNKNOWN, None
+        for i, st in enumerate(states):
+            if epoch is not None and st.state_epoch != epoch + 1:
+                problems.append(f"{key}: write {i}: state_epoch {st.state_epoch} after {epoch}")
+            if not is_legal_transition(before, st.state):
+                problems.append(f"{key}: write {i}: illegal transition {before.name} -> {st.state.name}")
+            before, epoch = st.state, st.state_epoch
+    return problems
+
+
+async def read_history(bootstrap: str, topic: str, timeout: float) -> dict[tuple[str, uuid.UUID, int], list[Any]]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition as KTP
+
+    codec = default_codec()
+    out: dict[tuple[str, uuid.UUID, int], list[Any]] = defaultdict(list)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
+                                client_id="kip1279-test-history")  # fmt: skip
+    await consumer.start()
+    try:
+        parts = consumer.partitions_for_topic(topic) or set()
+        tps = [KTP(topic, p) for p in sorted(parts)]
+        if not tps:
+            return out
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        records: dict[int, list[Any]] = defaultdict(list)
+        deadline = time.monotonic() + timeout
+        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+            if time.monotonic() > deadline:
+                raise DemoError(f"could not read {topic} to its end within {timeout}s")
+            got = await consumer.getmany(timeout_ms=500)
+            for tp, msgs in got.items():
+                records[tp.partition].extend(m for m in msgs if m.offset < ends[tp])
+        for p in sorted(records):
+            for m in records[p]:
+                if m.key is None or m.value is None:
+                    continue
+                rtype, k = codec.decode_key(m.key)
+                if rtype != RecordType.MIRROR_PARTITION_STATE:
+                    continue
+                out[(k.mirror_name, k.topic_id, k.partition)].append(decode_state(m.value[2:]))  # type: ignore[attr-defined]
+    finally:
+        await consumer.stop()
+    return out
+
+
+async def _evict_members(bootstrap: str, group: str) -> list[str]:
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.protocol.group import LeaveGroupRequest
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="kip1279-test-evict")
+    await admin.start()
+    try:
+        node = await admin.find_coordinator(group)
+        (resp,) = await admin.describe_consumer_groups([group], group_coordinator_id=node)
+        members = [m[0] for g in resp.groups for m in g[5]]
+        for member_id in members:
+            await admin._send_request_to_node(node, LeaveGroupRequest(group, member_id))
+        return members
+    finally:
+        await admin.close()
+
+
+def evict_dead_members(bootstrap: str, group: str) -> list[str]:
+    """Removes every member of ``group`` (call it only when all of them are dead).
+
+    Works around noida-db 0.2.3: it never expires the session of a SIGKILLed member, so the next
+    generation still names the dead member leader, the new member waits for a SyncGroup that never
+    comes and rejoins every session timeout, forever. Kafka expires the dead member itself after
+    ``session.timeout.ms``; the test does it for the broker with the member's LeaveGroup.
+    """
+    return asyncio.run(_evict_members(bootstrap, group))
