@@ -1,0 +1,377 @@
+"""Mass failover bench: N topics x P partitions mirrored A -> B on one worker, all stopped at once.
+
+    python -m bench.mass_failover [--topics 1000] [--partitions 50] [--setup-timeout S] [--failover-timeout S]
+
+Starts what ``streams.demo`` starts (noida-db broker, cluster-model server with A and B, the
+controller and the worker of B), creates ``--topics`` x ``--partitions`` topics on A (a few
+records in some partitions; the rest idle, the "link flap" case), creates mirror ``a-to-b`` on
+B, starts every topic and waits until every partition is MIRRORING -- none of that is timed.
+Then ONE CLI call (``kafka-cluster-mirrors --stop --mirror a-to-b --topics '.*' --wait S``)
+stops them all; the clock runs from that call until every partition is STOPPED. Progress
+(partitions STOPPED out of total) is printed while waiting.
+
+The LAST line is one JSON object: ``mass_failover_50k_seconds`` (the failover time, whatever the
+scale; ``null`` if it did not finish), ``transitions_per_s`` (partitions STOPPED per second),
+``worker_peak_rss_mb`` (VmHWM of the worker over the whole run), plus the scale, the setup
+time, the peak RSS during the failover alone, and on a timeout ``timed_out``, ``reason`` and the
+partial progress. Every wait is bounded, so the bench always ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from clustermodel.client import ClusterClient
+from coordinator.states import MirrorState
+from streams.admin_client import ClusterMirrorAdmin
+from streams.broker import LocalBroker
+from streams.demo import ADMIN, PY, Clock, Demo, DemoError, run_cli
+
+MIRROR = "a-to-b"
+PREFIX = "bench-"
+_PROGRESS = re.compile(r"^(\d+)/(\d+) partitions (\w+)")
+
+
+def _status_kb(pid: int, field: str) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _mb(kb: int | None) -> float | None:
+    return None if kb is None else round(kb / 1024, 1)
+
+
+def _reset_peak(pid: int) -> bool:
+    """Resets VmHWM to the current RSS (Linux: ``echo 5 > /proc/PID/clear_refs``)."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+async def _states(endpoint: str) -> dict[str, int]:
+    """Mirror partition states of ``a-to-b`` by name, from one describe."""
+    async with ClusterMirrorAdmin(endpoint, principal=ADMIN, client_id="mass-failover-bench") as admin:
+        reply = await admin.describe([MIRROR])
+    counts: dict[str, int] = {}
+    for m in reply.response.mirrors:  # type: ignore[attr-defined]
+        for t in m.topics:
+            for p in t.partitions:
+                name = MirrorState(p.state).name if p.state in MirrorState._value2member_map_ else str(p.state)
+                counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+async def _start(endpoint: str, names: list[str]) -> list[str]:
+    """Starts ``names``; returns those refused (not registered from the source yet, ...)."""
+    async with ClusterMirrorAdmin(endpoint, principal=ADMIN, client_id="mass-failover-bench") as admin:
+        reply = await admin.start(MIRROR, names)
+    r: Any = reply.response
+    if r.error_code:
+        return list(names)
+    accepted = {t.name for t in r.topics if not t.error_code}
+    return [n for n in names if n not in accepted]
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
+        self.args = args
+        self.workdir = workdir
+        self.demo = Demo(workdir, args.seed)
+        self.t0 = time.monotonic()
+        self.result: dict[str, Any] = {"topics": args.topics, "partitions_per_topic": args.partitions,
+                                       "total_partitions": args.topics * args.partitions,
+                                       "state_partitions": args.state_partitions, "no_offsets": args.no_offsets,
+                                       "metadata_refresh_ms": args.metadata_refresh_ms}  # fmt: skip
+
+    def say(self, text: str) -> None:
+        sys.stdout.write(f"[{time.monotonic() - self.t0:6.1f}s] {text}\n")
+        sys.stdout.flush()
+
+    def pid(self, name: str) -> int:
+        return next(p.pid for n, p in self.demo.procs.procs if n == name)
+
+    def states(self, timeout: float = 60.0) -> dict[str, int]:
+        return asyncio.run(asyncio.wait_for(_states(self.demo.endpoints["B"]), timeout))
+
+    # ------------------------------------------------------------------ setup (not timed)
+
+    def setup(self) -> None:
+        a_ = self.args
+        total = a_.topics * a_.partitions
+        deadline = time.monotonic() + a_.setup_timeout
+        self.result["stage"] = "setup"
+        d = self.demo
+        d.broker = LocalBroker(self.workdir / "broker").start()
+        self.say(f"noida-db broker on {d.broker.bootstrap}")
+        _, line = d.procs.spawn("model-server", [PY, "-m", "clustermodel.server", "--port", "0", "--cluster", "A",
+                                                 "--cluster", "B", "--seed", str(a_.seed)], ready="PORT")  # fmt: skip
+        port = int(line.split()[1])
+        self.say(f"cluster-model server (A, B) on 127.0.0.1:{port}")
+        a = ClusterClient(port, "A", timeout=120)
+        names = [f"{PREFIX}{i:05d}" for i in range(a_.topics)]
+        t = time.monotonic()
+        for i in range(0, len(names), 100):
+            for r in a.pipeline([("add_topic", (n, a_.partitions)) for n in names[i : i + 100]]):
+                if isinstance(r, BaseException):
+                    raise DemoError(f"add_topic failed: {r!r}")
+        # A few records in some partitions: partitions 0..2 of every 10th topic.
+        calls = [("produce", (n, p, [(f"k{j}".encode(), f"v{j}-{n}-{p}".encode()) for j in range(1 + p)]))
+                 for n in names[:: 10] for p in range(min(3, a_.partitions))]  # fmt: skip
+        for r in a.pipeline(calls):
+            if isinstance(r, BaseException):
+                raise DemoError(f"produce failed: {r!r}")
+        a.close()
+        self.result["records_partitions"] = len(calls)
+        self.say(f"{a_.topics} topics x {a_.partitions} partitions on A ({total} partitions, "
+                 f"{len(calls)} of them with records) in {time.monotonic() - t:.1f}s")  # fmt: skip
+        d.clock = Clock(port)
+        d.clock.start()
+        self.coordinator(port)
+        cfg = self.workdir / f"{MIRROR}.properties"
+        cfg.write_text(f"bootstrap.servers=model://A\nmetadata.refresh.interval.ms={self.args.metadata_refresh_ms}\n")
+        code, text = run_cli(d.endpoints["B"], "--create", "--mirror", MIRROR, "--mirror-config", str(cfg))
+        if code != 0:
+            raise DemoError(f"create mirror failed: {text.strip()}")
+        self.say(f"mirror {MIRROR} created on B; starting {a_.topics} topics")
+        todo = names
+        while todo:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"setup: {len(todo)} topic(s) still not started after {a_.setup_timeout:.0f}s")
+            todo = asyncio.run(asyncio.wait_for(_start(d.endpoints["B"], todo), 120))
+            if todo:
+                time.sleep(1.0)
+        self.say(f"all {a_.topics} topics started; waiting until {total} partitions are MIRRORING")
+        last, shown = "", 0.0
+        while True:
+            self._check_alive()
+            t = time.monotonic()
+            try:
+                counts = self.states(timeout=max(5.0, min(120.0, deadline - t)))
+            except TimeoutError:  # a describe of many partitions can be slow; the deadline still bounds setup
+                counts = {}
+            took = time.monotonic() - t
+            done = counts.get("MIRRORING", 0)
+            self.result["setup_progress"] = {"mirroring": done, "states": counts,
+                                             "elapsed_s": round(time.monotonic() - self.t0, 1)}  # fmt: skip
+            line = f"setup: {done}/{total} partitions MIRRORING ({_fmt(counts)})"
+            if line != last or time.monotonic() - shown > 15:
+                self.say(f"{line}; describe took {took:.1f}s")
+                last, shown = line, time.monotonic()
+            if done == total:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"setup did not finish within {a_.setup_timeout:.0f}s: {line}")
+            time.sleep(1.0)
+        self.result["setup_seconds"] = round(time.monotonic() - self.t0, 1)
+        w = self.pid("worker-B")
+        self.result["worker_rss_before_failover_mb"] = _mb(_status_kb(w, "VmRSS"))
+        self.result["worker_peak_rss_setup_mb"] = _mb(_status_kb(w, "VmHWM"))
+
+    def coordinator(self, port: int) -> None:
+        """B's controller and worker, as ``Demo.coordinator`` starts them, with the bench's knobs."""
+        d, a_ = self.demo, self.args
+        common = ["--bootstrap-server", d.broker.bootstrap, "--cluster-name", "B",  # type: ignore[union-attr]
+                  "--data-dir", str(self.workdir / "data-B"), "--state-partitions", str(a_.state_partitions),
+                  "--model-port", str(port), "--loglevel", "warning"]  # fmt: skip
+        extra = ["--no-offsets"] if a_.no_offsets else []
+        _, line = d.procs.spawn("controller-B", [PY, "-m", "streams.worker", "--controller", "--listener", "127.0.0.1:0",
+                                                 "--super-users", ADMIN, *extra, *common], ready="LISTENING")  # fmt: skip
+        d.endpoints["B"] = line.split()[1]
+        d.procs.spawn("worker-B", [PY, "-m", "streams.worker", "--tick-interval", str(a_.tick_interval), *common])
+        self.say(f"coordinator of B: controller on {d.endpoints['B']}{' (--no-offsets)' if a_.no_offsets else ''}, "
+                 f"worker started ({a_.state_partitions} state partitions, tick {a_.tick_interval}s)")  # fmt: skip
+
+    def _check_alive(self) -> None:
+        for name, proc in self.demo.procs.procs:
+            if proc.poll() is not None:
+                raise DemoError(f"{name} exited with {proc.returncode}; see {self.workdir / (name + '.log')}")
+        if self.demo.clock is not None and self.demo.clock.error is not None:
+            raise DemoError(f"model clock failed: {self.demo.clock.error!r}")
+
+    # ------------------------------------------------------------------ the failover (timed)
+
+    def failover(self) -> None:
+        a_ = self.args
+        total = a_.topics * a_.partitions
+        self.result["stage"] = "failover"
+        worker = self.pid("worker-B")
+        self.result["peak_reset"] = _reset_peak(worker)
+        progress: dict[str, Any] = {"done": 0, "total": total, "at": 0.0}
+        printed = [0.0]
+        t0 = time.monotonic()
+
+        class Err(io.TextIOBase):
+            def write(self_, s: str) -> int:  # noqa: N805
+                for ln in s.splitlines():
+                    m = _PROGRESS.match(ln)
+                    now = time.monotonic() - t0
+                    if m:
+                        progress.update(done=int(m.group(1)), total=int(m.group(2)), at=now)
+                        if now - printed[0] < 1.0 and int(m.group(1)) != int(m.group(2)):
+                            continue  # at most one progress line a second
+                        printed[0] = now
+                    self.say(f"  +{now:6.1f}s  {ln}")
+                return len(s)
+
+        out, err = io.StringIO(), Err()
+        box: dict[str, Any] = {}
+
+        def call() -> None:
+            os.environ["KIP1279_PRINCIPAL"] = ADMIN
+            from streams import cli
+
+            try:
+                box["code"] = cli.main(["--bootstrap-server", self.demo.endpoints["B"], "--stop", "--mirror", MIRROR,
+                                        "--topics", ".*", "--wait", str(a_.failover_timeout)], out=out, err=err)  # type: ignore[arg-type]  # fmt: skip
+            except BaseException as e:  # noqa: BLE001 - reported below
+                box["error"] = e
+            box["end"] = time.monotonic()
+
+        spies = self._profile(worker)
+        self.say(f"FAILOVER: kafka-cluster-mirrors --stop --mirror {MIRROR} --topics '.*' --wait {a_.failover_timeout:.0f}")
+        th = threading.Thread(target=call, daemon=True, name="cli-stop")
+        th.start()
+        th.join(a_.failover_timeout + 30)  # the CLI bounds its own wait; this bounds a hung admin call
+        elapsed = box.get("end", time.monotonic()) - t0
+        for sp in spies:
+            try:
+                sp.wait(max(1.0, a_.profile + 10 - (time.monotonic() - t0)))
+            except subprocess.TimeoutExpired:
+                sp.kill()
+        accepted = sum(1 for ln in out.getvalue().splitlines() if ln.endswith(": stopped"))
+        self.result["topics_accepted_by_stop"] = accepted
+        self.result["worker_peak_rss_failover_mb"] = _mb(_status_kb(worker, "VmHWM")) if self.result["peak_reset"] else None
+        done = progress["done"]
+        if box.get("code") == 0 and done == total:
+            self.result["mass_failover_50k_seconds"] = round(elapsed, 2)
+            self.result["transitions_per_s"] = round(total / elapsed, 1)
+            self.result["stage"] = "done"
+            self.say(f"all {total} partitions STOPPED {elapsed:.2f}s after the stop call "
+                     f"({total / elapsed:.0f} transitions/s)")  # fmt: skip
+            return
+        # Partial: how far it got, and the rate so far.
+        try:
+            counts = self.states()
+            done = counts.get("STOPPED", 0)
+            self.result["final_states"] = counts
+        except Exception as e:  # noqa: BLE001
+            self.result["final_states"] = f"describe failed: {e!r}"
+        elapsed = time.monotonic() - t0
+        self.result.update(mass_failover_50k_seconds=None, timed_out=True, stopped_partitions=done,
+                           transitions_per_s=round(done / elapsed, 1) if elapsed > 0 else None,
+                           partial_elapsed_seconds=round(elapsed, 1))  # fmt: skip
+        reason = box.get("error") or (f"CLI exit {box['code']}" if "code" in box else "CLI call did not return")
+        tail = out.getvalue().strip().splitlines()[-3:]
+        self.result["reason"] = (f"not all partitions STOPPED within {a_.failover_timeout:.0f}s "
+                                 f"({done}/{total}); {reason}" + (f"; {' | '.join(tail)}" if tail else ""))  # fmt: skip
+        self.say(f"TIMED OUT: {self.result['reason']}")
+
+    def _profile(self, worker: int) -> list[subprocess.Popen[bytes]]:
+        """``--profile S``: py-spy records the worker and the model server for the failover's first S seconds."""
+        if not self.args.profile:
+            return []
+        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        out = []
+        for name, pid in (("worker", worker), ("model-server", self.pid("model-server"))):
+            path = self.workdir / f"profile-{name}.txt"  # collapsed stacks (flamegraph.pl / speedscope input)
+            out.append(subprocess.Popen([spy, "record", "-d", str(int(self.args.profile)), "-r", "50", "-f", "raw",
+                                         "-o", str(path), "--pid", str(pid)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
+            self.result.setdefault("profiles", []).append(str(path))
+        return out
+
+    def finish(self) -> None:
+        with_pid = {n: p.pid for n, p in self.demo.procs.procs}
+        if "worker-B" in with_pid:
+            self.result["worker_peak_rss_mb"] = _mb(_status_kb(with_pid["worker-B"], "VmHWM"))
+            if self.result.get("peak_reset"):  # VmHWM was reset before the failover: the overall peak
+                self.result["worker_peak_rss_mb"] = max(x for x in (self.result["worker_peak_rss_mb"],
+                                                        self.result.get("worker_peak_rss_setup_mb")) if x is not None)  # fmt: skip
+        for n in ("model-server", "controller-B"):
+            if n in with_pid:
+                self.result[f"{n.replace('-', '_')}_peak_rss_mb"] = _mb(_status_kb(with_pid[n], "VmHWM"))
+
+
+def _fmt(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no partitions yet"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.mass_failover", description=__doc__.splitlines()[0])
+    p.add_argument("--topics", type=int, default=1000)
+    p.add_argument("--partitions", type=int, default=50, help="partitions per topic")
+    p.add_argument("--setup-timeout", type=float, default=900.0, help="seconds for setup (not timed)")
+    p.add_argument("--failover-timeout", type=float, default=300.0, help="seconds to wait for all STOPPED")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--state-partitions", type=int, default=8, help="mirror.state.topic.num.partitions (demo: 8)")
+    p.add_argument("--tick-interval", type=float, default=0.2, help="worker tick interval (demo: 0.2)")
+    p.add_argument("--metadata-refresh-ms", type=int, default=1000,
+                   help="the mirror's metadata.refresh.interval.ms (demo: 1000; coordinator default: 30000)")
+    p.add_argument("--no-offsets", action="store_true",
+                   help="controller describe without source HW / dest LEO (2 model calls per partition less)")
+    p.add_argument("--workdir", help="keep everything here (default: a temporary directory)")
+    p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
+    p.add_argument("--profile", type=float, default=0.0, metavar="SECONDS",
+                   help="py-spy record the worker and the model server for the failover's first SECONDS (collapsed stacks in the workdir)")
+    p.add_argument("--hold", type=float, default=0.0, help="seconds to keep the processes up before the stop (profiling)")
+    args = p.parse_args(argv)
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="kip1279-massfail-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    bench = Bench(args, workdir)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    code = 1
+    try:
+        bench.setup()
+        bench.say(f"setup done in {bench.result['setup_seconds']}s (not counted); worker pid {bench.pid('worker-B')}, "
+                  f"model server pid {bench.pid('model-server')}")  # fmt: skip
+        if args.hold:
+            time.sleep(args.hold)
+        bench.failover()
+        code = 0 if bench.result.get("stage") == "done" else 1
+    except KeyboardInterrupt:
+        bench.result.update(timed_out=False, reason="interrupted")
+        code = 130
+    except Exception as e:  # noqa: BLE001 - any failure: the reason in the JSON, non-zero exit
+        bench.result.setdefault("mass_failover_50k_seconds", None)
+        bench.result.update(timed_out=isinstance(e, TimeoutError), reason=f"{type(e).__name__}: {e}")
+        bench.say(f"FAILED in {bench.result.get('stage')}: {type(e).__name__}: {e} (logs in {workdir})")
+        args.keep = True
+    finally:
+        try:
+            bench.finish()
+        finally:
+            bench.demo.close()
+            if not args.workdir and not args.keep:
+                shutil.rmtree(workdir, ignore_errors=True)
+    r = bench.result
+    for k in ("mass_failover_50k_seconds", "transitions_per_s", "worker_peak_rss_mb"):
+        r.setdefault(k, None)
+    r["workdir"] = str(workdir) if (args.workdir or args.keep) else None
+    sys.stdout.write(json.dumps(r, sort_keys=False) + "\n")
+    sys.stdout.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
