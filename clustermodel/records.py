@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
-from coordinator.ports import AbortedTransaction, Batch, ControlType
+from coordinator.ports import AbortedTransaction, Batch, ClusterPort, ControlType, IsolationLevel, TopicPartition
 
 Record = tuple[int, bytes | None, bytes | None]
 
@@ -116,3 +116,25 @@ def filter_aborted(batches: Sequence[Batch], aborted: Sequence[AbortedTransactio
             continue
         out.append(batch)
     return out
+
+
+def read_committed_values(port: ClusterPort, tp: TopicPartition) -> list[bytes | None]:
+    """What a read_committed consumer reads of a partition, from the log start to the LSO.
+
+    Works on any port (the in-process model or a server client): fetches READ_COMMITTED and drops
+    the aborted transactions the fetch reports, as a Kafka consumer does.
+    """
+    offset = port.list_offsets(tp).log_start
+    got: list[Batch] = []
+    aborted: list[AbortedTransaction] = []
+    while True:
+        r = port.fetch(tp, offset, 1 << 20, IsolationLevel.READ_COMMITTED)
+        if not r.batches:
+            break
+        got.extend(r.batches)
+        aborted.extend(r.aborted_transactions)
+        offset = r.batches[-1].next_offset
+    values: list[bytes | None] = []
+    for b in filter_aborted(got, sorted(set(aborted), key=lambda a: a.first_offset)):
+        values.extend(batch_values(b))
+    return values

@@ -34,7 +34,6 @@ import msgspec
 from coordinator.image import (
     AclOperation,
     AclPermissionType,
-    AclResourceType,
     AclsImage,
     ConfigResourceType,
     MetadataImage,
@@ -63,7 +62,13 @@ TopicRef = str | uuid.UUID  # a topic name, or a topic ID
 BOOTSTRAP_CONFIG = "bootstrap.servers"
 SOURCE_CLUSTER_ID_CONFIG = "mirror.source.cluster.id"
 REDACTED = "[hidden]"  # what Kafka prints for a Password value
-_SENSITIVE = re.compile(r"password|secret|jaas|credential|token|basic\.auth\.user\.info|\.key$|private", re.I)
+# Config names whose values are credentials: the one definition the CLI, logs and the audit
+# export share (RE2-compatible, so Arrow can apply it column-wise too).
+SENSITIVE_CONFIG_NAME = (
+    r"(?i)(jaas|passw(or)?d|secret|credential|token|private[._-]?key|api[._-]?key|"
+    r"basic\.auth\.user\.info|\.key$|sasl\.client\.callback)"
+)
+_SENSITIVE = re.compile(SENSITIVE_CONFIG_NAME)
 
 
 def is_sensitive(key: str) -> bool:

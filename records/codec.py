@@ -250,7 +250,7 @@ class _VersionCodegen:
         w(f"if pos + {n} > end: raise _Truncated({n}, end - pos)")
 
     def read_uvarint(self, w: _Writer, var: str) -> None:
-        w(f"if pos >= end: raise _Truncated(1, 0)")
+        w("if pos >= end: raise _Truncated(1, 0)")
         w(f"{var} = buf[pos]")
         w(f"if {var} < 128: pos += 1")
         w(f"else: {var}, pos = _read_uvarint(buf, pos)")
@@ -258,7 +258,7 @@ class _VersionCodegen:
     def read_length(self, w: _Writer, var: str, width: str) -> None:
         """A length or count: compact (uvarint N+1) in flexible versions, else fixed width."""
         if self.flexible:
-            w(f"if pos >= end: raise _Truncated(1, 0)")
+            w("if pos >= end: raise _Truncated(1, 0)")
             w(f"{var} = buf[pos] - 1")
             w(f"if {var} < 127: pos += 1")  # a one-byte uvarint
             w(f"else: {var}, pos = _read_uvarint(buf, pos); {var} -= 1")
@@ -322,7 +322,7 @@ class _VersionCodegen:
         w.depth += 1
         w(f"for _ in range({count}):")
         with w.indent():
-            w(f"_p = pos")
+            w("_p = pos")
             self.read_uvarint(w, tag)
             self.read_uvarint(w, size)
             self.check(w, size)
@@ -338,7 +338,7 @@ class _VersionCodegen:
                     w(f"if pos != end: raise _Invalid('tagged field size ' + str({size}) + ' does not match its value')")
                     w(f"end = {saved}")
             if first:
-                w(f"if True:")
+                w("if True:")
             else:
                 w("else:")
             with w.indent():
@@ -355,7 +355,7 @@ class _VersionCodegen:
             self.read_length(w, n, "int32")
             w(f"if {n} < 0:")
             with w.indent():
-                w(f"{var} = None" if nullable else f"raise _Invalid('non-nullable array was null')")
+                w(f"{var} = None" if nullable else "raise _Invalid('non-nullable array was null')")
             w("else:")
             with w.indent():
                 too_many = f"raise _Invalid('array of ' + str({n}) + ' elements, but only ' + str(end - pos) + ' bytes remain')"
@@ -396,7 +396,7 @@ class _VersionCodegen:
         if t.is_struct:
             if nullable_elem:
                 self.check(w, "1")
-                w(f"if buf[pos] >= 128:")  # Kafka reads any negative presence byte as null
+                w("if buf[pos] >= 128:")  # Kafka reads any negative presence byte as null
                 with w.indent():
                     w(f"{var} = None; pos += 1")
                 w("else:")

@@ -32,10 +32,8 @@ from records.codec import CodecError, MessageCodec
 from records.registry import default_schemas
 from records.varint import (
     VarintError,
-    read_uvarint,
     read_varint,
     read_varlong,
-    write_uvarint,
     write_varint,
     write_varlong,
 )

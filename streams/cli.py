@@ -237,6 +237,12 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["audit"]:
+        # `kafka-cluster-mirrors audit [QUERY ...] --snapshots DIR`: the Spark audit queries.
+        from audit.cli import main as audit_main
+
+        return audit_main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, stream=err)
     try:

@@ -1,6 +1,6 @@
 """The main job: failover and failback between two model clusters, end to end, on loopback.
 
-    python -m streams.demo [--workdir DIR] [--seed N] [--keep]
+    python -m streams.demo [--workdir DIR] [--seed N] [--keep] [--no-audit]
 
 Starts the noida-db broker, the cluster-model server (clusters A and B), and one coordinator
 per destination cluster (SPEC, "One coordinator per destination cluster"): a controller and a
@@ -9,15 +9,20 @@ a separate process with its own topic prefix. Then: live producers on A (keyed r
 transactions committed, aborted and left open) -> ``a-to-b`` catches up -> failover
 (``--stop``) -> producers on B -> failback (``b-to-a``) -> B's open transactions timed out
 (aborted, as Kafka's transaction coordinator does after transaction.timeout.ms) -> A catches up
--> describe and a verdict computed from the two clusters' logs. Every process is stopped on exit, on failure and on Ctrl-C.
-Exit 0 on success, 1 with the reason otherwise.
+-> describe and a verdict computed from the two clusters' logs -> an audit snapshot of both mirrors
+(describe, the clusters' offsets and leader epochs, the ``__mirror_state`` changelog history)
+exported to Parquet under ``<workdir>/audit`` and the audit verdict on it (Spark; skip it with
+``--no-audit``). Every process is stopped on exit, on failure and on Ctrl-C.
+Exit 0 on success, 1 with the reason otherwise (also when the audit fails).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import io
+import json
 import os
 import shutil
 import signal
@@ -26,16 +31,18 @@ import sys
 import tempfile
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from clustermodel import batch_values, filter_aborted
+from clustermodel.records import read_committed_values
 from clustermodel.client import ClusterClient
 from clustermodel.workload import Workload
 from coordinator.ports import IsolationLevel, PortError, TopicPartition
 from streams import cli
 from streams.broker import LocalBroker
+from streams.config import WorkerConfig, load_properties
 
 TOPICS = {"orders": 3, "payments": 2, "audit": 1}
 PY = sys.executable
@@ -180,25 +187,38 @@ def shape(batches: Sequence[Any], upto: int) -> list[tuple[Any, ...]]:
              b.control_type, b.payload) for b in batches if b.last_offset < upto]  # fmt: skip
 
 
-def committed(client: ClusterClient, tp: TopicPartition) -> list[bytes | None]:
-    off = client.list_offsets(tp)
-    offset, got, aborted = off.log_start, [], []
-    while True:
-        r = client.fetch(tp, offset, 1 << 20, IsolationLevel.READ_COMMITTED)
-        if not r.batches:
-            break
-        got.extend(r.batches)
-        aborted.extend(r.aborted_transactions)
-        offset = r.batches[-1].next_offset
-    values: list[bytes | None] = []
-    for b in filter_aborted(got, sorted(set(aborted), key=lambda a: a.first_offset)):
-        values.extend(batch_values(b))
-    return values
+async def read_changelog(bootstrap: str, topic: str, timeout: float = 15.0) -> list[tuple[Any, Any]]:
+    """Every record of ``topic`` (a ``__mirror_state`` changelog) up to its current end, decoded:
+    (record type, key, value or None), partition by partition, in offset order."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition as KTP
+
+    from streams.mirror_state_store import decode_changelog_record
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
+                                client_id="kip1279-demo-audit")  # fmt: skip
+    await consumer.start()
+    try:
+        tps = [KTP(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or set())]
+        if not tps:
+            raise DemoError(f"changelog topic {topic} not found")
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        records: dict[int, list[Any]] = defaultdict(list)
+        deadline = time.monotonic() + timeout
+        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+            if time.monotonic() > deadline:
+                raise DemoError(f"could not read {topic} to its end within {timeout:.0f}s")
+            for tp, msgs in (await consumer.getmany(timeout_ms=500)).items():
+                records[tp.partition].extend(m for m in msgs if m.offset < ends[tp])
+        return [decode_changelog_record(m.key, m.value) for p in sorted(records) for m in records[p] if m.key is not None]
+    finally:
+        await consumer.stop()
 
 
 class Demo:
-    def __init__(self, workdir: Path, seed: int, out: Any = sys.stdout) -> None:
-        self.workdir, self.seed, self.out = workdir, seed, out
+    def __init__(self, workdir: Path, seed: int, out: Any = sys.stdout, audit: bool = True) -> None:
+        self.workdir, self.seed, self.out, self.audit_enabled = workdir, seed, out, audit
         self.procs = Processes(workdir)
         self.broker: LocalBroker | None = None
         self.clock: Clock | None = None
@@ -322,7 +342,123 @@ class Demo:
         self.say("describe on B (a-to-b) and on A (b-to-a):")
         self.cli("B", "--describe", "--mirror", "a-to-b")
         self.cli("A", "--describe", "--mirror", "b-to-a")
-        return self.verdict(a, b, tps, a_before, b_at_stop)
+        code = self.verdict(a, b, tps, a_before, b_at_stop)
+        if self.audit_enabled:
+            mirrors = {"a-to-b": ("A", "B", cfg_ab), "b-to-a": ("B", "A", cfg_ba)}
+            code = max(code, self.audit({"A": a, "B": b}, tps, mirrors))
+        return code
+
+    def snapshot(self, clients: dict[str, ClusterClient], tps: list[TopicPartition],
+                 mirrors: dict[str, tuple[str, str, Path]]) -> Any:  # fmt: skip
+        """The audit snapshot of both mirrors, from what the coordinators and clusters report now.
+
+        Per mirror partition: state, retries, error, source HW, destination LEO and lag from the
+        destination coordinator's describe; log start, LSO, HW and leader epochs from the model
+        clusters; previous state, entry time and LME from the ``__mirror_state`` changelog, whose
+        history of state writes gives the transitions (stamped with the applied metadata offset).
+        The snapshot's metadata offset is the highest of the two coordinators' (each cluster has
+        its own metadata log; every transition's offset is at or below its own log's offset).
+        """
+        from audit.model import UNDEFINED, AuditSnapshot, PartitionRow, TransitionRow
+        from coordinator.partition_state import MirrorPartitionState
+        from coordinator.states import MirrorState
+        from streams.mirror_state_store import RecordType
+
+        assert self.broker is not None
+        names = {str(t.topic_id): t.name for t in clients["A"].describe_topics()}
+        partitions: list[Any] = []
+        transitions: list[Any] = []
+        offsets: list[int] = []
+        for mirror, (src_name, dst_name, cfg) in mirrors.items():
+            src, dst = clients[src_name], clients[dst_name]
+            code, text = run_cli(self.endpoints[dst_name], "--describe", "--mirror", mirror, "--json")
+            if code != 0:
+                raise DemoError(f"describe {mirror} for the audit failed ({code}): {text.strip()}")
+            described = json.loads(text)
+            offsets.append(int(described["metadata_offset"]))
+            rows = {(r["topic"], r["partition"]): r for r in described["partitions"]}
+
+            topic = WorkerConfig(bootstrap_servers=self.broker.bootstrap, cluster_name=dst_name, state_partitions=8,
+                                 data_dir=str(self.workdir / f"data-{dst_name}")).mirror_state_topic_name  # fmt: skip
+            history: dict[tuple[str, int], list[MirrorPartitionState]] = defaultdict(list)
+            lme: dict[tuple[str, int], int] = {}
+            for rec in asyncio.run(read_changelog(self.broker.bootstrap, topic)):
+                if rec.key.mirror_name != mirror or rec.value is None:
+                    continue
+                k = (str(rec.key.topic_id), rec.key.partition)
+                if rec.type == RecordType.MIRROR_PARTITION_STATE:
+                    history[k].append(MirrorPartitionState.from_schema_fields(rec.value))
+                elif rec.type == RecordType.LAST_MIRROR_EPOCHS:
+                    lme[k] = rec.value.last_mirror_epoch
+
+            for tp in tps:
+                tid = str(tp.topic_id)
+                name, k = names[tid], (tid, tp.partition)
+                d = rows.get((name, tp.partition))
+                if d is None:
+                    raise DemoError(f"describe of {mirror} has no row for {name}-{tp.partition}")
+                states = history.get(k, [])
+                last = states[-1] if states else None
+                if last is not None and last.state.name != d["state"]:
+                    raise DemoError(f"{mirror} {name}-{tp.partition}: describe says {d['state']}, "
+                                    f"the changelog's last write {last.state.name}")  # fmt: skip
+                so, do = src.list_offsets(tp), dst.list_offsets(tp)
+                recorded_lme = lme.get(k, UNDEFINED)
+                if recorded_lme == UNDEFINED:
+                    recorded_lme = next((s.last_mirrored_epoch for s in reversed(states) if s.last_mirrored_epoch >= 0),
+                                        UNDEFINED)  # fmt: skip
+                partitions.append(PartitionRow(
+                    mirror=mirror, topic=name, topic_id=tid, partition=tp.partition,
+                    state=int(MirrorState[d["state"]]),
+                    previous_state=int(last.previous_state) if last else int(MirrorState.UNKNOWN),
+                    state_entered_ms=last.entered_at_ms if last else 0,
+                    retry_attempt=int(d["retry_attempt"] or 0), error_message=d["error"] or None,
+                    source_leader_epoch=so.leader_epoch, dest_leader_epoch=do.leader_epoch,
+                    last_mirrored_epoch=recorded_lme,
+                    source_log_start=so.log_start, source_lso=so.lso, source_hw=int(d["source_hw"]),
+                    dest_log_start=do.log_start, dest_hw=do.hw, dest_leo=int(d["destination_leo"]),
+                    lag=int(d["lag"]) if d["lag"] is not None else None,
+                ))  # fmt: skip
+                before = MirrorState.UNKNOWN  # the first write (registration, UNKNOWN) is no transition
+                for st in states:
+                    if st.state is not before:  # a write that only advances a step is no transition
+                        transitions.append(TransitionRow(
+                            mirror=mirror, topic=name, topic_id=tid, partition=tp.partition,
+                            from_state=int(st.previous_state), to_state=int(st.state), at_ms=st.entered_at_ms,
+                            metadata_offset=st.applied_offset, reason=st.error_message or "",
+                        ))  # fmt: skip
+                    before = st.state
+        configs = {m: load_properties(cfg) for m, (_, _, cfg) in mirrors.items()}
+        return AuditSnapshot(metadata_offset=max(offsets), taken_at_ms=int(time.time() * 1000), partitions=partitions,
+                             transitions=transitions, mirror_configs=configs)  # fmt: skip
+
+    def audit(self, clients: dict[str, ClusterClient], tps: list[TopicPartition],
+              mirrors: dict[str, tuple[str, str, Path]]) -> int:  # fmt: skip
+        """Exports the audit snapshot to Parquet under ``<workdir>/audit`` and prints the audit verdict.
+
+        The snapshot is taken while everything runs; the broker, coordinators and model server are
+        then stopped before Spark starts (on two cores they would slow Spark several times over).
+        """
+        snap = self.snapshot(clients, tps, mirrors)
+        out_dir = self.workdir / "audit"
+        self.close()
+        self.say(f"audit: snapshot of {len(mirrors)} mirrors ({len(snap.partitions)} partitions, "
+                 f"{len(snap.transitions)} transitions from __mirror_state) at metadata offset {snap.metadata_offset}; "
+                 "processes stopped; starting Spark")  # fmt: skip
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only (and no hostname warning)
+        os.environ.setdefault("AUDIT_SPARK_MASTER", "local[2]")  # BROKER.md: local[2], loopback, no UI
+        from audit.spark import spark_session
+        from audit.verdict import export_and_verdict
+
+        spark = spark_session()
+        try:
+            text, ok = export_and_verdict(snap, out_dir, spark=spark)
+        finally:
+            spark.stop()
+        self.say(f"audit: snapshot written to {out_dir}")
+        self.out.write(f"\nAUDIT VERDICT: {text}\n")
+        self.out.write(f"    (report: python -m audit --snapshots {out_dir} --html {self.workdir / 'audit-report.html'})\n")
+        return 0 if ok else 1
 
     def note_held_back(self, a: ClusterClient, b: ClusterClient, tps: list[TopicPartition], names: dict[Any, str]) -> None:
         """Says where A's LSO is still below B's LSO, and why, before B's open transactions are closed.
@@ -362,7 +498,7 @@ class Demo:
             la, lb = a.list_offsets(tp), b.list_offsets(tp)
             sa, sb = shape(log_batches(a, tp), lb.hw), shape(log_batches(b, tp), lb.hw)
             same = sa == sb
-            ca, cb = committed(a, tp), committed(b, tp)
+            ca, cb = read_committed_values(a, tp), read_committed_values(b, tp)
             if not same:
                 problems.append(f"{name}: logs differ below B's HW {lb.hw}")
             for what, va, vb in (("LEO", la.leo, lb.leo), ("HW", la.hw, lb.hw), ("LSO", la.lso, lb.lso)):
@@ -400,6 +536,7 @@ class Demo:
         self.procs.close()
         if self.broker is not None:
             self.broker.stop()
+            self.broker = None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -407,10 +544,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--workdir", help="keep everything here (default: a temporary directory, removed at the end)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
+    p.add_argument("--no-audit", action="store_true", help="skip the audit snapshot and its Spark verdict at the end")
     args = p.parse_args(argv)
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="kip1279-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    demo = Demo(workdir, args.seed)
+    demo = Demo(workdir, args.seed, audit=not args.no_audit)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     code = 1
     try:
@@ -426,6 +564,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(f"demo finished in {time.monotonic() - demo.t0:.1f}s\n")
         if not args.workdir and not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
+            if demo.audit_enabled and code != 130:
+                sys.stdout.write(f"(temporary {workdir} removed, audit snapshot with it: --workdir DIR or --keep keeps it)\n")
     return code
 
 

@@ -32,6 +32,9 @@ def test_failover_and_failback_through_cli_and_workers(tmp_path: Path) -> None:
     text = out.getvalue()
     assert code == 0, text
     assert "VERDICT: OK" in text
+    # The audit at the end: snapshot of both mirrors exported to Parquet, Spark's verdict on it.
+    assert "AUDIT VERDICT: audit PASS" in text, text
+    assert (tmp_path / "audit").is_dir() and list((tmp_path / "audit").rglob("*.parquet"))
     assert "UNEXPECTED" not in text, text
     assert "B's transaction coordinator times out" in text
     assert "A matches B: same LEO, HW and LSO on every partition" in text

@@ -12,8 +12,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from clustermodel import ClusterModel, batch_values, filter_aborted
-from coordinator.ports import Batch, ControlType, IsolationLevel, TopicPartition
+from clustermodel import ClusterModel
+from clustermodel.records import read_committed_values
+from coordinator.ports import Batch, ControlType, TopicPartition
 from coordinator.states import DesiredState, MirrorState
 from coordinator.workflows.config import MirrorConfig
 from streams.effects import DesiredStateLog, InMemoryStateStore, MirrorRunner
@@ -125,21 +126,7 @@ def prefix(cluster: ClusterModel, tp: TopicPartition, upto: int) -> list[tuple[A
 
 def committed_values(cluster: ClusterModel, tp: TopicPartition) -> list[bytes | None]:
     """What a read_committed consumer reads from the log start to the LSO (model payload values)."""
-    part = cluster.partition(tp)
-    offset = part.leader_log.log_start
-    got: list[Batch] = []
-    aborted = []
-    while True:
-        r = cluster.fetch(tp, offset, 1 << 20, IsolationLevel.READ_COMMITTED)
-        if not r.batches:
-            break
-        got.extend(r.batches)
-        aborted.extend(r.aborted_transactions)
-        offset = r.batches[-1].next_offset
-    out: list[bytes | None] = []
-    for b in filter_aborted(got, sorted(set(aborted), key=lambda a: a.first_offset)):
-        out.extend(batch_values(b))
-    return out
+    return read_committed_values(cluster, tp)
 
 
 def control_types(cluster: ClusterModel, tp: TopicPartition) -> list[ControlType]:

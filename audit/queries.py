@@ -1,0 +1,379 @@
+"""The ready audit queries, as PySpark DataFrames over the snapshot store.
+
+Kinds: a *violation* query returning rows fails the audit (CLI exit code 1); *drift* rows
+fail it only under ``--strict`` (drift is normal between two syncs); *info* queries report.
+
+=============================  =========  =======================================================
+name                           kind       what
+=============================  =========  =======================================================
+dle_sle_violations             violation  DLE < SLE while the fetcher may append (any snapshot)
+stuck_partitions               violation  in a transitional state longer than the threshold
+synced_offsets_out_of_range    violation  group sync outside [dest log start, dest LEO] (any)
+illegal_transitions            violation  a transition the state machine does not allow
+lag_per_mirror                 info       lag per mirror, per snapshot (over time)
+lag_per_topic                  info       lag per mirror and topic, per snapshot (over time)
+failover_timeline              info       failover/failback episodes of each mirror, by event
+transition_counts              info       transitions by mirror and type
+config_drift                   drift      config differences in the latest snapshot
+acl_drift                      drift      ACL differences in the latest snapshot
+=============================  =========  =======================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from audit.spark import Scope, SnapshotStore
+from coordinator.states import MirrorState, is_legal_transition
+
+Kind = Literal["violation", "drift", "info"]
+
+# Transitional states: a partition is not meant to stay in them.
+STUCK_STATES: Final = ("UNKNOWN", "PREPARING", "EPOCH_FENCING", "PAUSING", "STOPPING", "FAILED")
+# States in which the fetcher may append source batches: DLE >= SLE must hold there.
+# EPOCH_FENCING is the repair in progress, and PAUSED/STOPPED no longer fetch.
+DLE_STATES: Final = ("MIRRORING", "PAUSING")
+
+FAILOVER_STARTED: Final = "failover started"
+FAILOVER_COMPLETED: Final = "failover completed"
+FAILBACK_STARTED: Final = "failback started"
+FAILBACK_COMPLETED: Final = "failback completed"
+
+
+@dataclass(frozen=True)
+class AuditParams:
+    stuck_after_s: float = 300.0
+    stuck_states: tuple[str, ...] = STUCK_STATES
+    dle_states: tuple[str, ...] = DLE_STATES
+    episode_gap_s: float = 300.0  # failover events further apart than this start a new episode
+    mirrors: tuple[str, ...] = ()  # empty: every mirror
+
+
+@dataclass(frozen=True)
+class Query:
+    name: str
+    kind: Kind
+    description: str
+    build: Callable[[SparkSession, SnapshotStore, AuditParams], DataFrame]
+    tables: tuple[str, ...] = field(default=())
+
+
+def _read(spark: SparkSession, store: SnapshotStore, table: str, scope: Scope, p: AuditParams) -> DataFrame:
+    df = store.read(spark, table, scope)
+    if p.mirrors:
+        df = df.where(F.col("mirror").isin(list(p.mirrors)))
+    return df
+
+
+def _ts(ms_col: str) -> Column:
+    """Epoch millis -> ISO-8601 UTC text: stable across driver time zones, sorts as time."""
+    return F.date_format(F.timestamp_millis(F.col(ms_col)), "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
+
+
+def dle_sle_violations(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
+    e = _read(spark, store, "epochs", "all", p)
+    bad = e.where(
+        F.col("state_name").isin(list(p.dle_states))
+        & (F.col("source_leader_epoch") >= 0)
+        & (F.col("dest_leader_epoch") < F.col("source_leader_epoch"))
+    )
+    last = F.max_by(
+        F.struct("state_name", "source_leader_epoch", "dest_leader_epoch", "taken_at_ms"), "snapshot_offset"
+    )
+    return (
+        bad.groupBy("mirror", "topic", "partition", "topic_id")
+        .agg(
+            last.alias("last"),
+            F.max(F.col("source_leader_epoch") - F.col("dest_leader_epoch")).alias("max_epoch_gap"),
+            F.count("*").alias("snapshots"),
+            F.min("snapshot_offset").alias("first_snapshot_offset"),
+            F.max("snapshot_offset").alias("last_snapshot_offset"),
+        )
+        .select(
+            "mirror",
+            "topic",
+            "partition",
+            F.col("last.state_name").alias("state"),
+            F.col("last.source_leader_epoch").alias("source_leader_epoch"),
+            F.col("last.dest_leader_epoch").alias("dest_leader_epoch"),
+            "max_epoch_gap",
+            "snapshots",
+            "first_snapshot_offset",
+            "last_snapshot_offset",
+            _ts("last.taken_at_ms").alias("last_seen"),
+            "topic_id",
+        )
+        .orderBy("mirror", "topic", "partition")
+    )
+
+
+def stuck_partitions(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
+    s = _read(spark, store, "partition_states", "latest", p)
+    secs = (F.col("taken_at_ms") - F.col("state_entered_ms")) / 1000.0
+    return (
+        s.withColumn("seconds_in_state", F.round(secs, 3))
+        .where(F.col("state_name").isin(list(p.stuck_states)) & (secs > p.stuck_after_s))
+        .select(
+            "mirror",
+            "topic",
+            "partition",
+            F.col("state_name").alias("state"),
+            F.col("previous_state_name").alias("previous_state"),
+            "seconds_in_state",
+            _ts("state_entered_ms").alias("entered_at"),
+            "retry_attempt",
+            "error_message",
+            "snapshot_offset",
+            "topic_id",
+        )
+        .orderBy(F.desc("seconds_in_state"), "mirror", "topic", "partition")
+    )
+
+
+def synced_offsets_out_of_range(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
+    g = _read(spark, store, "group_syncs", "all", p)
+    below = F.col("synced_offset") < F.col("dest_log_start")
+    above = F.col("synced_offset") > F.col("dest_leo")
+    key = [
+        "mirror", "group_id", "group_type", "topic", "partition", "source_committed",
+        "synced_offset", "dest_log_start", "dest_leo", "synced_at_ms", "topic_id",
+    ]  # fmt: skip
+    return (
+        g.where(below | above)
+        .withColumn("problem", F.when(below, F.lit("below dest log start")).otherwise(F.lit("above dest LEO")))
+        .groupBy(*key, "problem")
+        .agg(F.min("snapshot_offset").alias("first_snapshot_offset"))  # one sync seen in many snapshots
+        .select(
+            "mirror", "group_id", "group_type", "topic", "partition", "problem", "source_committed",
+            "synced_offset", "dest_log_start", "dest_leo", _ts("synced_at_ms").alias("synced_at"),
+            "first_snapshot_offset", "topic_id",
+        )  # fmt: skip
+        .orderBy("mirror", "group_id", "topic", "partition", "synced_at")
+    )
+
+
+def _legal_pairs() -> list[str]:
+    return [f"{a.name}->{b.name}" for a in MirrorState for b in MirrorState if is_legal_transition(a, b)]
+
+
+def illegal_transitions(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
+    t = _read(spark, store, "transitions", "all", p)
+    pair = F.concat_ws("->", "from_state_name", "to_state_name")
+    return (
+        t.where(~pair.isin(_legal_pairs()))
+        .groupBy("mirror", "topic", "partition", "from_state_name", "to_state_name", "topic_id")
+        .agg(
+            F.count("*").alias("count"),
+            F.min("at_ms").alias("first_ms"),
+            F.max("at_ms").alias("last_ms"),
+            F.min("metadata_offset").alias("first_metadata_offset"),
+        )
+        .select(
+            "mirror", "topic", "partition", F.col("from_state_name").alias("from_state"),
+            F.col("to_state_name").alias("to_state"), "count", _ts("first_ms").alias("first_at"),
+            _ts("last_ms").alias("last_at"), "first_metadata_offset", "topic_id",
+        )  # fmt: skip
+        .orderBy("mirror", "topic", "partition", "first_at")
+    )
+
+
+def _lag(df: DataFrame, by: Sequence[str]) -> DataFrame:
+    return (
+        df.groupBy("snapshot_offset", "taken_at_ms", *by)
+        .agg(
+            F.count("*").alias("partitions"),
+            F.sum("lag").alias("total_lag"),
+            F.max("lag").alias("max_lag"),
+            F.sum(F.when(F.col("lag") > 0, 1).otherwise(0)).alias("lagging_partitions"),
+        )
+        .select(*by, "snapshot_offset", _ts("taken_at_ms").alias("taken_at"), "partitions",
+                "lagging_partitions", "total_lag", "max_lag")  # fmt: skip
+        .orderBy(*by, "snapshot_offset", "taken_at")
+    )
+
+
+def lag_per_mirror(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
+    return _lag(_read(spark, store, "offsets", "all", p), ["mirror"])
+
+
+def lag_per_topic(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
+    return _lag(_read(spark, store, "offsets", "all", p), ["mirror", "topic"])
+
+
+_EVENTS: Final = (  # (label, kind column value): the order a failover and failback run in
+    (FAILOVER_STARTED, "fo_start"),
+    (FAILOVER_COMPLETED, "fo_done"),
+    (FAILBACK_STARTED, "fb_start"),
+    (FAILBACK_COMPLETED, "pm"),
+)
+
+
+def failover_partitions(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
+    """One row per (mirror, episode, topic ID, partition, event) of the failovers and failbacks.
+
+    Kinds of transition: ``fo_start`` (-> STOPPING), ``fo_done`` (STOPPING -> STOPPED),
+    ``fb_start`` (STOPPED -> PREPARING) and ``pm`` (PREPARING -> MIRRORING). An *episode* is
+    a run of them in one mirror with no gap longer than ``episode_gap_s``; episodes holding
+    only ``pm`` (first starts) are dropped. A partition's failback *completed* in an episode
+    when it has a PREPARING -> MIRRORING after its STOPPED -> PREPARING there.
+
+    Built without a window over events, which would sort every transition of a mirror or a
+    partition: episodes are numbered on the distinct seconds that hold events (exact for gaps
+    of a second or more), then a hash aggregate per (episode, partition) finds each event.
+    """
+    S = MirrorState
+    frm, to = F.col("from_state"), F.col("to_state")
+    kind = (
+        F.when((to == S.STOPPING) & (frm != S.STOPPING), F.lit("fo_start"))
+        .when((frm == S.STOPPING) & (to == S.STOPPED), F.lit("fo_done"))
+        .when((frm == S.STOPPED) & (to == S.PREPARING), F.lit("fb_start"))
+        .when((frm == S.PREPARING) & (to == S.MIRRORING), F.lit("pm"))
+    )
+    ev = (
+        _read(spark, store, "transitions", "all", p)
+        .select("mirror", "topic_id", "partition", "at_ms", "metadata_offset", kind.alias("kind"))
+        .where(F.col("kind").isNotNull())
+        .withColumn("sec", F.floor(F.col("at_ms") / 1000))
+    )
+    secs = ev.groupBy("mirror", "sec").agg(F.min("at_ms").alias("lo"), F.max("at_ms").alias("hi"))
+    per_mirror = Window.partitionBy("mirror").orderBy("sec")
+    prev_hi = F.lag("hi").over(per_mirror)
+    gap_ms = max(int(p.episode_gap_s * 1000), 1000)
+    starts = F.when(prev_hi.isNull() | (F.col("lo") - prev_hi > gap_ms), 1).otherwise(0)
+    running = per_mirror.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    episodes = secs.withColumn("_s", starts).withColumn("episode", F.sum("_s").over(running)).drop("_s", "lo", "hi")
+
+    def when_kind(k: str, c: str) -> Column:
+        return F.when(F.col("kind") == k, F.col(c))
+
+    aggs = []
+    for _, k in _EVENTS:
+        aggs += [
+            F.count(when_kind(k, "at_ms")).alias(f"n_{k}"),
+            F.min(when_kind(k, "at_ms")).alias(f"lo_{k}"),
+            F.max(when_kind(k, "at_ms")).alias(f"hi_{k}"),
+            F.min(when_kind(k, "metadata_offset")).alias(f"mo_{k}"),
+        ]
+    # Broadcast: the seconds table is small, and a planned sort-merge join would shuffle every
+    # event. The key has topic_id and not the topic name: one string less to hash per event.
+    pp = (
+        ev.join(F.broadcast(episodes), ["mirror", "sec"])
+        .groupBy("mirror", "episode", "topic_id", "partition")
+        .agg(*aggs)
+    )
+    fb_done = (F.col("n_fb_start") > 0) & (F.col("hi_pm") > F.col("lo_fb_start"))
+    events = F.array(
+        *[
+            F.struct(
+                F.lit(label).alias("event"),
+                F.lit(i).alias("event_order"),
+                (fb_done if k == "pm" else F.col(f"n_{k}") > 0).alias("happened"),
+                F.col(f"n_{k}").alias("n"),
+                F.col(f"lo_{k}").alias("lo"),
+                F.col(f"hi_{k}").alias("hi"),
+                F.col(f"mo_{k}").alias("mo"),
+            )
+            for i, (label, k) in enumerate(_EVENTS)
+        ]
+    )
+    return (
+        pp.select("mirror", "episode", "topic_id", "partition", F.explode(events).alias("e"))
+        .where(F.col("e.happened"))
+        .select("mirror", "episode", "topic_id", "partition", "e.event", "e.event_order", "e.n",
+                F.col("e.lo").alias("first_ms"), F.col("e.hi").alias("last_ms"), F.col("e.mo").alias("metadata_offset"))
+    )  # fmt: skip
+
+
+def failover_timeline(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
+    agg = (
+        failover_partitions(spark, store, p)
+        .groupBy("mirror", "episode", "event", "event_order")
+        .agg(
+            F.count("*").alias("partitions"),
+            F.countDistinct("topic_id").alias("topics"),
+            F.sum("n").alias("transitions"),
+            F.min("first_ms").alias("first_ms"),
+            F.max("last_ms").alias("last_ms"),
+            F.min("metadata_offset").alias("first_metadata_offset"),
+        )
+    )
+    ep = Window.partitionBy("mirror", "episode")
+    # Episodes of first starts only left no rows: renumber 1, 2, ... per mirror (few rows here).
+    number = F.dense_rank().over(Window.partitionBy("mirror").orderBy("episode"))
+    return (
+        agg.withColumn("episode_start_ms", F.min("first_ms").over(ep))
+        .withColumn("episode", number)
+        .select(
+            "mirror", "episode", "event", "partitions", "topics", "transitions",
+            _ts("first_ms").alias("first_at"), _ts("last_ms").alias("last_at"),
+            F.round((F.col("first_ms") - F.col("episode_start_ms")) / 1000.0, 3).alias("starts_after_s"),
+            F.round((F.col("last_ms") - F.col("first_ms")) / 1000.0, 3).alias("spread_s"),
+            "first_metadata_offset", "first_ms", "last_ms", "event_order",
+        )  # fmt: skip
+        .orderBy("mirror", "episode", "first_at", "event_order")
+        .drop("event_order")
+    )
+
+
+def transition_counts(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
+    t = _read(spark, store, "transitions", "all", p)
+    return (
+        t.groupBy("mirror", "from_state_name", "to_state_name")
+        .agg(F.count("*").alias("count"), F.min("at_ms").alias("first_ms"), F.max("at_ms").alias("last_ms"))
+        .select(
+            "mirror", F.col("from_state_name").alias("from_state"), F.col("to_state_name").alias("to_state"),
+            "count", _ts("first_ms").alias("first_at"), _ts("last_ms").alias("last_at"),
+        )  # fmt: skip
+        .orderBy("mirror", F.desc("count"), "from_state", "to_state")
+    )
+
+
+def config_drift(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
+    d = _read(spark, store, "config_drift", "latest", p)
+    return d.select(
+        "mirror", "topic", "config_name", "drift", "source_value", "dest_value",
+        _ts("observed_ms").alias("observed_at"), "snapshot_offset",
+    ).orderBy("mirror", "topic", "config_name")  # fmt: skip
+
+
+def acl_drift(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
+    d = _read(spark, store, "acl_drift", "latest", p)
+    return d.select(
+        "mirror", "drift", "resource_type", "resource_name", "pattern_type", "principal", "host",
+        "operation", "permission_type", _ts("observed_ms").alias("observed_at"), "snapshot_offset",
+    ).orderBy("mirror", "drift", "resource_type", "resource_name", "principal", "operation")  # fmt: skip
+
+
+QUERIES: Final[dict[str, Query]] = {
+    q.name: q
+    for q in (
+        Query("dle_sle_violations", "violation",
+              "DLE < SLE while the fetcher may append (MIRRORING, PAUSING), in any snapshot",
+              dle_sle_violations, ("epochs",)),
+        Query("stuck_partitions", "violation",
+              "partitions in a transitional state longer than --stuck-after (latest snapshot)",
+              stuck_partitions, ("partition_states",)),
+        Query("synced_offsets_out_of_range", "violation",
+              "group offset syncs outside [dest log start, dest LEO], in any snapshot",
+              synced_offsets_out_of_range, ("group_syncs",)),
+        Query("illegal_transitions", "violation",
+              "transitions the mirror state machine does not allow", illegal_transitions, ("transitions",)),
+        Query("lag_per_mirror", "info", "lag per mirror, per snapshot", lag_per_mirror, ("offsets",)),
+        Query("lag_per_topic", "info", "lag per mirror and topic, per snapshot", lag_per_topic, ("offsets",)),
+        Query("failover_timeline", "info", "failover and failback episodes of each mirror, by event",
+              failover_timeline, ("transitions",)),
+        Query("transition_counts", "info", "transitions by mirror and type", transition_counts, ("transitions",)),
+        Query("config_drift", "drift", "config drift in the latest snapshot", config_drift, ("config_drift",)),
+        Query("acl_drift", "drift", "ACL drift in the latest snapshot", acl_drift, ("acl_drift",)),
+    )
+}  # fmt: skip
+VIOLATION_QUERIES: Final = tuple(n for n, q in QUERIES.items() if q.kind == "violation")
+
+
+def fails_audit(query: Query, rows: int, strict: bool = False) -> bool:
+    return rows > 0 and (query.kind == "violation" or (strict and query.kind == "drift"))

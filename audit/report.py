@@ -1,0 +1,308 @@
+"""One self-contained HTML page: verdict, violations, lag per mirror, failover timelines, drift.
+
+No JavaScript and no external resources: inline CSS, inline SVG (``audit.charts``). Values
+come from the audit queries (already redacted at export); every value is HTML-escaped.
+
+The failover timeline chart shows, per mirror and episode, how many partitions are in each
+state over time around the episode. The counts are anchored on the latest snapshot's
+``partition_states`` and walked back through the transitions (``count(t) = count(latest) -
+sum(deltas after t)``), so they are exact even when the oldest history has been dropped.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession, Window
+from pyspark.sql import functions as F
+
+from audit import layout
+from audit.charts import STATE_COLORS, Chart, Marker, Series, downsample, line_chart
+from audit.queries import (
+    FAILBACK_COMPLETED,
+    FAILBACK_STARTED,
+    FAILOVER_COMPLETED,
+    FAILOVER_STARTED,
+    QUERIES,
+    AuditParams,
+)
+from audit.run import QueryResult, run_queries
+from audit.spark import SnapshotStore
+
+HTML_ROWS = 200  # rows shown per table; the count says how many there are
+TOP_TOPICS = 5
+BUCKETS = 120
+EVENT_COLORS = {
+    FAILOVER_STARTED: "#d62728",
+    FAILOVER_COMPLETED: "#1f77b4",
+    FAILBACK_STARTED: "#9467bd",
+    FAILBACK_COMPLETED: "#2ca02c",
+}
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2330;background:#f5f6f8}
+header{background:#1d2330;color:#fff;padding:18px 28px}header h1{margin:0 0 4px;font-size:22px}
+header .meta{color:#c5cad6;font-size:13px}main{padding:8px 28px 40px;max-width:1200px}
+h2{margin:28px 0 10px;font-size:18px;border-bottom:1px solid #d6dae2;padding-bottom:4px}
+h3{margin:18px 0 6px;font-size:15px}.verdict{display:inline-block;margin-top:10px;padding:6px 14px;
+border-radius:4px;font-weight:600}.pass{background:#2ca02c;color:#fff}.fail{background:#d62728;color:#fff}
+.cards{display:flex;flex-wrap:wrap;gap:10px;margin:14px 0}.card{background:#fff;border:1px solid #d6dae2;
+border-left:5px solid #2ca02c;border-radius:4px;padding:8px 12px;min-width:200px}.card.bad{border-left-color:#d62728}
+.card .n{font-size:22px;font-weight:600}.card .d{font-size:12px;color:#5b6372}
+table{border-collapse:collapse;background:#fff;margin:6px 0 4px;font-size:12.5px}
+th,td{border:1px solid #d6dae2;padding:3px 8px;text-align:left;vertical-align:top;white-space:nowrap}
+th{background:#eceff4}td.wrap{white-space:normal;min-width:260px}.tw{overflow-x:auto;max-width:100%}
+td.num{text-align:right;font-variant-numeric:tabular-nums}.ok{color:#2ca02c;font-weight:600}
+.note{color:#5b6372;font-size:12px}.chart{background:#fff;border:1px solid #d6dae2;border-radius:4px;margin:6px 0}
+.chart .ct{font-weight:600;font-size:13px}.chart .cl{font-size:11px;fill:#3c4352}.chart .ml{font-size:10px}
+.chart .pa{fill:#fff;stroke:#b7bdc9}.chart .gr{stroke:#eceff4}.chart .ln{stroke-width:1.8}
+.chart .mk{stroke-width:1;stroke-dasharray:3 3}
+"""
+
+
+def _fmt(v: Any) -> tuple[str, bool]:
+    if v is None:
+        return "", False
+    if isinstance(v, bool):
+        return str(v).lower(), False
+    if isinstance(v, (int, float)):
+        return (f"{v:,}" if isinstance(v, int) else f"{v:,.3f}"), True
+    return escape(str(v)), False
+
+
+def _table(columns: Sequence[str], rows: Sequence[dict[str, Any]], total: int | None = None) -> str:
+    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
+    body = []
+    for r in rows[:HTML_ROWS]:
+        cells = []
+        for c in columns:
+            text, num = _fmt(r.get(c))
+            cls = ' class="num"' if num else (' class="wrap"' if len(text) > 40 else "")
+            cells.append(f"<td{cls}>{text}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    total = len(rows) if total is None else total
+    more = f'<p class="note">showing {min(len(rows), HTML_ROWS):,} of {total:,} rows</p>' if total > HTML_ROWS else ""
+    return f"<div class='tw'><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>{more}"
+
+
+HIDDEN_COLUMNS = frozenset({"first_ms", "last_ms", "topic_id"})  # machine-readable duplicates
+
+
+def _result_section(r: QueryResult) -> str:
+    title = f"<h3>{escape(r.name)} <span class='note'>— {escape(r.description)} ({r.seconds:.1f}s)</span></h3>"
+    if r.row_count == 0:
+        return title + '<p class="ok">✓ none</p>'
+    return title + _table([c for c in r.columns if c not in HIDDEN_COLUMNS], r.rows, r.row_count)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chart data (Spark)
+# ---------------------------------------------------------------------------------------------
+
+
+def _lag_series(spark: SparkSession, store: SnapshotStore, params: AuditParams) -> dict[str, list[Series]]:
+    offsets = store.read(spark, "offsets", "all")
+    if params.mirrors:
+        offsets = offsets.where(F.col("mirror").isin(list(params.mirrors)))
+    out: dict[str, list[Series]] = defaultdict(list)
+    totals: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    per_mirror = offsets.groupBy("mirror", "taken_at_ms").agg(F.sum("lag").alias("lag"))
+    for r in per_mirror.orderBy("mirror", "taken_at_ms").collect():
+        totals[r.mirror].append((r.taken_at_ms, float(r.lag or 0)))
+    for m, pts in totals.items():
+        out[m].append(Series("all topics", downsample(pts), color="#1d2330"))
+    per_topic = offsets.groupBy("mirror", "topic", "taken_at_ms").agg(F.sum("lag").alias("lag"))
+    rank = F.row_number().over(Window.partitionBy("mirror").orderBy(F.desc("peak"), "topic"))
+    top = (
+        per_topic.groupBy("mirror", "topic").agg(F.max("lag").alias("peak"))
+        .withColumn("rank", rank).where(F.col("rank") <= TOP_TOPICS).select("mirror", "topic")
+    )  # fmt: skip
+    topic_pts: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+    for r in per_topic.join(top, ["mirror", "topic"]).orderBy("mirror", "topic", "taken_at_ms").collect():
+        topic_pts[(r.mirror, r.topic)].append((r.taken_at_ms, float(r.lag or 0)))
+    for (m, t), pts in sorted(topic_pts.items()):
+        out[m].append(Series(t, downsample(pts), dashed=True))
+    return out
+
+
+def _episodes(timeline: Sequence[dict[str, Any]], per_mirror: int) -> list[dict[str, Any]]:
+    """The last ``per_mirror`` episodes of each mirror, with their events and time window."""
+    by_ep: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for r in timeline:
+        by_ep[(r["mirror"], r["episode"])].append(r)
+    out: list[dict[str, Any]] = []
+    for mirror in sorted({m for m, _ in by_ep}):
+        keys = sorted(e for m, e in by_ep if m == mirror)[-per_mirror:]
+        for e in keys:
+            rows = by_ep[(mirror, e)]
+            start, end = min(r["first_ms"] for r in rows), max(r["last_ms"] for r in rows)
+            margin = max((end - start) // 4, 5_000)
+            out.append(
+                {"id": len(out), "mirror": mirror, "episode": e, "rows": rows,
+                 "w_start": start - margin, "w_end": end + margin}
+            )  # fmt: skip
+    return out
+
+
+def _state_counts(
+    spark: SparkSession, store: SnapshotStore, episodes: Sequence[dict[str, Any]]
+) -> tuple[dict[int, dict[str, list[tuple[int, float]]]], dict[int, int]]:
+    """Per episode id: state -> [(time, partitions in that state)], ``BUCKETS`` steps; and per
+    episode id the largest negative count met walking back, clamped to 0. A negative count
+    means a state the transition history does not explain (a state written without its
+    transition, or history lost in the window): worth a look, and said under the chart."""
+    if not episodes:
+        return {}, {}
+    latest = (
+        store.read(spark, "partition_states", "latest").groupBy("mirror", "state_name").count().collect()
+    )
+    now: dict[tuple[str, str], int] = {(r.mirror, r.state_name): r["count"] for r in latest}
+    windows = spark.createDataFrame(
+        [(e["id"], e["mirror"], e["w_start"], e["w_end"], max(1, math.ceil((e["w_end"] - e["w_start"]) / BUCKETS)))
+         for e in episodes],
+        "eid int, w_mirror string, w_start long, w_end long, bucket_ms long",
+    )  # fmt: skip
+    t = store.read(spark, "transitions", "all").where(F.col("from_state") != F.col("to_state"))
+    t = t.where(F.col("at_ms") >= min(e["w_start"] for e in episodes))
+    deltas = t.select("mirror", "at_ms", F.col("from_state_name").alias("state"), F.lit(-1).alias("d")).unionByName(
+        t.select("mirror", "at_ms", F.col("to_state_name").alias("state"), F.lit(1).alias("d"))
+    )
+    joined = deltas.join(
+        F.broadcast(windows), (deltas.mirror == windows.w_mirror) & (deltas.at_ms >= windows.w_start)
+    )
+    bucket = F.when(F.col("at_ms") > F.col("w_end"), F.lit(BUCKETS)).otherwise(
+        F.least(F.floor((F.col("at_ms") - F.col("w_start")) / F.col("bucket_ms")), F.lit(BUCKETS - 1))
+    )
+    sums = joined.groupBy("eid", "state", bucket.alias("b")).agg(F.sum("d").alias("d")).collect()
+    per: dict[tuple[int, str], dict[int, int]] = defaultdict(dict)
+    for r in sums:
+        per[(r.eid, r.state)][int(r.b)] = int(r.d)
+    out: dict[int, dict[str, list[tuple[int, float]]]] = {}
+    unexplained: dict[int, int] = {}
+    for e in episodes:
+        bucket_ms = max(1, math.ceil((e["w_end"] - e["w_start"]) / BUCKETS))
+        states = {s for (m, s) in now if m == e["mirror"]} | {s for (i, s) in per if i == e["id"]}
+        series: dict[str, list[tuple[int, float]]] = {}
+        for s in sorted(states):
+            d = per.get((e["id"], s), {})
+            count = now.get((e["mirror"], s), 0) - d.get(BUCKETS, 0)  # at the window's end
+            pts = [(e["w_start"] + BUCKETS * bucket_ms, float(count))]
+            for b in range(BUCKETS - 1, -1, -1):  # walk back: undo the bucket's changes
+                count -= d.get(b, 0)
+                pts.append((e["w_start"] + b * bucket_ms, float(count)))
+            pts.reverse()
+            low = min(y for _, y in pts)
+            if low < 0:
+                unexplained[e["id"]] = max(unexplained.get(e["id"], 0), int(-low))
+                pts = [(x, max(y, 0.0)) for x, y in pts]
+            if any(y > 0 for _, y in pts):
+                series[s] = pts
+        out[e["id"]] = series
+    return out, unexplained
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def build_report(
+    spark: SparkSession,
+    store: SnapshotStore,
+    params: AuditParams,
+    results: Sequence[QueryResult] = (),
+    *,
+    strict: bool = False,
+    episodes_per_mirror: int = 3,
+    generated_at: dt.datetime | None = None,
+) -> str:
+    """The report as HTML text. ``results``: queries already run (others are run here)."""
+    # Results cut shorter than the report shows are run again; the timeline is needed whole.
+    have = {r.name: r for r in results if not (r.truncated and len(r.rows) < HTML_ROWS)}
+    if have.get("failover_timeline") and have["failover_timeline"].truncated:
+        del have["failover_timeline"]
+    if "failover_timeline" not in have:
+        [have["failover_timeline"]] = run_queries(spark, store, ["failover_timeline"], params)
+    missing = [n for n in QUERIES if n not in have]
+    for r in run_queries(spark, store, missing, params, limit=HTML_ROWS, strict=strict):
+        have[r.name] = r
+    episodes = _episodes(have["failover_timeline"].rows, episodes_per_mirror)
+    counts, unexplained = _state_counts(spark, store, episodes)
+    lag = _lag_series(spark, store, params)
+    configs = store.read(spark, "mirror_configs", "latest").orderBy("mirror", "config_name").collect()
+    latest = store.latest
+    failing = [r for n, r in have.items() if r.fails]
+    generated = (generated_at or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width,initial-scale=1'>",
+        "<title>Cluster mirroring audit</title><style>", CSS, "</style></head><body><header>",
+        "<h1>Cluster mirroring audit</h1>",
+        f"<div class='meta'>{len(store.manifests)} snapshots · latest at metadata offset "
+        f"{latest.metadata_offset:,}, taken {escape(latest.taken_at)} · schema v{latest.schema_version} · "
+        f"mirrors: {escape(', '.join(latest.mirrors) or '—')} · generated {generated}</div>",
+        f"<div class='verdict {'fail' if failing else 'pass'}'>"
+        + (f"FAIL — {len(failing)} failing quer{'y' if len(failing) == 1 else 'ies'}" if failing else "PASS — no violations")
+        + "</div></header><main>",
+        "<div class='cards'>",
+    ]  # fmt: skip
+    for name, q in QUERIES.items():
+        if q.kind == "info":
+            continue
+        r = have[name]
+        parts.append(
+            f"<div class='card{' bad' if r.fails else ''}'><div class='n'>{r.row_count:,}</div>"
+            f"<div class='d'>{escape(name)} ({q.kind})</div></div>"
+        )
+    parts.append("</div><h2>Violations</h2>")
+    parts += [_result_section(have[n]) for n, q in QUERIES.items() if q.kind == "violation"]
+
+    parts.append("<h2>Lag per mirror</h2>")
+    if not lag:
+        parts.append("<p class='note'>no offsets exported</p>")
+    for mirror, series in sorted(lag.items()):
+        parts.append(line_chart(Chart(f"{mirror}: lag (source HW − destination LEO), messages", series, "lag")))
+
+    parts.append("<h2>Failovers and failbacks</h2>")
+    if not episodes:
+        parts.append("<p class='ok'>no failover or failback in the exported history</p>")
+    for e in episodes:
+        markers = [Marker(r["first_ms"], r["event"], EVENT_COLORS.get(r["event"], "#555")) for r in e["rows"]]
+        series = [Series(s, downsample(p), STATE_COLORS.get(s)) for s, p in counts.get(e["id"], {}).items()]
+        title = f"{e['mirror']} episode {e['episode']}: partitions per state"
+        parts.append(f"<h3>{escape(e['mirror'])} — episode {e['episode']}</h3>")
+        parts.append(line_chart(Chart(title, series, "partitions", markers, step=True)))
+        if e["id"] in unexplained:
+            parts.append(
+                f"<p class='note'>⚠ up to {unexplained[e['id']]} partition(s) hold a state the transition "
+                "history does not explain; counts are clamped at 0</p>"
+            )
+        cols = ["event", "partitions", "topics", "first_at", "last_at", "starts_after_s", "spread_s"]
+        parts.append(_table(cols, e["rows"]))
+    parts.append(_result_section(have["failover_timeline"]))
+
+    parts.append("<h2>Transitions by type</h2>")
+    parts.append(_result_section(have["transition_counts"]))
+    parts.append("<h2>Drift</h2>")
+    parts += [_result_section(have[n]) for n, q in QUERIES.items() if q.kind == "drift"]
+    parts.append("<h2>Lag tables</h2>")
+    parts += [_result_section(have[n]) for n in ("lag_per_mirror", "lag_per_topic")]
+    parts.append("<h2>Mirror configs <span class='note'>(secrets redacted at export)</span></h2>")
+    parts.append(_table(["mirror", "config_name", "config_value", "redacted"], [r.asDict() for r in configs]))
+    parts.append(
+        f"<p class='note'>Store: {escape(str(store.root))} · snapshot manifests: {len(store.manifests)} · "
+        f"first snapshot at offset {store.manifests[0].metadata_offset:,} ({escape(store.manifests[0].taken_at)})</p>"
+    )
+    parts.append("</main></body></html>")
+    return "".join(parts)
+
+
+def write_report(path: str | Path, html: str) -> Path:
+    out = Path(path)
+    layout.write_atomic(out, html.encode("utf-8"))
+    return out

@@ -1,0 +1,118 @@
+"""Spark session defaults and reading the snapshot store into DataFrames.
+
+The master is ``local[*]`` unless told otherwise (argument, or ``AUDIT_SPARK_MASTER``); any
+Spark master works, as long as its executors can read the store's path. The local driver
+binds to loopback only and runs without the UI.
+
+Reads go through the manifests (``audit.layout``): ``latest`` is the newest complete
+snapshot, ``all`` every complete snapshot. Transitions are history, so they are always read
+from every snapshot up to the newest. Explicit schemas (from ``model.TABLES``) mean no
+inference: a mirror named ``2024`` stays a string.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Final, Literal
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+from audit import layout
+from audit.model import INCREMENTAL_TABLES, TABLES
+
+DEFAULT_MASTER: Final = "local[*]"
+MASTER_ENV: Final = "AUDIT_SPARK_MASTER"
+
+Scope = Literal["latest", "all"]
+
+
+def spark_session(master: str | None = None, *, app_name: str = "kip1279-audit", **conf: str) -> SparkSession:
+    """An existing active session, or a new one with the audit defaults."""
+    active = SparkSession.getActiveSession()
+    if active is not None and master is None and not conf:
+        return active
+    master = master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
+    builder = SparkSession.builder.master(master).appName(app_name)
+    defaults = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",  # audit.cli draws its own bar on stderr
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "8",  # audit results are small; 200 tasks is overhead
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.files.maxPartitionBytes": str(16 << 20),  # split big transition files
+        "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+        # Files come from manifests: list them on the driver, not with a Spark job per read.
+        "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
+    }
+    if master.startswith("local"):
+        # local mode runs the executors inside the driver JVM: its heap is all there is.
+        defaults |= {
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.driver.memory": os.environ.get("AUDIT_SPARK_DRIVER_MEMORY", "2g"),
+        }
+    for k, v in (defaults | conf).items():
+        builder = builder.config(k, v)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+_SPARK_TYPES: Final[dict[pa.DataType, T.DataType]] = {
+    pa.string(): T.StringType(),
+    pa.int8(): T.ByteType(),
+    pa.int16(): T.ShortType(),
+    pa.int32(): T.IntegerType(),
+    pa.int64(): T.LongType(),
+    pa.bool_(): T.BooleanType(),
+}
+
+
+def spark_schema(table: str) -> T.StructType:
+    """The table's columns plus the hive partition columns, typed."""
+    fields = [
+        T.StructField(f.name, _SPARK_TYPES[f.type], f.nullable) for f in TABLES[table] if f.name != "mirror"
+    ]
+    fields += [
+        T.StructField("mirror", T.StringType(), False),
+        T.StructField("date", T.DateType(), False),
+        T.StructField("snapshot_offset", T.LongType(), False),
+        T.StructField("taken_at_ms", T.LongType(), False),
+    ]
+    return T.StructType(fields)
+
+
+class NoSnapshots(LookupError):
+    pass
+
+
+class SnapshotStore:
+    """The complete snapshots under ``root``, read once (a query run sees one fixed set)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.manifests = layout.list_manifests(self.root)
+
+    @property
+    def latest(self) -> layout.Manifest:
+        if not self.manifests:
+            raise NoSnapshots(f"no complete snapshot (no manifest) under {self.root}")
+        return self.manifests[-1]
+
+    def files(self, table: str, scope: Scope) -> list[str]:
+        if table in INCREMENTAL_TABLES:
+            scope = "all"
+        manifests = self.manifests if scope == "all" else [self.latest]
+        return [str(self.root / f.path) for m in manifests for f in m.files(table)]
+
+    def read(self, spark: SparkSession, table: str, scope: Scope = "latest") -> DataFrame:
+        if not self.manifests:
+            raise NoSnapshots(f"no complete snapshot (no manifest) under {self.root}")
+        files = self.files(table, scope)
+        schema = spark_schema(table)
+        if not files:
+            return spark.createDataFrame([], schema)
+        return spark.read.schema(schema).option("basePath", str(self.root / table)).parquet(*files)
