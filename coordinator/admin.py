@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 import msgspec
@@ -507,14 +507,8 @@ def pause_mirror_topics(
     image: MetadataImage, mirror_name: str, topics: Sequence[TopicRef], *, states: StateView | None = None,
     state_validation_offset: int = -1, principal: Principal | None = None, schemas: SchemaSet | None = None,
 ) -> AdminResult:
-    refused = _precheck(image, principal, AclOperation.ALTER, mirror_name)
-    if refused is not None:
-        return refused
-    if not topics:
-        return _refuse(ErrorCode.INVALID_REQUEST, "no topics to pause")
-    found, errors = _resolve(image, topics)
-    return _topic_op(image, mirror_name, found, errors, _pause_verdict, states, _Writer(schemas),
-                     state_validation_offset, [])
+    return _named_topics_op("pause", _pause_verdict, image, mirror_name, topics, states, state_validation_offset,
+                            principal, schemas)
 
 
 def resume_mirror_topics(
@@ -522,14 +516,23 @@ def resume_mirror_topics(
     state_validation_offset: int = -1, principal: Principal | None = None, schemas: SchemaSet | None = None,
 ) -> AdminResult:
     """Resume paused topics: written as START (a resume is a start on a paused topic)."""
+    return _named_topics_op("resume", _resume_verdict, image, mirror_name, topics, states, state_validation_offset,
+                            principal, schemas)
+
+
+def _named_topics_op(
+    verb: str, verdict: Callable[[str, TopicImage, MirrorTopic | None, StateView | None], _Verdict],
+    image: MetadataImage, mirror_name: str, topics: Sequence[TopicRef],
+    states: StateView | None, state_validation_offset: int, principal: Principal | None, schemas: SchemaSet | None,
+) -> AdminResult:
+    """An Alter on topics the request names (pause, resume): no pattern configs change."""
     refused = _precheck(image, principal, AclOperation.ALTER, mirror_name)
     if refused is not None:
         return refused
     if not topics:
-        return _refuse(ErrorCode.INVALID_REQUEST, "no topics to resume")
+        return _refuse(ErrorCode.INVALID_REQUEST, f"no topics to {verb}")
     found, errors = _resolve(image, topics)
-    return _topic_op(image, mirror_name, found, errors, _resume_verdict, states, _Writer(schemas),
-                     state_validation_offset, [])
+    return _topic_op(image, mirror_name, found, errors, verdict, states, _Writer(schemas), state_validation_offset, [])
 
 
 # ------------------------------------------------------------------------------ the reads
