@@ -28,12 +28,12 @@ from typing import Any
 
 from clustermodel.client import ClusterClient
 from clustermodel.workload import Workload
-from coordinator.partition_state import decode_state
+from coordinator.partition_state import MirrorPartitionState
 from coordinator.ports import PortError, TopicPartition
 from coordinator.states import MirrorState, is_legal_transition
 from streams.config import WorkerConfig
-from streams.demo import PY, Clock, DemoError, Processes, log_batches, run_cli, shape, wait_for
-from streams.mirror_state_store import RecordType, default_codec
+from streams.demo import PY, Clock, DemoError, Processes, log_batches, read_changelog, run_cli, shape, wait_for
+from streams.mirror_state_store import RecordType
 
 # Faust's defaults keep a SIGKILLed member's partitions for 60 s (its session timeout) before the
 # group rebalances them to the restarted worker; 6 s (the broker's minimum) keeps the tests short.
@@ -265,39 +265,18 @@ def history_problems(history: dict[tuple[str, uuid.UUID, int], list[Any]]) -> li
 
 
 async def read_history(bootstrap: str, topic: str, timeout: float) -> dict[tuple[str, uuid.UUID, int], list[Any]]:
-    from aiokafka import AIOKafkaConsumer, TopicPartition as KTP
-
-    codec = default_codec()
+    """Every MirrorPartitionState write of the ``__mirror_state`` changelog, per mirror partition, in order."""
     out: dict[tuple[str, uuid.UUID, int], list[Any]] = defaultdict(list)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
-                                client_id="kip1279-test-history")  # fmt: skip
-    await consumer.start()
     try:
-        parts = consumer.partitions_for_topic(topic) or set()
-        tps = [KTP(topic, p) for p in sorted(parts)]
-        if not tps:
+        records = await read_changelog(bootstrap, topic, timeout)
+    except DemoError as e:
+        if "not found" in str(e):
             return out
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        records: dict[int, list[Any]] = defaultdict(list)
-        deadline = time.monotonic() + timeout
-        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
-            if time.monotonic() > deadline:
-                raise DemoError(f"could not read {topic} to its end within {timeout}s")
-            got = await consumer.getmany(timeout_ms=500)
-            for tp, msgs in got.items():
-                records[tp.partition].extend(m for m in msgs if m.offset < ends[tp])
-        for p in sorted(records):
-            for m in records[p]:
-                if m.key is None or m.value is None:
-                    continue
-                rtype, k = codec.decode_key(m.key)
-                if rtype != RecordType.MIRROR_PARTITION_STATE:
-                    continue
-                out[(k.mirror_name, k.topic_id, k.partition)].append(decode_state(m.value[2:]))  # type: ignore[attr-defined]
-    finally:
-        await consumer.stop()
+        raise
+    for rtype, k, value in records:
+        if rtype == RecordType.MIRROR_PARTITION_STATE and value is not None:
+            out[(k.mirror_name, k.topic_id, k.partition)].append(MirrorPartitionState.from_schema_fields(value))
+    return out
     return out
 
 
