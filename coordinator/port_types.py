@@ -10,17 +10,20 @@ import uuid
 
 import msgspec
 
-from records.segments import ControlType  # the control record types, one definition for records and ports
+# One definition for records and ports: control record types, producer sentinels, and the
+# 61-byte RecordBatch v2 header that batch sizes count so byte budgets behave like Kafka's.
+from records.segments import (  # noqa: F401 - re-exported through coordinator.ports
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    RECORD_BATCH_OVERHEAD,
+    ControlType,
+)
 
-# Kafka's sentinels.
+# Kafka's sentinels the wire format does not name.
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
-NO_SEQUENCE = -1
 NO_LEADER = -1
-# A RecordBatch v2 header is 61 bytes; batch sizes count it so byte budgets behave like Kafka's.
-RECORD_BATCH_OVERHEAD = 61
 
 
 class IsolationLevel(enum.IntEnum):
