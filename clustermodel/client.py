@@ -121,16 +121,18 @@ class ClusterClient:
             raise result
         return result
 
-    def pipeline(self, calls: Sequence[tuple[str, tuple[Any, ...]]]) -> list[Any]:
-        """Send every call at once and read the replies in order; errors come back as exception values.
+    def pipeline(self, calls: Sequence[tuple[str, tuple[Any, ...]] | tuple[str, tuple[Any, ...], Mapping[str, Any]]]) -> list[Any]:
+        """Send every call, ``(method, args[, kwargs])``, at once and read the replies in order;
+        errors come back as exception values.
 
         Sending and reading interleave (a selector loop), so a long pipeline cannot deadlock with
         the server blocked writing replies while we are blocked writing requests.
         """
         ids: list[tuple[int, str]] = []
         out = bytearray()
-        for method, args in calls:
-            request_id, data = self._encode(method, args, {})
+        for call in calls:
+            method, args = call[0], call[1]
+            request_id, data = self._encode(method, args, call[2] if len(call) > 2 else {})  # type: ignore[misc]
             ids.append((request_id, method))
             out += data
         frames: list[bytes] = []

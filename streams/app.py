@@ -43,6 +43,7 @@ from coordinator.changes import local_changes
 from coordinator.delta import ProblemKind, Replayer
 from coordinator.image import EMPTY_IMAGE, ClusterMirrorImage, MetadataImage
 from coordinator.partition_state import (
+    UNKNOWN_STATE,
     LastMirrorEpoch,
     MirrorPartitionKey,
     MirrorPartitionState,
@@ -53,6 +54,7 @@ from coordinator.partition_state import (
 from coordinator.ports import PortError, SourceUnavailable
 from coordinator.states import DesiredState, MirrorState, is_legal_transition
 from coordinator.workflows.config import MirrorConfig
+from coordinator.workflows.drive import may_step_before_durable
 from records.framing import ApiMessageAndVersion, MetadataRecordSerde
 from streams.config import WorkerConfig, dlq_topic_spec, ensure_topics, metadata_topic_spec
 from streams.effects import MirrorRunner
@@ -241,6 +243,14 @@ class WorkerStateStore:
             if p in self.owned:
                 self.pending_lme[p][record.key] = record
 
+    def may_run(self, key: MirrorPartitionKey, current: MirrorPartitionState, proposed: MirrorPartitionState) -> bool:
+        """May a step that moves ``key`` from ``current`` to ``proposed`` run before ``current`` is durable?"""
+        with self.lock:
+            pending = self.pending.get(self.partition_of(key), {}).get(key)
+            if pending is None:
+                return True
+            return may_step_before_durable(pending, self.durable.get(key), proposed)
+
     def keys(self, mirror_name: str) -> list[MirrorPartitionKey]:
         with self.lock:
             found = {k for k in self.durable if k.mirror_name == mirror_name}
@@ -328,6 +338,7 @@ class CoordinatorWorker:
         self.replayer = Replayer()
         self.poison_offsets: list[int] = []
         self._keys_by_partition: dict[int, set[MirrorPartitionKey]] = defaultdict(set)
+        self._keys_sorted: dict[int, list[MirrorPartitionKey]] = {}  # keys_of, until a key is added
         self._last_step: dict[int, float] = {}
         self._serde = MetadataRecordSerde(default_codec().schemas)
         self._record_cls = default_codec().schemas.struct("MirrorTopicStateChangeRecord")
@@ -386,7 +397,7 @@ class CoordinatorWorker:
         self.image = image
         for kind in ("start", "stop", "pause", "resume", "added", "leader_changes"):
             for k in getattr(changes, kind):
-                self._keys_by_partition[self.store.partition_of(MirrorPartitionKey(*k))].add(MirrorPartitionKey(*k))
+                self._add_key(self.store.partition_of(MirrorPartitionKey(*k)), MirrorPartitionKey(*k))
         owned = self.owned_partitions()
         sent = 0
         for kind in ("stop", "pause", "start", "resume", "added", "leader_changes"):
@@ -453,7 +464,7 @@ class CoordinatorWorker:
                     k = (change.mirror_name, change.topic_id)
                     if k not in self.event_desired or self.event_desired[k][1] < change.metadata_offset:
                         self.event_desired[k] = (DesiredState(change.desired_state), change.metadata_offset)
-                    self._keys_by_partition[p].add(MirrorPartitionKey(change.mirror_name, change.topic_id, change.partition))
+                    self._add_key(p, MirrorPartitionKey(change.mirror_name, change.topic_id, change.partition))
                 if time.monotonic() - self._last_step.get(p, 0.0) < 0.05:
                     continue  # a burst of events: the next tick (or event) steps the partition
             if not self.caught_up.is_set():
@@ -488,7 +499,7 @@ class CoordinatorWorker:
                     continue
                 key = MirrorPartitionKey(k.mirror_name, k.topic_id, k.partition)  # type: ignore[attr-defined]
                 self.store.durable[key] = decode_state(raw_value[2:])
-                self._keys_by_partition[p].add(key)
+                self._add_key(p, key)
                 loaded.append(key)
         for key in loaded:
             m = self.mirrors.get(key.mirror_name)
@@ -498,7 +509,16 @@ class CoordinatorWorker:
 
     def keys_of(self, partition: int) -> list[MirrorPartitionKey]:
         """Mirror partitions whose state lives in table partition ``partition``."""
-        return sorted(self._keys_by_partition.get(partition, ()))
+        got = self._keys_sorted.get(partition)
+        if got is None:
+            got = self._keys_sorted[partition] = sorted(self._keys_by_partition.get(partition, ()))
+        return got
+
+    def _add_key(self, partition: int, key: MirrorPartitionKey) -> None:
+        keys = self._keys_by_partition[partition]
+        if key not in keys:
+            keys.add(key)
+            self._keys_sorted.pop(partition, None)
 
     async def _persist(self, partition: int) -> int:
         """Writes the queued writes of ``partition`` into the table (inside an event of that
@@ -515,6 +535,8 @@ class CoordinatorWorker:
             except Exception as e:  # noqa: BLE001 - StateWriteFenced: another writer moved it on
                 log.warning("dropped a fenced write: %s", e)
                 continue
+            # Steps collapsed in one round (several puts, one write) still read N and write N+1.
+            state = state.with_(state_epoch=(stored or UNKNOWN_STATE).state_epoch + 1)
             self.table[codec.state_key(key.mirror_name, key.topic_id, key.partition)] = _VALUE_PREFIX + encode_state(state)
             if stored is None or stored.state != state.state:
                 self.store.transitions += 1

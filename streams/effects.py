@@ -21,7 +21,8 @@ as it is and back the partition off; other port errors send it to FAILED with ba
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable, Sequence
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -83,6 +84,114 @@ from coordinator.workflows.sync_groups import (
 from coordinator.workflows.topic import TopicObservation, decide_topic
 
 _SETTLE_STEPS = 12  # workflow steps per partition per round; every workflow is shorter
+_PIPELINE_CHUNK = 4096  # calls per pipelined batch: bounds the bytes in flight on one connection
+_FETCH_WAVE = 256  # partitions fetched per pipelined wave; the round's byte budget is checked between waves
+
+K = TypeVar("K")
+
+# A port call: (port, method, positional args, keyword args or None). Observations are generators
+# that yield one call (and get its result, or its PortError raised into them) or a list of calls
+# (and get the list of results, PortErrors as values); ``drive_all`` advances many of them in
+# lockstep so that every wave of calls goes out as one pipelined batch per port.
+Call = tuple[Any, str, tuple[Any, ...], dict[str, Any] | None]
+Observer = Generator[Any, Any, Any]
+
+
+def run_calls(calls: Sequence[Call], *, dedupe: bool = False) -> list[Any]:
+    """Results in call order, a ``PortError`` as a value. Calls on a port that pipelines (the
+    model-server client) go out together, as a Kafka client batches partitions into one request;
+    other ports are called one by one. ``dedupe`` (reads only) asks each distinct call once."""
+    out: list[Any] = [None] * len(calls)
+    by_port: dict[int, tuple[Any, list[int]]] = {}
+    for i, call in enumerate(calls):
+        by_port.setdefault(id(call[0]), (call[0], []))[1].append(i)
+    for port, idx in by_port.values():
+        first: dict[Any, int] = {}
+        todo: list[int] = []
+        alias: list[tuple[int, int]] = []
+        for i in idx:
+            _, method, args, kwargs = calls[i]
+            if dedupe and not kwargs:
+                try:
+                    seen = first.setdefault((method, args), i)
+                except TypeError:  # unhashable arguments: no dedupe for this one
+                    seen = i
+                if seen != i:
+                    alias.append((i, seen))
+                    continue
+            todo.append(i)
+        pipe = getattr(port, "pipeline", None) if len(todo) > 1 else None
+        if pipe is None:
+            for i in todo:
+                _, method, args, kwargs = calls[i]
+                try:
+                    out[i] = getattr(port, method)(*args, **(kwargs or {}))
+                except PortError as e:
+                    out[i] = e
+        else:
+            for start in range(0, len(todo), _PIPELINE_CHUNK):
+                chunk = todo[start : start + _PIPELINE_CHUNK]
+                try:
+                    got = pipe([(calls[i][1], calls[i][2], calls[i][3] or {}) for i in chunk])
+                except PortError as e:  # the connection failed: every call of the chunk failed with it
+                    got = [e] * len(chunk)
+                for i, r in zip(chunk, got):
+                    if isinstance(r, BaseException) and not isinstance(r, PortError):
+                        raise r
+                    out[i] = r
+        for i, seen in alias:
+            out[i] = out[seen]
+    return out
+
+
+def drive_all(observers: dict[K, Observer]) -> dict[K, Any]:
+    """Run observer generators to completion; each one's return value, or the PortError it let out."""
+    results: dict[K, Any] = {}
+    waiting: dict[K, Any] = {}
+
+    def advance(key: K, value: Any, error: PortError | None) -> None:
+        gen = observers[key]
+        try:
+            waiting[key] = gen.throw(error) if error is not None else gen.send(value)
+        except StopIteration as stop:
+            results[key] = stop.value
+        except PortError as e:
+            results[key] = e
+
+    for key in observers:
+        advance(key, None, None)
+    while waiting:
+        batch = list(waiting.items())
+        waiting.clear()
+        flat: list[Call] = []
+        spans: list[tuple[K, int, int, bool]] = []
+        for key, asked in batch:
+            many = isinstance(asked, list)
+            spans.append((key, len(flat), len(asked) if many else 1, many))
+            flat.extend(asked if many else (asked,))
+        got = run_calls(flat, dedupe=True)
+        for key, start, n, many in spans:
+            if many:
+                advance(key, got[start : start + n], None)
+            elif isinstance(got[start], PortError):
+                advance(key, None, got[start])
+            else:
+                advance(key, got[start], None)
+    return results
+
+
+def drive_one(observer: Observer) -> Any:
+    """Run one observer; raises the PortError it let out."""
+    got = drive_all({0: observer})[0]
+    if isinstance(got, PortError):
+        raise got
+    return got
+
+
+def raise_first(values: Sequence[Any]) -> None:
+    for v in values:
+        if isinstance(v, PortError):
+            raise v
 
 
 class InMemoryStateStore:
@@ -112,6 +221,9 @@ class InMemoryStateStore:
 
     def keys(self, mirror_name: str) -> list[MirrorPartitionKey]:
         return sorted(k for k in self._values if k.mirror_name == mirror_name)
+
+    def may_run(self, key: MirrorPartitionKey, current: MirrorPartitionState, proposed: MirrorPartitionState) -> bool:
+        return True  # every write is durable at once
 
 
 class DesiredStateLog:
@@ -157,42 +269,74 @@ class Executor:
         for cmd in commands:
             self.run_one(cmd)
 
-    def run_one(self, cmd: c.Command) -> None:  # noqa: C901 - one arm per command, on purpose
+    def run_one(self, cmd: c.Command) -> None:
+        call = self.plan(cmd)
+        if call is not None:
+            port, method, args, kwargs = call
+            getattr(port, method)(*args, **(kwargs or {}))
+
+    def run_many(self, commands: dict[K, Sequence[c.Command]]) -> dict[K, PortError]:
+        """Each key's commands in order, the keys side by side: wave i is every key's i-th port
+        call, pipelined. A key whose command fails runs nothing after it; its error is returned."""
+        queues = {k: list(cmds) for k, cmds in commands.items() if cmds}
+        failed: dict[K, PortError] = {}
+        while queues:
+            wave: list[tuple[K, Call]] = []
+            for k in list(queues):
+                q = queues[k]
+                call = None
+                while q and call is None:
+                    call = self.plan(q.pop(0))
+                if call is not None:
+                    wave.append((k, call))
+                if not q:
+                    del queues[k]
+            for (k, _), r in zip(wave, run_calls([call for _, call in wave])):
+                if isinstance(r, PortError):
+                    failed[k] = r
+                    queues.pop(k, None)
+        return failed
+
+    def plan(self, cmd: c.Command) -> Call | None:  # noqa: C901 - one arm per command, on purpose
+        """A fetch-session change is applied here (None); anything else is the port call to make."""
         d = self.dest
         match cmd:
             case c.AddFetcher(tp=tp):
                 self.sessions[fetcher_of(tp, self.num_fetchers)].add(tp)
+                return None
             case c.RemoveFetcher(tp=tp):
                 self.sessions[fetcher_of(tp, self.num_fetchers)].discard(tp)
+                return None
             case c.TruncateTo(tp=tp, offset=offset):
-                d.truncate_to(tp, offset)
+                return (d, "truncate_to", (tp, offset), None)
             case c.TruncateFullyAndStartAt(tp=tp, offset=offset):
-                d.truncate_fully_and_start_at(tp, offset)
+                return (d, "truncate_fully_and_start_at", (tp, offset), None)
             case c.AppendBatches(tp=tp, batches=batches):
-                d.append_mirror_batches(tp, batches)
+                return (d, "append_mirror_batches", (tp, batches), None)
             case c.BumpLeaderEpoch(tp=tp, min_epoch=epoch):
-                d.bump_leader_epoch(tp, epoch)
+                return (d, "bump_leader_epoch", (tp, epoch), None)
             case c.AppendControl():
-                d.append_control_batch(cmd.tp, cmd.control_type, cmd.producer_id, cmd.producer_epoch, cmd.source_cluster_id)
+                return (d, "append_control_batch",
+                        (cmd.tp, cmd.control_type, cmd.producer_id, cmd.producer_epoch, cmd.source_cluster_id), None)  # fmt: skip
             case c.SetLastMirroredEpoch(mirror_name=name, tp=tp, epoch=epoch):
-                d.set_last_mirrored_epoch(name, tp, epoch)
+                return (d, "set_last_mirrored_epoch", (name, tp, epoch), None)
             case c.CreateTopic():
-                d.create_topic(cmd.name, cmd.topic_id, cmd.num_partitions, dict(cmd.configs), read_only=True,
-                               mirror_name=cmd.mirror_name, mirror_source_cluster_id=cmd.source_cluster_id)
+                return (d, "create_topic", (cmd.name, cmd.topic_id, cmd.num_partitions, dict(cmd.configs)),
+                        {"read_only": True, "mirror_name": cmd.mirror_name, "mirror_source_cluster_id": cmd.source_cluster_id})  # fmt: skip
             case c.CreatePartitions(topic_id=topic_id, total_count=n):
-                d.create_partitions(topic_id, n)
+                return (d, "create_partitions", (topic_id, n), None)
             case c.SetReadOnly(topic_id=topic_id, read_only=read_only):
-                d.set_read_only(topic_id, read_only)
+                return (d, "set_read_only", (topic_id, read_only), None)
             case c.SetMirror(topic_id=topic_id, mirror_name=name, source_cluster_id=source):
-                d.set_mirror(topic_id, name, source)
+                return (d, "set_mirror", (topic_id, name, source), None)
             case c.AlterConfigs(topic_id=topic_id, set_configs=to_set, delete_configs=to_delete):
-                d.alter_configs(topic_id, dict(to_set), to_delete)
+                return (d, "alter_configs", (topic_id, dict(to_set), to_delete), None)
             case c.CommitGroupOffsets(group_id=group, group_type=kind, offsets=offsets):
-                d.commit_group_offsets(group, offsets, kind)
+                return (d, "commit_group_offsets", (group, offsets, kind), None)
             case c.CreateAcls(acls=acls):
-                d.create_acls(acls)
+                return (d, "create_acls", (acls,), None)
             case c.DeleteAcls(acls=acls):
-                d.delete_acls(acls)
+                return (d, "delete_acls", (acls,), None)
             case _:
                 raise TypeError(f"unknown command {cmd!r}")
 
@@ -227,6 +371,7 @@ class MirrorRunner:
         self.source_topics: dict[uuid.UUID, TopicMetadata] = {}
         self.ready: set[uuid.UUID] = set()
         self.backoff_until: dict[TopicPartition, int] = {}
+        self.idle_until: dict[TopicPartition, int] = {}  # caught up: no fetch before (fetch_max_wait_ms)
         self.progress: dict[TopicPartition, tuple[int, int]] = {}  # (source HW, destination LEO)
         self.peak_round_bytes = 0
         self.warnings: list[str] = []
@@ -258,6 +403,7 @@ class MirrorRunner:
             parts.discard(key.partition)
         self.sessions[fetcher_of(tp, len(self.sessions))].discard(tp)
         self.backoff_until.pop(tp, None)
+        self.idle_until.pop(tp, None)
         self.progress.pop(tp, None)
 
     # ------------------------------------------------------------------ operator side
@@ -288,14 +434,12 @@ class MirrorRunner:
         self.now_ms = now_ms
         desired = self.metadata.latest(self.mirror_name)
         self._cluster_ids()
-        for topic_id, (want, offset) in sorted(desired.items()):
-            self._reconcile_topic(topic_id, want, offset)
+        self._reconcile_many([(t, want, offset) for t, (want, offset) in sorted(desired.items())])
         self._settle(desired)
         self._fetch_round(desired)
         self._settle(desired)
-        for topic_id, (want, offset) in sorted(desired.items()):
-            if want is DesiredState.STOP:
-                self._reconcile_topic(topic_id, want, offset)  # writable in the round it stopped
+        # writable in the round it stopped
+        self._reconcile_many([(t, want, offset) for t, (want, offset) in sorted(desired.items()) if want is DesiredState.STOP])
         self.sync_if_due(now_ms)
 
     # ------------------------------------------------------------------ the round, in phases
@@ -310,26 +454,27 @@ class MirrorRunner:
         self.now_ms = now_ms
         desired = self.metadata.latest(self.mirror_name) if desired is None else desired
         self._cluster_ids()
+        due = []
         for topic_id, (want, offset) in sorted(desired.items()):
-            due = now_ms - self._topics_checked_ms.get(topic_id, -(1 << 62)) >= self.config.metadata_refresh_interval_ms
-            if self._topic_settled.get(topic_id) == offset and not due:
+            stale = now_ms - self._topics_checked_ms.get(topic_id, -(1 << 62)) >= self.config.metadata_refresh_interval_ms
+            if self._topic_settled.get(topic_id) == offset and not stale:
                 continue
             self._topics_checked_ms[topic_id] = now_ms
-            self._reconcile_topic(topic_id, want, offset)
+            due.append((topic_id, want, offset))
+        self._reconcile_many(due)
 
     def step_partitions(self, now_ms: int, keys: Iterable[MirrorPartitionKey],
                         desired: dict[uuid.UUID, tuple[DesiredState, int]] | None = None) -> None:
         """Drive ``keys`` (at most ``settle_steps`` steps each); keys of topics with no desired state are left be."""
         self.now_ms = now_ms
         desired = self.metadata.latest(self.mirror_name) if desired is None else desired
+        work = []
         for key in keys:
             got = desired.get(key.topic_id)
-            if got is None:
-                continue
-            self.partitions.setdefault(key.topic_id, set()).add(key.partition)
-            self._drive(key, got[0], got[1])
-            if got[0] is DesiredState.STOP and self.state(key.topic_partition).state is MirrorState.STOPPED:
-                self._topic_settled.pop(key.topic_id, None)  # the topic level makes it writable next
+            if got is not None:
+                self.partitions.setdefault(key.topic_id, set()).add(key.partition)
+                work.append((key, got[0], got[1]))
+        self._drive_many(work)
 
     def fetch_round(self, now_ms: int, only: set[TopicPartition] | None = None,
                     desired: dict[uuid.UUID, tuple[DesiredState, int]] | None = None) -> None:
@@ -357,15 +502,22 @@ class MirrorRunner:
 
     # ------------------------------------------------------------------ topic level
 
+    def _reconcile_many(self, topics: Sequence[tuple[uuid.UUID, DesiredState, int]]) -> None:
+        """Observe every topic at once (pipelined), then decide and act topic by topic."""
+        for topic_id, _, _ in topics:
+            self.ready.discard(topic_id)
+        observed = drive_all({t: self._observe_topic(t, want) for t, want, _ in topics})
+        for topic_id, want, offset in topics:
+            obs = observed[topic_id]
+            if isinstance(obs, PortError):
+                self._note(f"topic {topic_id}: {obs}")
+            elif obs is not None:
+                self._decide_topic(topic_id, want, offset, obs)
+
     def _reconcile_topic(self, topic_id: uuid.UUID, want: DesiredState, offset: int) -> None:
-        self.ready.discard(topic_id)
-        try:
-            obs = self._observe_topic(topic_id, want)
-        except PortError as e:
-            self._note(f"topic {topic_id}: {e}")
-            return
-        if obs is None:
-            return
+        self._reconcile_many([(topic_id, want, offset)])
+
+    def _decide_topic(self, topic_id: uuid.UUID, want: DesiredState, offset: int, obs: TopicObservation) -> None:
         states = {p: self.state(TopicPartition(topic_id, p)) for p in sorted(self.partitions.get(topic_id, ()))}
         decision = decide_topic(self.mirror_name, obs, want, states, self.now_ms, self.config)
         try:
@@ -386,20 +538,21 @@ class MirrorRunner:
         else:
             self._topic_settled.pop(topic_id, None)
 
-    def _observe_topic(self, topic_id: uuid.UUID, want: DesiredState) -> TopicObservation | None:
-        dest_topic = _describe_one(self.dest, topic_id)
+    def _observe_topic(self, topic_id: uuid.UUID, want: DesiredState) -> Observer:
+        dest_topic = yield from describe_one(self.dest, topic_id)
         if want is DesiredState.STOP:
             # A failover needs nothing from the source, which may well be gone.
             return TopicObservation(topic_id=topic_id, source_topic=None, dest_topic=dest_topic,
                                     source_cluster_id="", dest_cluster_id=self._dest_cluster_id or "")
         if self._source_cluster_id is None or self._dest_cluster_id is None:
             return None
-        source_topic = _describe_one(self.source, topic_id)
+        source_topic = yield from describe_one(self.source, topic_id)
         if source_topic is not None:
             self.source_topics[topic_id] = source_topic
         same_name = None
         if dest_topic is None and source_topic is not None:
-            same_name = next((t for t in self.dest.describe_topics() if t.name == source_topic.name), None)
+            every = yield (self.dest, "describe_topics", (), None)  # asked once per wave, however many topics need it
+            same_name = next((t for t in every if t.name == source_topic.name), None)
         return TopicObservation(topic_id=topic_id, source_topic=source_topic, dest_topic=dest_topic,
                                 dest_same_name=same_name, source_cluster_id=self._source_cluster_id,
                                 dest_cluster_id=self._dest_cluster_id)
@@ -407,87 +560,122 @@ class MirrorRunner:
     # ------------------------------------------------------------------ partition level
 
     def _settle(self, desired: dict[uuid.UUID, tuple[DesiredState, int]]) -> None:
-        for topic_id, (want, offset) in sorted(desired.items()):
-            for p in sorted(self.partitions.get(topic_id, ())):
-                self._drive(self.key(TopicPartition(topic_id, p)), want, offset)
+        self._drive_many([(self.key(TopicPartition(topic_id, p)), want, offset)
+                          for topic_id, (want, offset) in sorted(desired.items())
+                          for p in sorted(self.partitions.get(topic_id, ()))])  # fmt: skip
 
     def _drive(self, key: MirrorPartitionKey, want: DesiredState, offset: int) -> None:
-        tp = key.topic_partition
-        for _ in range(self.settle_steps):
-            state = self.store.get(key) or UNKNOWN_STATE
-            try:
-                obs = self._observe(key, state, want)
-                if obs is None:
-                    return
-                decision = decide_partition(key, state, want, offset, obs, self.now_ms, self.config)
-                self.executor.run(decision.commands)
-            except PortError as e:
-                self._on_port_error(key, state, e, offset)
-                return
-            if decision.last_mirror_epoch is not None:
-                self.store.put_lme(decision.last_mirror_epoch)
-            if decision.state is state:
-                return
-            if not self._persist(key, decision.state):
-                return
-            if tp in self.backoff_until:
-                del self.backoff_until[tp]
+        self._drive_many([(key, want, offset)])
 
-    def _observe(self, key: MirrorPartitionKey, state: MirrorPartitionState, want: DesiredState) -> PartitionObservation | None:
+    def _drive_many(self, work: Sequence[tuple[MirrorPartitionKey, DesiredState, int]]) -> None:
+        """Up to ``settle_steps`` workflow steps for each partition, side by side: per step, one
+        pipelined wave of observations, the decisions, one pipelined wave per command position,
+        then the (fenced) state writes. A partition leaves the loop when its state settles, on a
+        port error, or when the store says its next decision must wait for durability."""
+        active = list(work)
+        for _ in range(self.settle_steps):
+            if not active:
+                return
+            states = {key: self.store.get(key) or UNKNOWN_STATE for key, _, _ in active}
+            observed = drive_all({key: self._observe(key, states[key], want) for key, want, _ in active})
+            decisions = {}
+            for key, want, offset in active:
+                obs = observed[key]
+                if isinstance(obs, PortError):
+                    self._on_port_error(key, states[key], obs, offset)
+                    continue
+                if obs is None:
+                    continue
+                decision = decide_partition(key, states[key], want, offset, obs, self.now_ms, self.config)
+                if decision.state is not states[key] and not self.store.may_run(key, states[key], decision.state):
+                    continue  # its next write must follow a durable one: the next round takes it
+                decisions[key] = decision
+            failed = self.executor.run_many({k: d.commands for k, d in decisions.items()})
+            nxt = []
+            for key, want, offset in active:
+                decision = decisions.get(key)
+                if decision is None:
+                    continue
+                if key in failed:
+                    self._on_port_error(key, states[key], failed[key], offset)
+                    continue
+                if decision.last_mirror_epoch is not None:
+                    self.store.put_lme(decision.last_mirror_epoch)
+                if decision.state is states[key] or not self._persist(key, decision.state):
+                    continue
+                tp = key.topic_partition
+                self.backoff_until.pop(tp, None)
+                if want is DesiredState.STOP and decision.state.state is MirrorState.STOPPED:
+                    self._topic_settled.pop(key.topic_id, None)  # the topic level makes it writable next
+                nxt.append((key, want, offset))
+            active = nxt
+
+    def _observe(self, key: MirrorPartitionKey, state: MirrorPartitionState, want: DesiredState) -> Observer:
         tp = key.topic_partition
         in_fetcher = tp in self.sessions[fetcher_of(tp, len(self.sessions))]
         need = needs(state, want)
         if need is Need.NOTHING:
             return PartitionObservation(in_fetcher=in_fetcher)
         if need is Need.DEST:
-            return PartitionObservation(in_fetcher=in_fetcher, dest=self.dest.list_offsets(tp))
+            return PartitionObservation(in_fetcher=in_fetcher, dest=(yield (self.dest, "list_offsets", (tp,), None)))
         if need is Need.PREPARE:
-            return PartitionObservation(in_fetcher=in_fetcher, prepare=self._observe_prepare(tp, state))
-        return PartitionObservation(in_fetcher=in_fetcher, stop=self._observe_stop(tp, state, in_fetcher))
+            return PartitionObservation(in_fetcher=in_fetcher, prepare=(yield from self._observe_prepare(tp, state)))
+        return PartitionObservation(in_fetcher=in_fetcher, stop=(yield from self._observe_stop(tp, state, in_fetcher)))
 
-    def _observe_prepare(self, tp: TopicPartition, state: MirrorPartitionState) -> PrepareObservation:
-        dest = self.dest.list_offsets(tp)
-        sle = self.source.list_offsets(tp).leader_epoch
+    def _observe_prepare(self, tp: TopicPartition, state: MirrorPartitionState) -> Observer:
         ready = tp.topic_id in self.ready
         if state.step is Step.PREPARE_WAIT_ISR:
-            return PrepareObservation(topic_ready=ready, dest=dest, source_leader_epoch=sle, isr=self.dest.isr_status(tp))
+            got = yield [(self.dest, "list_offsets", (tp,), None), (self.source, "list_offsets", (tp,), None),
+                         (self.dest, "isr_status", (tp,), None)]  # fmt: skip
+            raise_first(got)
+            dest, src, isr = got
+            return PrepareObservation(topic_ready=ready, dest=dest, source_leader_epoch=src.leader_epoch, isr=isr)
         # The source keeps its LME under the mirror that fed it (the one its topic is attached to).
         src_topic = self.source_topics.get(tp.topic_id)
         lme_mirror = (src_topic.mirror_name if src_topic is not None else None) or self.mirror_name
-        lme = self.source.last_mirrored_epoch(lme_mirror, tp)
+        got = yield [(self.dest, "list_offsets", (tp,), None), (self.source, "list_offsets", (tp,), None),
+                     (self.source, "last_mirrored_epoch", (lme_mirror, tp), None)]  # fmt: skip
+        raise_first(got)
+        dest, src, lme = got
         src_end = local_end = None
         if lme is not None:
-            src_end = self.source.end_offset_for_epoch(tp, lme)
+            src_end = yield (self.source, "end_offset_for_epoch", (tp, lme), None)
             if not src_end.undefined:
-                local_end = self.dest.end_offset_for_epoch(tp, src_end.epoch)
-        return PrepareObservation(topic_ready=ready, dest=dest, source_leader_epoch=sle, source_lme=lme,
+                local_end = yield (self.dest, "end_offset_for_epoch", (tp, src_end.epoch), None)
+        return PrepareObservation(topic_ready=ready, dest=dest, source_leader_epoch=src.leader_epoch, source_lme=lme,
                                   source_epoch_end=src_end, local_epoch_end=local_end)
 
-    def _observe_stop(self, tp: TopicPartition, state: MirrorPartitionState, in_fetcher: bool) -> StopObservation:
+    def _observe_stop(self, tp: TopicPartition, state: MirrorPartitionState, in_fetcher: bool) -> Observer:
         """Destination only: a failover must work with the source unreachable."""
-        dest = self.dest.list_offsets(tp)
         step = state.step
-        latest = opens = isr = None
-        tail: tuple[Batch, ...] | None = None
-        if step is Step.STOP_RECORD_LME:
-            epoch = latest_epoch(self.dest, tp, dest.leader_epoch)
-            latest = EpochEndOffset(epoch, dest.leo) if epoch is not None else EpochEndOffset(-1, -1)
-        elif step is Step.STOP_ABORT_OPEN:
-            opens = tuple(self.dest.open_transactions(tp))
-        elif step is Step.STOP_PID_RESET and dest.hw >= dest.leo:
-            tail = self._read_dest(tp, state.stop_offset, dest.leo)
+        asks: list[Call] = [(self.dest, "list_offsets", (tp,), None), (self.dest, "describe_topics", ((tp.topic_id,),), None)]
+        if step is Step.STOP_ABORT_OPEN:
+            asks.append((self.dest, "open_transactions", (tp,), None))
         elif step is Step.STOP_WAIT_ISR:
-            isr = self.dest.isr_status(tp)
-        topic = _describe_one(self.dest, tp.topic_id)
+            asks.append((self.dest, "isr_status", (tp,), None))
+        got = yield asks
+        dest, described = got[0], got[1]
+        if isinstance(described, UnknownTopicId):
+            described = []
+        raise_first(got)
+        latest = tail = None
+        if step is Step.STOP_RECORD_LME:
+            epoch = yield from latest_epoch(self.dest, tp, dest.leader_epoch)
+            latest = EpochEndOffset(epoch, dest.leo) if epoch is not None else EpochEndOffset(-1, -1)
+        elif step is Step.STOP_PID_RESET and dest.hw >= dest.leo:
+            tail = yield from self._read_dest(tp, state.stop_offset, dest.leo)
+        opens = tuple(got[2]) if step is Step.STOP_ABORT_OPEN else ()
+        isr = got[2] if step is Step.STOP_WAIT_ISR else None
+        topic = described[0] if described else None
         source_id = (topic.mirror_source_cluster_id if topic is not None else None) or self._source_cluster_id or ""
-        return StopObservation(dest=dest, dest_latest_epoch=latest, open_transactions=opens or (), tail=tail,
+        return StopObservation(dest=dest, dest_latest_epoch=latest, open_transactions=opens, tail=tail,
                                isr=isr, in_fetcher=in_fetcher, source_cluster_id=source_id)
 
-    def _read_dest(self, tp: TopicPartition, start: int, end: int) -> tuple[Batch, ...]:
+    def _read_dest(self, tp: TopicPartition, start: int, end: int) -> Observer:
         out: list[Batch] = []
         offset = start
         while offset < end:
-            got = self.dest.fetch(tp, offset, 1 << 20, IsolationLevel.READ_UNCOMMITTED).batches
+            got = (yield (self.dest, "fetch", (tp, offset, 1 << 20, IsolationLevel.READ_UNCOMMITTED), None)).batches
             if not got:
                 break
             out.extend(got)
@@ -519,60 +707,92 @@ class MirrorRunner:
 
     def _fetch_round(self, desired: dict[uuid.UUID, tuple[DesiredState, int]],
                      only: set[TopicPartition] | None = None) -> None:
+        """One round per fetcher: its partitions in rotation order, in pipelined waves, until the
+        response byte budget is spent (as a broker fills a fetch response partition by partition).
+        A partition caught up with an empty fetch waits ``fetch_max_wait_ms`` before the next one,
+        the broker-side long poll of a real replica fetcher."""
+        now = self.now_ms
         for i, members in enumerate(self.sessions):
-            eligible = [tp for tp in members if (only is None or tp in only) and self.backoff_until.get(tp, -1) <= self.now_ms
-                        and self.state(tp).state is MirrorState.MIRRORING]
+            eligible = [tp for tp in members if (only is None or tp in only)
+                        and self.backoff_until.get(tp, -1) <= now and self.idle_until.get(tp, -1) <= now
+                        and self.state(tp).state is MirrorState.MIRRORING]  # fmt: skip
             remaining = self.config.fetch_response_max_bytes
             used = served = 0
-            for tp in round_order(eligible, self.rotation[i]):
+            order = round_order(eligible, self.rotation[i])
+            for w in range(0, len(order), _FETCH_WAVE):
                 if remaining <= 0:
                     break
-                served += 1
-                got = self._fetch_one(tp, partition_max_bytes(remaining, self.config), desired)
-                remaining -= got
-                used += got
+                wave = order[w : w + _FETCH_WAVE]
+                cap = partition_max_bytes(remaining, self.config)
+                fetched = drive_all({tp: self._fetch_observe(tp, cap) for tp in wave})
+                commands: dict[TopicPartition, Sequence[c.Command]] = {}
+                decided = []
+                for tp in wave:
+                    got = fetched[tp]
+                    offset = desired.get(tp.topic_id, (DesiredState.START, -1))[1]
+                    state = self.state(tp)
+                    if isinstance(got, PortError):
+                        served += 1
+                        self._on_port_error(self.key(tp), state, got, offset)
+                        continue
+                    pos, result, local_end = got
+                    size = sum(b.size_in_bytes for b in result.batches) if isinstance(result, FetchResult) else 0
+                    if size > remaining and used > 0:
+                        remaining = 0  # the response is full: the rest is not served this round
+                        break  # (the first data of a response goes in whatever its size, as in Kafka)
+                    served += 1
+                    remaining -= size
+                    used += size
+                    decision = decide_fetch(state, tp, pos, result, now, self.config, local_end)
+                    commands[tp] = decision.commands
+                    decided.append((tp, state, offset, pos, result, decision, size))
+                failed = self.executor.run_many(commands)
+                for tp, state, offset, pos, result, decision, size in decided:
+                    if tp in failed:
+                        self._on_port_error(self.key(tp), state, failed[tp], offset)
+                        continue
+                    if isinstance(result, FetchResult):
+                        appended = [b for cmd in decision.commands if isinstance(cmd, c.AppendBatches) for b in cmd.batches]
+                        leo = appended[-1].next_offset if appended else pos.fetch_offset
+                        self.progress[tp] = (result.hw, leo)
+                        if not appended and size == 0 and leo >= result.hw and decision.state is state:
+                            self.idle_until[tp] = now + self.config.fetch_max_wait_ms
+                    if decision.state is not state:
+                        self._persist(self.key(tp), stamp_applied(decision.state, offset))
             self.rotation[i] += served
             self.peak_round_bytes = max(self.peak_round_bytes, used)
 
-    def _fetch_one(self, tp: TopicPartition, max_bytes: int, desired: dict[uuid.UUID, tuple[DesiredState, int]]) -> int:
-        key = self.key(tp)
-        state = self.state(tp)
-        offset = desired.get(tp.topic_id, (DesiredState.START, -1))[1]
+    def _fetch_observe(self, tp: TopicPartition, max_bytes: int) -> Observer:
+        """The fetch position from the destination, the source's fetch from there, and on a
+        diverging epoch the destination's end offset for it."""
+        dest = yield (self.dest, "list_offsets", (tp,), None)
+        epoch = yield from latest_epoch(self.dest, tp, dest.leader_epoch)
+        pos = FetchPosition(dest.leo, epoch, dest.log_start, dest.leader_epoch)
+        result: FetchResult | OutOfRange
         try:
-            dest = self.dest.list_offsets(tp)
-            pos = FetchPosition(dest.leo, latest_epoch(self.dest, tp, dest.leader_epoch), dest.log_start, dest.leader_epoch)
-            result: FetchResult | OutOfRange
-            try:
-                result = self.source.fetch(tp, pos.fetch_offset, max_bytes, MIRROR_FETCH_ISOLATION,
-                                           last_fetched_epoch=pos.last_fetched_epoch)
-            except OffsetOutOfRange as e:
-                result = OutOfRange(e.log_start, e.leo)
-            local_end = None
-            if isinstance(result, FetchResult) and result.diverging_epoch is not None:
-                local_end = self.dest.end_offset_for_epoch(tp, result.diverging_epoch.epoch)
-            decision = decide_fetch(state, tp, pos, result, self.now_ms, self.config, local_end)
-            self.executor.run(decision.commands)
-        except PortError as e:
-            self._on_port_error(key, state, e, offset)
-            return 0
-        size = 0
-        if isinstance(result, FetchResult):
-            size = sum(b.size_in_bytes for b in result.batches)
-            appended = [b for cmd in decision.commands if isinstance(cmd, c.AppendBatches) for b in cmd.batches]
-            leo = appended[-1].next_offset if appended else pos.fetch_offset
-            self.progress[tp] = (result.hw, leo)
-        if decision.state is not state:
-            self._persist(key, stamp_applied(decision.state, offset))
-        return size
+            result = yield (self.source, "fetch", (tp, pos.fetch_offset, max_bytes, MIRROR_FETCH_ISOLATION),
+                            {"last_fetched_epoch": pos.last_fetched_epoch})  # fmt: skip
+        except OffsetOutOfRange as e:
+            result = OutOfRange(e.log_start, e.leo)
+        local_end = None
+        if isinstance(result, FetchResult) and result.diverging_epoch is not None:
+            local_end = yield (self.dest, "end_offset_for_epoch", (tp, result.diverging_epoch.epoch), None)
+        return pos, result, local_end
 
     # ------------------------------------------------------------------ metadata sync
 
     def _sync(self) -> None:
         """Periodic work for live mirror partitions only (paused, stopped and failed ones are left be)."""
         live = {tp: s for tp, s in self.states().items() if s.state in SYNCED_STATES}
+        checked = drive_all({tp: self._epochs(tp) for tp in sorted(live)})
         for tp in sorted(live):
+            got = checked[tp]
             try:
-                self.periodic_epoch_check(tp)
+                if isinstance(got, PortError):
+                    raise got
+                bump = proactive_bump(tp, got[1], got[0], self.config)
+                if bump is not None:
+                    self.executor.run_one(bump)
             except PortError as e:
                 self._note(f"epoch check {tp}: {e}")
         for topic_id in sorted({tp.topic_id for tp in live}):
@@ -588,10 +808,15 @@ class MirrorRunner:
             except PortError as e:
                 self._note(f"{step.__name__}: {e}")
 
+    def _epochs(self, tp: TopicPartition) -> Observer:
+        """(SLE, DLE)."""
+        got = yield [(self.source, "list_offsets", (tp,), None), (self.dest, "list_offsets", (tp,), None)]
+        raise_first(got)
+        return got[0].leader_epoch, got[1].leader_epoch
+
     def periodic_epoch_check(self, tp: TopicPartition) -> None:
         """DLE >= SLE at each metadata sync (the third mechanism, after reactive and proactive)."""
-        sle = self.source.list_offsets(tp).leader_epoch
-        dle = self.dest.list_offsets(tp).leader_epoch
+        sle, dle = drive_one(self._epochs(tp))
         bump = proactive_bump(tp, dle, sle, self.config)
         if bump is not None:
             self.executor.run_one(bump)
@@ -637,29 +862,28 @@ class MirrorRunner:
             got = self.dest.fetch(tp, at, 1, IsolationLevel.READ_UNCOMMITTED).batches
             if got:
                 return got[0].leader_epoch
-        latest = latest_epoch(self.dest, tp, off.leader_epoch)
+        latest = drive_one(latest_epoch(self.dest, tp, off.leader_epoch))
         return -1 if latest is None else latest
 
     def _sync_acls(self, live: dict[TopicPartition, MirrorPartitionState]) -> None:
         self.executor.run(plan_acl_sync(self.source.describe_acls(), self.dest.describe_acls(), self.config.acls_include))
 
 
-def latest_epoch(port: DestinationCluster, tp: TopicPartition, dle: int) -> int | None:
-    """The newest epoch in the destination's epoch cache, None when it is empty.
+def latest_epoch(port: DestinationCluster, tp: TopicPartition, dle: int) -> Observer:
+    """The newest epoch in the destination's epoch cache, None when it is empty (an observer).
 
     Mirror partitions do not add their own leader epoch to the cache (their batches carry the
     source's), so OffsetsForLeaderEpoch(DLE) is undefined there. The model answers
     ``latest_epoch`` directly; with only the Protocol, OffsetsForLeaderEpoch is defined exactly
     up to the latest epoch, so a binary search over [0, DLE] finds it.
     """
-    direct = getattr(port, "latest_epoch", None)
-    if direct is not None:
-        epoch = direct(tp)
+    if getattr(port, "latest_epoch", None) is not None:
+        epoch = yield (port, "latest_epoch", (tp,), None)
         return None if epoch < 0 else epoch
     lo, hi, found = 0, max(dle, 0), None
     while lo <= hi:
         mid = (lo + hi) // 2
-        answer = port.end_offset_for_epoch(tp, mid)
+        answer = yield (port, "end_offset_for_epoch", (tp, mid), None)
         if answer.undefined:
             hi = mid - 1
         else:
@@ -667,9 +891,10 @@ def latest_epoch(port: DestinationCluster, tp: TopicPartition, dle: int) -> int 
     return found
 
 
-def _describe_one(port: SourceCluster | DestinationCluster, topic_id: uuid.UUID) -> TopicMetadata | None:
+def describe_one(port: SourceCluster | DestinationCluster, topic_id: uuid.UUID) -> Observer:
+    """One topic's metadata, None when the cluster does not know the ID (an observer)."""
     try:
-        found = port.describe_topics([topic_id])
+        found = yield (port, "describe_topics", ((topic_id,),), None)
     except UnknownTopicId:
         return None
     return found[0] if found else None

@@ -39,6 +39,10 @@ class MirrorConfig(msgspec.Struct, frozen=True, kw_only=True):
     fetch_response_max_bytes: int = 10 * 1024 * 1024  # Kafka's replica.fetch.response.max.bytes
     fetch_partition_max_bytes: int = 1024 * 1024  # Kafka's replica.fetch.max.bytes
     fetch_backoff_ms: int = 1_000
+    # A caught-up partition whose fetch came back empty is not fetched again for this long, as the
+    # broker-side long poll of Kafka's replica fetcher (replica.fetch.wait.max.ms) holds an empty
+    # fetch; 0 fetches every partition every round (new data is seen at the next round, not later).
+    fetch_max_wait_ms: int = 0
     # Periodic work: metadata sync (periodic epoch check, configs, groups, ACLs).
     metadata_refresh_interval_ms: int = 30_000
     # DLE >= SLE: bump to SLE + margin when SLE comes within threshold of DLE (prototype: 3 and 10).
@@ -77,4 +81,5 @@ _ALIASES = {
     "num.replica.fetchers": "num_fetchers",
     "replica.fetch.response.max.bytes": "fetch_response_max_bytes",
     "replica.fetch.max.bytes": "fetch_partition_max_bytes",
+    "replica.fetch.wait.max.ms": "fetch_max_wait_ms",
 }

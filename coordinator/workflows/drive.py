@@ -14,7 +14,7 @@ import enum
 
 import msgspec
 
-from coordinator.partition_state import MirrorPartitionKey, MirrorPartitionState
+from coordinator.partition_state import MirrorPartitionKey, MirrorPartitionState, Step
 from coordinator.ports import PartitionOffsets
 from coordinator.retry import decide_failed
 from coordinator.states import DesiredState, MirrorState
@@ -40,6 +40,28 @@ class PartitionObservation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     dest: PartitionOffsets | None = None
     prepare: PrepareObservation | None = None
     stop: StopObservation | None = None
+
+
+# Steps whose decision writes to the destination log from values the step before persisted
+# (STOPPING's LME, stop offset and bump target, which could not be recomputed after a crash):
+# the state must be durable before that decision runs. Every other step recomputes what it
+# needs from the clusters, so a worker may take it before the state it starts from is durable.
+_DURABLE_BEFORE_NEXT = frozenset({Step.STOP_BUMP_EPOCH})
+
+
+def may_step_before_durable(pending: MirrorPartitionState, durable: MirrorPartitionState | None,
+                            proposed: MirrorPartitionState) -> bool:
+    """May a worker act on ``pending`` (written, not yet durable) and propose ``proposed``?
+
+    Not when ``pending``'s step needs to be durable first, and not when it would be a second
+    change of state since the durable one (the changelog must hold every state a partition was
+    in: UNKNOWN -> PREPARING -> MIRRORING is two writes, however fast it goes). Step changes
+    inside one state may be collapsed: each step is idempotent and resumes after a crash.
+    """
+    if pending.state is MirrorState.STOPPING and pending.step in _DURABLE_BEFORE_NEXT:
+        return False
+    before = durable.state if durable is not None else MirrorState.UNKNOWN
+    return proposed.state is pending.state or pending.state is before
 
 
 def needs(state: MirrorPartitionState, desired: DesiredState) -> Need:
