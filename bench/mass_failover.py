@@ -193,12 +193,14 @@ class Bench:
         d, a_ = self.demo, self.args
         common = ["--bootstrap-server", d.broker.bootstrap, "--cluster-name", "B",  # type: ignore[union-attr]
                   "--data-dir", str(self.workdir / "data-B"), "--state-partitions", str(a_.state_partitions),
-                  "--model-port", str(port), "--loglevel", "warning"]  # fmt: skip
+                  "--model-port", str(port)]  # fmt: skip
         extra = ["--no-offsets"] if a_.no_offsets else []
         _, line = d.procs.spawn("controller-B", [PY, "-m", "streams.worker", "--controller", "--listener", "127.0.0.1:0",
-                                                 "--super-users", ADMIN, *extra, *common], ready="LISTENING")  # fmt: skip
+                                                 "--super-users", ADMIN, "--loglevel", "warning", *extra, *common],
+                                        ready="LISTENING")  # fmt: skip
         d.endpoints["B"] = line.split()[1]
-        d.procs.spawn("worker-B", [PY, "-m", "streams.worker", "--tick-interval", str(a_.tick_interval), *common])
+        d.procs.spawn("worker-B", [PY, "-m", "streams.worker", "--tick-interval", str(a_.tick_interval),
+                                   "--loglevel", a_.worker_loglevel, *common])  # fmt: skip
         self.say(f"coordinator of B: controller on {d.endpoints['B']}{' (--no-offsets)' if a_.no_offsets else ''}, "
                  f"worker started ({a_.state_partitions} state partitions, tick {a_.tick_interval}s)")  # fmt: skip
 
@@ -330,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="the mirror's metadata.refresh.interval.ms (demo: 1000; coordinator default: 30000)")
     p.add_argument("--no-offsets", action="store_true",
                    help="controller describe without source HW / dest LEO (2 model calls per partition less)")
+    p.add_argument("--worker-loglevel", default="warning", help="the worker's log level (debug: per-round timings)")
     p.add_argument("--workdir", help="keep everything here (default: a temporary directory)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     p.add_argument("--profile", type=float, default=0.0, metavar="SECONDS",

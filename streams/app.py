@@ -262,6 +262,17 @@ class WorkerStateStore:
         with self.lock:
             return self.pending.pop(partition, {}), self.pending_lme.pop(partition, {})
 
+    def requeue(self, partition: int, states: dict[MirrorPartitionKey, MirrorPartitionState],
+                lmes: dict[MirrorPartitionKey, LastMirrorEpoch]) -> None:
+        """Puts back writes that were taken but not acknowledged (newer writes of a key win)."""
+        with self.lock:
+            if partition not in self.owned:
+                return
+            for key, state in states.items():
+                self.pending[partition].setdefault(key, state)
+            for key, lme in lmes.items():
+                self.pending_lme[partition].setdefault(key, lme)
+
     def has_pending(self, key: MirrorPartitionKey) -> bool:
         with self.lock:
             return key in self.pending.get(self.partition_of(key), {})
@@ -522,12 +533,13 @@ class CoordinatorWorker:
 
     async def _persist(self, partition: int) -> int:
         """Writes the queued writes of ``partition`` into the table (inside an event of that
-        partition) and waits for the changelog. Returns how many were written."""
+        partition) and waits for the changelog to acknowledge them. Returns how many were written."""
         states, lmes = self.store.take(partition)
         if not states and not lmes:
             return 0
         codec = default_codec()
-        written = 0
+        writes: list[tuple[bytes, bytes]] = []
+        landed: list[tuple[MirrorPartitionKey, MirrorPartitionState]] = []
         for key, state in sorted(states.items()):
             stored = self.store.durable.get(key)
             try:
@@ -537,17 +549,23 @@ class CoordinatorWorker:
                 continue
             # Steps collapsed in one round (several puts, one write) still read N and write N+1.
             state = state.with_(state_epoch=(stored or UNKNOWN_STATE).state_epoch + 1)
-            self.table[codec.state_key(key.mirror_name, key.topic_id, key.partition)] = _VALUE_PREFIX + encode_state(state)
-            if stored is None or stored.state != state.state:
-                self.store.transitions += 1
-            self.store.durable[key] = state
-            written += 1
+            writes.append((codec.state_key(key.mirror_name, key.topic_id, key.partition), _VALUE_PREFIX + encode_state(state)))
+            landed.append((key, state))
         for key, lme in lmes.items():
             value = codec.lme_value(lme.last_mirror_epoch, lme.applied_offset)
-            self.table[codec.lme_key(key.mirror_name, key.topic_id, key.partition)] = codec.encode_value(value)
-        self.store.writes += written
-        await self.app.producer.flush()  # durable before the next step's commands run
-        return written + len(lmes)
+            writes.append((codec.lme_key(key.mirror_name, key.topic_id, key.partition), codec.encode_value(value)))
+        try:
+            await self.table.write_durably(partition, writes)  # durable before the next step's commands run
+        except BaseException:
+            self.store.requeue(partition, states, lmes)  # not acknowledged: the next round writes them again
+            raise
+        for key, state in landed:
+            before = self.store.durable.get(key)
+            if before is None or before.state != state.state:
+                self.store.transitions += 1
+            self.store.durable[key] = state
+        self.store.writes += len(landed)
+        return len(writes)
 
     async def _mirror(self, name: str) -> _Mirror | None:
         m = self.mirrors.get(name)
@@ -593,8 +611,14 @@ class CoordinatorWorker:
                 jobs.append(fut)
             if not jobs:
                 break
+            t0 = time.perf_counter()
             await asyncio.wait(jobs, timeout=self.step_timeout)
-            if not await self._persist(partition):
+            t1 = time.perf_counter()
+            written = await self._persist(partition)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("table partition %d: jobs %.3fs, %d write(s) durable in %.3fs",
+                          partition, t1 - t0, written, time.perf_counter() - t1)
+            if not written:
                 break
 
     def _job_done(self, m: _Mirror, fut: Any) -> None:
@@ -605,15 +629,22 @@ class CoordinatorWorker:
     def _job(self, m: _Mirror, keys: list[MirrorPartitionKey], now_ms: int) -> None:
         """On a pool thread: one step per partition, the topic level, the fetch round, the sync."""
         r = m.runner
+        t0 = time.perf_counter()
         desired = self.desired_for(r.mirror_name)
         try:
             r.reconcile_topics(now_ms, desired)
         except PortError as e:
             r._note(f"topic level: {e}")
+        t1 = time.perf_counter()
         r.step_partitions(now_ms, keys, desired)
+        t2 = time.perf_counter()
         only = {k.topic_partition for k in keys if not self.store.has_pending(k)}
         r.fetch_round(now_ms, only, desired)
-        r.sync_if_due(now_ms)
+        t3 = time.perf_counter()
+        synced = r.sync_if_due(now_ms)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("mirror %s, %d key(s): topics %.3fs, steps %.3fs, fetch %.3fs (%d), sync %s %.3fs",
+                      r.mirror_name, len(keys), t1 - t0, t2 - t1, t3 - t2, len(only), synced, time.perf_counter() - t3)
 
     # ---------------------------------------------------------------------------- lifecycle
 

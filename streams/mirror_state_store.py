@@ -31,9 +31,11 @@ the first lands).
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import struct
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -42,6 +44,7 @@ import msgspec
 from aiokafka.admin import NewTopic
 from aiokafka.partitioner import murmur2
 from faust.streams import current_event
+from faust.types import TP
 
 from coordinator.states import ErrorCode
 from records.framing import MetadataRecordSerde
@@ -222,6 +225,33 @@ class MirrorStateTable(faust.Table):  # type: ignore[misc]
                 f" of {event.message.topic}: route events with streams.mirror_state_store.partition_for"
             )
         return partition
+
+    async def write_durably(self, partition: int, writes: Sequence[tuple[bytes, bytes]]) -> None:
+        """Writes ``(key, value)`` pairs of table partition ``partition`` (inside an event of it)
+        and returns once the changelog has acknowledged every one of them.
+
+        ``table[key] = value`` queues each changelog record in Faust's producer buffer, which
+        sends them one at a time and whose flush gives up after 0.1 s without a send; here the
+        records go to the producer side by side (it batches them) and each ack is awaited, which
+        is what makes a state durable before the next step's commands run.
+        """
+        if not writes:
+            return
+        for key, _ in writes:
+            got = self.partition_for_key(key)  # refuses a key of another partition than the event's
+            if got != partition:
+                raise MirrorStateError(f"state key of partition {got} written to partition {partition}")
+        store = self.data
+        producer = self.app.producer
+        topic = self.changelog_topic.get_topic_name()
+        sent = []
+        for key, value in writes:
+            store[key] = value
+            sent.append(await producer.send(topic, key, value, partition, None, None))
+        acked = await asyncio.gather(*sent)
+        # Where a restart's changelog recovery resumes for this partition (what Faust's own
+        # changelog callback records).
+        store.set_persisted_offset(TP(topic, partition), max(m.offset for m in acked))
 
     def info(self) -> Any:
         return {**super().info(), "num_partitions": self.num_partitions}
