@@ -85,7 +85,7 @@ class ErrorBody(msgspec.Struct, array_like=True):
 class MethodSpec:
     """How to decode one method's arguments (server) and its result (client)."""
 
-    __slots__ = ("name", "signature", "args_decoder", "result_decoder")
+    __slots__ = ("name", "signature", "arity", "args_decoder", "result_decoder")
 
     def __init__(self, name: str) -> None:
         fn = getattr(ClusterModel, name)
@@ -98,12 +98,15 @@ class MethodSpec:
                 fields.append((pname, hints[pname]))
             else:
                 fields.append((pname, hints[pname], param.default))
+        self.arity = len(fields)
         args_type = msgspec.defstruct(f"{name}_args", fields, array_like=True)
         self.args_decoder = msgspec.msgpack.Decoder(args_type)
         self.result_decoder = msgspec.msgpack.Decoder(hints.get("return", Any))
 
     def positional(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
         """Bind a call's arguments into the positional list the wire carries."""
+        if not kwargs and len(args) == self.arity:
+            return list(args)  # the common case, without inspect's binding
         bound = self.signature.bind(None, *args, **kwargs)
         bound.apply_defaults()
         return list(bound.arguments.values())[1:]

@@ -579,7 +579,7 @@ class CoordinatorWorker:
         def build() -> _Mirror:
             ports = self.ports(name, image)
             runner = MirrorRunner(name, ports[0], ports[1], MirrorConfig.from_properties(dict(image.configs)),
-                                  store=self.store, metadata=_DesiredView(self, name), settle_steps=1)  # type: ignore[arg-type]
+                                  store=self.store, metadata=_DesiredView(self, name))  # type: ignore[arg-type]
             return _Mirror(runner, ports)
 
         m = self.mirrors[name] = await loop.run_in_executor(self.pool, build)

@@ -648,15 +648,18 @@ class MirrorRunner:
     def _observe_stop(self, tp: TopicPartition, state: MirrorPartitionState, in_fetcher: bool) -> Observer:
         """Destination only: a failover must work with the source unreachable."""
         step = state.step
-        asks: list[Call] = [(self.dest, "list_offsets", (tp,), None), (self.dest, "describe_topics", ((tp.topic_id,),), None)]
+        asks: list[Call] = [(self.dest, "list_offsets", (tp,), None)]
         if step is Step.STOP_ABORT_OPEN:
             asks.append((self.dest, "open_transactions", (tp,), None))
         elif step is Step.STOP_WAIT_ISR:
             asks.append((self.dest, "isr_status", (tp,), None))
+        elif step is Step.STOP_PID_RESET:  # the reset batch names the source cluster the topic mirrored
+            asks.append((self.dest, "describe_topics", ((tp.topic_id,),), None))
         got = yield asks
-        dest, described = got[0], got[1]
+        dest = got[0]
+        described = got[1] if step is Step.STOP_PID_RESET else []
         if isinstance(described, UnknownTopicId):
-            described = []
+            described = got[1] = []
         raise_first(got)
         latest = tail = None
         if step is Step.STOP_RECORD_LME:
@@ -664,8 +667,8 @@ class MirrorRunner:
             latest = EpochEndOffset(epoch, dest.leo) if epoch is not None else EpochEndOffset(-1, -1)
         elif step is Step.STOP_PID_RESET and dest.hw >= dest.leo:
             tail = yield from self._read_dest(tp, state.stop_offset, dest.leo)
-        opens = tuple(got[2]) if step is Step.STOP_ABORT_OPEN else ()
-        isr = got[2] if step is Step.STOP_WAIT_ISR else None
+        opens = tuple(got[1]) if step is Step.STOP_ABORT_OPEN else ()
+        isr = got[1] if step is Step.STOP_WAIT_ISR else None
         topic = described[0] if described else None
         source_id = (topic.mirror_source_cluster_id if topic is not None else None) or self._source_cluster_id or ""
         return StopObservation(dest=dest, dest_latest_epoch=latest, open_transactions=opens, tail=tail,

@@ -204,8 +204,14 @@ async def run_controller_role(cfg: WorkerConfig, args: argparse.Namespace) -> in
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=getattr(logging, args.loglevel.upper(), logging.INFO),
+    # --loglevel LEVEL[,LOGGER=LEVEL...]: e.g. "warning,streams.app=debug" for the round timings alone
+    root, *per_logger = [part.strip() for part in args.loglevel.split(",") if part.strip()] or ["info"]
+    args.loglevel = root
+    logging.basicConfig(level=getattr(logging, root.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    for item in per_logger:
+        name, _, level = item.partition("=")
+        logging.getLogger(name.strip()).setLevel(getattr(logging, level.strip().upper(), logging.INFO))
     try:
         cfg = load_config(args)
     except worker_config.ConfigError as e:
