@@ -39,17 +39,31 @@ from coordinator.ports import (
     TopicPartition,
 )
 
-from .protocol import CONTROL_METHODS, HEADER, METHODS, decode_error, encode_request, response_decoder
+from .protocol import (
+    BATCH,
+    CONTROL_METHODS,
+    HEADER,
+    METHODS,
+    decode_batch_reply,
+    decode_error,
+    encode_request,
+    response_decoder,
+)
 
 
 def _result(method: str, ok: bool, raw: Any) -> Any:
     if ok:
+        if method.startswith(BATCH + ":"):
+            return decode_batch_reply(method[len(BATCH) + 1 :], raw)
         return METHODS[method].result_decoder.decode(raw) if method in METHODS else _generic(raw)
     return decode_error(raw)
 
 
 def _generic(raw: Any) -> Any:
     return msgspec.msgpack.decode(raw)
+
+
+_BATCH_CALLS = 2048  # calls per batch request: bounds one reply frame
 
 
 class ClusterClient:
@@ -133,7 +147,7 @@ class ClusterClient:
         for call in calls:
             method, args = call[0], call[1]
             request_id, data = self._encode(method, args, call[2] if len(call) > 2 else {})  # type: ignore[misc]
-            ids.append((request_id, method))
+            ids.append((request_id, f"{BATCH}:{args[0]}" if method == BATCH else method))
             out += data
         frames: list[bytes] = []
         view = memoryview(bytes(out))
@@ -169,6 +183,38 @@ class ClusterClient:
             resp = response_decoder.decode(payload)
             results.append(_result(method, resp.ok, resp.result))
         return results
+
+    def call_many(self, calls: Sequence[tuple[str, tuple[Any, ...], Mapping[str, Any] | None]]) -> list[Any]:
+        """Results of many calls, in order, errors as exception values: the calls of each method go
+        out as one batch request (a ListOffsets for many partitions, not one per partition), and
+        all requests as one pipeline."""
+        groups: dict[str, list[int]] = {}
+        for i, (method, _, _) in enumerate(calls):
+            groups.setdefault(method, []).append(i)
+        requests: list[tuple[str, tuple[Any, ...], Mapping[str, Any]]] = []
+        spans: list[tuple[list[int], bool]] = []
+        for method, idx in groups.items():
+            spec = METHODS.get(method)
+            if len(idx) == 1 or spec is None:
+                for i in idx:
+                    requests.append((method, calls[i][1], calls[i][2] or {}))
+                    spans.append(([i], False))
+                continue
+            for start in range(0, len(idx), _BATCH_CALLS):
+                chunk = idx[start : start + _BATCH_CALLS]
+                requests.append((BATCH, (method, [spec.positional(calls[i][1], calls[i][2] or {}) for i in chunk]), {}))
+                spans.append((chunk, True))
+        out: list[Any] = [None] * len(calls)
+        for (span, batched), got in zip(spans, self.pipeline(requests)):
+            if not batched:
+                out[span[0]] = got
+            elif isinstance(got, BaseException):  # the whole batch was refused
+                for i in span:
+                    out[i] = got
+            else:
+                for i, r in zip(span, got):
+                    out[i] = r
+        return out
 
     def _complete_frames(self) -> list[bytes]:
         frames = []

@@ -141,12 +141,31 @@ def encode_ok(request_id: int, result: Any) -> bytes:
 
 
 def encode_error(request_id: int, exc: BaseException) -> bytes:
+    return frame(encoder.encode((request_id, False, error_body(exc))))
+
+
+# A batch: one request carrying many calls of one method on one cluster, as a Kafka request
+# carries many partitions. Request args: (method, [positional args of each call]); reply: one
+# (ok, result or error body) per call, in order.
+BATCH = "batch"
+batch_args_decoder = msgspec.msgpack.Decoder(tuple[str, list[msgspec.Raw]])
+batch_reply_decoder = msgspec.msgpack.Decoder(list[tuple[bool, msgspec.Raw]])
+
+
+def error_body(exc: BaseException) -> tuple[str, str, dict[str, Any]]:
     fields = exc.to_fields() if isinstance(exc, PortError) else {}
     body = (type(exc).__name__, str(exc), fields)
     try:
-        return frame(encoder.encode((request_id, False, body)))
+        encoder.encode(fields)
     except (TypeError, msgspec.EncodeError):
-        return frame(encoder.encode((request_id, False, (type(exc).__name__, str(exc), {}))))
+        body = (type(exc).__name__, str(exc), {})
+    return body
+
+
+def decode_batch_reply(method: str, raw: msgspec.Raw) -> list[Any]:
+    """Each call's result, or its typed exception as a value."""
+    decoder = METHODS[method].result_decoder
+    return [decoder.decode(r) if ok else decode_error(r) for ok, r in batch_reply_decoder.decode(raw)]
 
 
 def decode_error(raw: msgspec.Raw) -> Exception:

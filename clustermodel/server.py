@@ -28,9 +28,12 @@ from .errors import ModelError
 from .persistence import dump_clusters, load_clusters
 from .producers import ProducerError
 from .protocol import (
+    BATCH,
     HEADER,
     MAX_FRAME_BYTES,
     METHODS,
+    batch_args_decoder,
+    error_body,
     encode_error,
     encode_ok,
     request_decoder,
@@ -83,6 +86,8 @@ class ModelServer:
         cluster = self.clusters.get(req.cluster)
         if cluster is None:
             return encode_error(req.id, InvalidRequest(f"unknown cluster {req.cluster!r}")), 0
+        if req.method == BATCH:
+            return self._batch(req.id, cluster, req.args), cluster.faults.state.slow_ms
         spec = METHODS.get(req.method)
         if spec is None:
             return encode_error(req.id, InvalidRequest(f"unknown method {req.method!r}")), 0
@@ -98,6 +103,28 @@ class ModelServer:
         except Exception as exc:  # noqa: BLE001 - a model bug must not take the server down
             reply = encode_error(req.id, exc)
         return reply, cluster.faults.state.slow_ms
+
+    def _batch(self, request_id: int, cluster: ClusterModel, raw_args: msgspec.Raw) -> bytes:
+        """Many calls of one method, each answered on its own (one failing call fails only itself)."""
+        try:
+            method, calls = batch_args_decoder.decode(raw_args)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return encode_error(request_id, InvalidRequest(f"bad batch: {exc}"))
+        spec = METHODS.get(method)
+        if spec is None:
+            return encode_error(request_id, InvalidRequest(f"unknown method {method!r}"))
+        fn = getattr(cluster, method)
+        astuple = msgspec.structs.astuple
+        out: list[tuple[bool, Any]] = []
+        for raw in calls:
+            try:
+                out.append((True, fn(*astuple(spec.args_decoder.decode(raw)))))
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                out.append((False, error_body(InvalidRequest(f"bad arguments for {method}: {exc}"))))
+            except Exception as exc:  # noqa: BLE001 - a model bug must not take the server down
+                out.append((False, error_body(exc)))
+        self.requests_served += len(calls) - 1
+        return encode_ok(request_id, out)
 
     def _server_method(self, request_id: int, method: str, raw_args: msgspec.Raw) -> bytes:
         if method == "ping":

@@ -41,7 +41,7 @@ class Step(enum.IntEnum):
     STOP_WAIT_ISR = 25
 
 
-class MirrorPartitionKey(msgspec.Struct, frozen=True, order=True, gc=False):
+class MirrorPartitionKey(msgspec.Struct, frozen=True, order=True, gc=False, cache_hash=True):
     """``MirrorPartitionStateKey`` / ``LastMirrorEpochsKey``: (mirror name, topic ID, partition)."""
 
     mirror_name: str

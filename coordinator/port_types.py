@@ -46,7 +46,7 @@ class GroupType(enum.Enum):
 # ---------------------------------------------------------------------------------------------
 
 
-class TopicPartition(msgspec.Struct, frozen=True, order=True, gc=False):
+class TopicPartition(msgspec.Struct, frozen=True, order=True, gc=False, cache_hash=True):
     """A partition named by topic ID (not name), as KIP-1279 mirrors keep topic IDs."""
 
     topic_id: uuid.UUID

@@ -5,8 +5,9 @@ Topics (every name carries the destination cluster's prefix, see ``streams.confi
 - the metadata log (one partition) is followed by the **metadata follower** (a Faust task):
   ``MetadataLogLoader`` + ``Replayer``: the latest snapshot, then the tail, then the live log,
   snapshotting every N records / T ms. Each published ``(delta, image)`` goes through
-  ``local_changes(delta, owns=...)`` and every changed mirror partition this worker owns becomes
-  one desired-state event on the desired-state topic, on its murmur2 partition.
+  ``local_changes(delta, owns=...)``; every changed topic becomes one desired-state event per
+  table partition (of those this worker owns) that holds some of its partitions, on the
+  desired-state topic (murmur2 of a mirror partition's key).
 - the desired-state topic and the tick topic (both ``mirror.state.topic.num.partitions``
   partitions, co-partitioned with the ``mirror_state`` table) feed one **partition agent**.
 - a **timer** sends one tick per owned table partition, straight to that partition; the agent
@@ -410,20 +411,28 @@ class CoordinatorWorker:
             for k in getattr(changes, kind):
                 self._add_key(self.store.partition_of(MirrorPartitionKey(*k)), MirrorPartitionKey(*k))
         owned = self.owned_partitions()
-        sent = 0
+        # One event per topic and table partition: the desired state is a topic's, and the
+        # event only has to reach the owner of each table partition holding its partitions
+        # (which registered every key above); one per mirror partition cost 50,000 sends and
+        # 50,000 agent events for a mass failover of 50,000 partitions.
+        events: dict[tuple[int, uuid.UUID], MirrorPartitionKey] = {}
         for kind in ("stop", "pause", "start", "resume", "added", "leader_changes"):
             for k in getattr(changes, kind):
                 key = MirrorPartitionKey(k.mirror_name, k.topic_id, k.partition)
                 p = self.store.partition_of(key)
-                m = image.mirror_topic(k.topic_id)
-                if p not in owned or m is None:
-                    continue
-                record = self._record_cls(topic_id=k.topic_id, mirror_name=m.mirror_name, desired_state=int(m.desired_state))
-                headers = [(OFFSET_HEADER, _INT64.pack(max(m.last_change_offset, 0))),
-                           (EPOCH_HEADER, _INT32.pack(max(image.provenance.epoch, 0)))]  # fmt: skip
-                await self.desired_topic.send(key=default_codec().state_key(key.mirror_name, key.topic_id, key.partition), value=self._serde.encode(record, 0),
-                                              partition=p, headers=headers)  # fmt: skip
-                sent += 1
+                if p in owned and (p, k.topic_id) not in events:
+                    events[(p, k.topic_id)] = key
+        sent = 0
+        for (p, topic_id), key in events.items():
+            m = image.mirror_topic(topic_id)
+            if m is None:
+                continue
+            record = self._record_cls(topic_id=topic_id, mirror_name=m.mirror_name, desired_state=int(m.desired_state))
+            headers = [(OFFSET_HEADER, _INT64.pack(max(m.last_change_offset, 0))),
+                       (EPOCH_HEADER, _INT32.pack(max(image.provenance.epoch, 0)))]  # fmt: skip
+            await self.desired_topic.send(key=default_codec().state_key(key.mirror_name, key.topic_id, key.partition),
+                                          value=self._serde.encode(record, 0), partition=p, headers=headers)  # fmt: skip
+            sent += 1
         if sent:
             log.info("metadata offset %d: %d desired-state event(s)", image.offset, sent)
 

@@ -84,7 +84,7 @@ from coordinator.workflows.sync_groups import (
 from coordinator.workflows.topic import TopicObservation, decide_topic
 
 _SETTLE_STEPS = 12  # workflow steps per partition per round; every workflow is shorter
-_PIPELINE_CHUNK = 4096  # calls per pipelined batch: bounds the bytes in flight on one connection
+_PIPELINE_CHUNK = 16384  # calls per round trip (the client batches them per method): bounds the bytes in flight
 _FETCH_WAVE = 256  # partitions fetched per pipelined wave; the round's byte budget is checked between waves
 
 K = TypeVar("K")
@@ -98,9 +98,10 @@ Observer = Generator[Any, Any, Any]
 
 
 def run_calls(calls: Sequence[Call], *, dedupe: bool = False) -> list[Any]:
-    """Results in call order, a ``PortError`` as a value. Calls on a port that pipelines (the
-    model-server client) go out together, as a Kafka client batches partitions into one request;
-    other ports are called one by one. ``dedupe`` (reads only) asks each distinct call once."""
+    """Results in call order, a ``PortError`` as a value. Calls on a port that takes many at once
+    (``call_many``: the model-server client batches them per method, as a Kafka client puts many
+    partitions in one request) go out together; other ports are called one by one. ``dedupe``
+    (reads only) asks each distinct call once."""
     out: list[Any] = [None] * len(calls)
     by_port: dict[int, tuple[Any, list[int]]] = {}
     for i, call in enumerate(calls):
@@ -120,8 +121,8 @@ def run_calls(calls: Sequence[Call], *, dedupe: bool = False) -> list[Any]:
                     alias.append((i, seen))
                     continue
             todo.append(i)
-        pipe = getattr(port, "pipeline", None) if len(todo) > 1 else None
-        if pipe is None:
+        many = getattr(port, "call_many", None) if len(todo) > 1 else None
+        if many is None:
             for i in todo:
                 _, method, args, kwargs = calls[i]
                 try:
@@ -132,7 +133,7 @@ def run_calls(calls: Sequence[Call], *, dedupe: bool = False) -> list[Any]:
             for start in range(0, len(todo), _PIPELINE_CHUNK):
                 chunk = todo[start : start + _PIPELINE_CHUNK]
                 try:
-                    got = pipe([(calls[i][1], calls[i][2], calls[i][3] or {}) for i in chunk])
+                    got = many([(calls[i][1], calls[i][2], calls[i][3]) for i in chunk])
                 except PortError as e:  # the connection failed: every call of the chunk failed with it
                     got = [e] * len(chunk)
                 for i, r in zip(chunk, got):
@@ -459,6 +460,8 @@ class MirrorRunner:
             stale = now_ms - self._topics_checked_ms.get(topic_id, -(1 << 62)) >= self.config.metadata_refresh_interval_ms
             if self._topic_settled.get(topic_id) == offset and not stale:
                 continue
+            if want is DesiredState.STOP and not stale and not self._all_stopped(topic_id):
+                continue  # a stop has nothing to do at the topic level until every partition is STOPPED
             self._topics_checked_ms[topic_id] = now_ms
             due.append((topic_id, want, offset))
         self._reconcile_many(due)
@@ -501,6 +504,10 @@ class MirrorRunner:
         del self.errors[:-200]
 
     # ------------------------------------------------------------------ topic level
+
+    def _all_stopped(self, topic_id: uuid.UUID) -> bool:
+        return all(self.state(TopicPartition(topic_id, p)).state in (MirrorState.STOPPED, MirrorState.UNKNOWN)
+                   for p in self.partitions.get(topic_id, ()))  # fmt: skip
 
     def _reconcile_many(self, topics: Sequence[tuple[uuid.UUID, DesiredState, int]]) -> None:
         """Observe every topic at once (pipelined), then decide and act topic by topic."""
