@@ -8,9 +8,10 @@ The worker runs the Faust app of ``streams.app`` (no web server: it would bind 0
 input topics are created first with the table's partition count. SIGTERM/SIGINT stop it
 cleanly; a SIGKILL loses nothing that was acknowledged (see ``streams.app``).
 
-``--controller`` runs ``ClusterMirrorController`` and, every second, registers in the metadata
-log the topics of each mirror's source cluster that the log does not have yet (TopicRecord and
-PartitionRecords with the source's topic ID), as a destination learns of the topics it mirrors.
+``--controller`` runs ``ClusterMirrorController`` and registers in the metadata log the topics
+of each mirror's source cluster that the log does not have yet (TopicRecord and PartitionRecords
+with the source's topic ID), as a destination learns of the topics it mirrors: every second at
+first, less often while the source shows nothing new (see ``_register_topics``).
 Describe shows source HW and destination LEO from the model clusters unless ``--no-offsets``.
 """
 
@@ -22,6 +23,7 @@ import contextlib
 import logging
 import signal
 import sys
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
@@ -180,31 +182,65 @@ class _ModelOffsets:
         return out
 
 
-async def _register_topics(controller: Any, port: int, stop: asyncio.Event) -> None:
+def _refresh_interval_s(mirror: Any) -> float:
+    """The mirror's ``metadata.refresh.interval.ms``, in seconds."""
+    from coordinator.workflows.config import MirrorConfig
+
+    try:
+        return MirrorConfig.from_properties(mirror.configs).metadata_refresh_interval_ms / 1000
+    except ValueError:
+        return MirrorConfig().metadata_refresh_interval_ms / 1000
+
+
+async def _register_topics(controller: Any, port: int, stop: asyncio.Event, tick: float = 1.0,
+                           cost_factor: float = 10.0) -> None:  # fmt: skip
+    """Registers each mirror's new source topics and partitions.
+
+    Describing a source of 1,000 x 50 partitions costs ~0.15 s of CPU (model server and this
+    process), so a mirror whose source showed nothing new is asked again later and later: the
+    period doubles from ``tick`` up to its ``metadata.refresh.interval.ms`` (the pace at which a
+    destination learns of source changes anyway), and is never under ``cost_factor`` times what
+    the last describe took. A new mirror, a changed source or newly registered topics reset it.
+    """
     clients: dict[str, ReconnectingClient] = {}
+    rounds: dict[str, tuple[str, float, float]] = {}  # mirror -> (source bootstrap, next describe at, period)
     while not stop.is_set():
         try:
-            for name, mirror in sorted(controller.image.mirrors.mirrors.items()):
+            mirrors = controller.image.mirrors.mirrors
+            for gone in rounds.keys() - mirrors.keys():
+                del rounds[gone]
+            for name, mirror in sorted(mirrors.items()):
+                last = rounds.get(name)
+                if last is not None and last[0] == mirror.source_bootstrap and time.monotonic() < last[1]:
+                    continue
                 try:
                     cluster = model_cluster_of(mirror.source_bootstrap)
                 except ValueError:
                     continue
                 client = clients.setdefault(cluster, ReconnectingClient(port, cluster, 10.0))
+                started = time.monotonic()
                 try:
                     topics = await asyncio.to_thread(client.describe_topics)
                 except PortError as e:
                     log.warning("mirror %s: source %s unavailable: %s", name, cluster, e)
                     continue
+                took = time.monotonic() - started
                 records = topic_records(controller.image, topics)
                 for start in range(0, len(records), 5000):
                     async with controller._lock:  # one writer, in request order
                         await controller.append(records[start : start + 5000], timeout=120.0)
                 if records:
                     log.info("registered %d topic/partition record(s) of %s's source %s", len(records), name, cluster)
+                if records or last is None or last[0] != mirror.source_bootstrap:
+                    period = tick
+                else:
+                    period = min(max(last[2] * 2, tick), max(tick, _refresh_interval_s(mirror)))
+                period = max(period, cost_factor * took)
+                rounds[name] = (mirror.source_bootstrap, started + period, period)
         except Exception:  # noqa: BLE001 - the next round tries again
             log.exception("topic registration failed")
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(stop.wait(), 1.0)
+            await asyncio.wait_for(stop.wait(), tick)
 
 
 async def run_controller_role(cfg: WorkerConfig, args: argparse.Namespace) -> int:

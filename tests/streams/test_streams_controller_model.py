@@ -1,14 +1,19 @@
-"""Describe's source HW and destination LEO against a real cluster-model server: looked up in
-pipelines (one per cluster and chunk, never one round trip per partition), off the event loop,
-right per partition, reused only for a moment, and not looked up at all for commands."""
+"""The controller role against a real cluster-model server.
+
+Describe's source HW and destination LEO: looked up in pipelines (one per cluster and chunk,
+never one round trip per partition), off the event loop, right per partition, reused only for a
+moment, and not looked up at all for commands. Source topic registration: new topics land in
+the metadata log, and a source with nothing new is described less and less often."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,10 +23,13 @@ from typing import Any
 import pytest
 
 from clustermodel.client import ClusterClient
+from coordinator import admin
+from coordinator.delta import Replayer
 from coordinator.ports import TopicPartition
 from coordinator.states import MirrorState
+from records.registry import default_schemas
 from streams.controller import MirrorStateChangelogView, PartitionStatus
-from streams.worker import _ModelOffsets
+from streams.worker import _ModelOffsets, _register_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPICS, PARTITIONS = 3, 4
@@ -184,3 +192,75 @@ async def test_states_only_and_one_mirror_only(model_port: int, topics: dict[str
     assert [n for n, _ in spy.pipelines] == ["B"]  # "other" has no source mirror on record: B only
     assert some[("other", topics["orders-0"], 1)].destination_leo == _truth(model_port, "B", topics["orders-0"], 1).leo
     assert all(st.source_hw == st.destination_leo == -1 for k, st in some.items() if k[0] == "a-to-b")
+
+
+class _Controller:
+    """What _register_topics uses of the controller: the image, the command lock and append."""
+
+    def __init__(self, mirror: str, configs: dict[str, str]) -> None:
+        self.replayer = Replayer(schemas=default_schemas())
+        self.offset = 0
+        self._lock = asyncio.Lock()
+        self.appended: list[Any] = []
+        who = admin.Principal("User:admin", "127.0.0.1", frozenset({"User:admin"}))
+        self._apply(admin.create_cluster_mirror(self.image, mirror, configs, principal=who, schemas=default_schemas()).records)
+
+    @property
+    def image(self) -> Any:
+        return self.replayer.publish()[1]
+
+    def _apply(self, records: Any) -> None:
+        for r in records:
+            self.replayer.replay(r, self.offset, 1)
+            self.offset += 1
+
+    async def append(self, records: Any, timeout: float = 30.0) -> None:
+        self.appended += records
+        self._apply(records)
+
+
+async def test_register_topics_adds_new_source_topics_and_backs_off_while_nothing_changes(
+        model_port: int, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    with ClusterClient(model_port, "A") as c:
+        c.add_cluster("C")
+    c = ClusterClient(model_port, "C")
+    first = c.add_topic("first", 3)
+    controller = _Controller("c-to-b", {"bootstrap.servers": "model://C", "metadata.refresh.interval.ms": "400"})
+    described: list[float] = []
+    call = ClusterClient.call
+
+    def counting_call(client: ClusterClient, method: str, *args: Any, **kwargs: Any) -> Any:
+        if method == "describe_topics" and client.cluster == "C":
+            described.append(time.monotonic())
+        return call(client, method, *args, **kwargs)
+
+    monkeypatch.setattr(ClusterClient, "call", counting_call)
+
+    async def registered(name: str, partitions: int, within: float) -> None:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            t = controller.image.topics.get_by_name(name)
+            if t is not None and len(t.partitions) == partitions:
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"{name} with {partitions} partitions not registered within {within}s")
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(_register_topics(controller, model_port, stop, tick=0.05))
+    try:
+        await registered("first", 3, within=5.0)
+        assert controller.image.topics.get_by_name("first").topic_id == first.topic_id  # the source's topic ID
+        quiet_from = len(described)
+        await asyncio.sleep(2.0)
+        quiet = len(described) - quiet_from
+        # Every tick would be 40 describes; backing off (0.05 s doubling up to 0.4 s) about 7.
+        assert 2 <= quiet <= 12, quiet
+        assert all(b - a >= 0.35 for a, b in zip(described[-3:], described[-2:])), described[-3:]  # at the cap
+        count = len(controller.appended)
+        c.add_topic("second", 2)
+        await registered("second", 2, within=3.0)  # within the refresh interval, plus slack
+        assert len(controller.appended) == count + 1 + 2  # a TopicRecord and its PartitionRecords, once
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5.0)
+        c.close()
