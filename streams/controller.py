@@ -280,18 +280,14 @@ class MirrorStateChangelogView:
             return states
         keys = list(states) if mirrors is None else [k for k in states if k[0] in mirrors]
         known = await self._lookup_offsets(keys)
-        unknown = (-1, -1, 0.0)
-        # One pass, no _replace: at 50k partitions this runs on the loop for every describe.
-        return {k: PartitionStatus(st.state, st.retry_attempt, st.error_message, *known.get(k, unknown)[:2])
-                if mirrors is None or k[0] in mirrors else st for k, st in states.items()}  # fmt: skip
+        return await _off_loop(len(keys), _with_offsets, states, known, mirrors)
 
     async def _lookup_offsets(self, keys: Sequence[StateKey]) -> Mapping[StateKey, tuple[int, int, float]]:
         assert self.offsets is not None
         async with self._offsets_lock:
             max_age = max(self.offsets_max_age, self.offsets_cost_factor * self._offsets_took)
-            oldest = time.monotonic() - max_age
-            cached = self._offsets
-            todo = [k for k in keys if (c := cached.get(k)) is None or c[2] < oldest]
+            cached = self._offsets  # replaced, never changed in place: safe to read on a thread
+            todo = await _off_loop(len(keys), _stale, keys, cached, time.monotonic() - max_age)
             if not todo:
                 return cached
             started = time.monotonic()
@@ -305,6 +301,26 @@ class MirrorStateChangelogView:
                 fresh[k] = (hw, leo, started)  # as old as the lookup's start
             self._offsets = fresh
             return fresh
+
+
+_INLINE = 2_000  # partitions under which a thread hop costs more than it spares the loop
+
+
+async def _off_loop(n: int, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` on a worker thread when it walks ``n`` >= _INLINE partitions."""
+    return fn(*args) if n < _INLINE else await asyncio.to_thread(fn, *args)
+
+
+def _stale(keys: Sequence[StateKey], cached: Mapping[StateKey, tuple[int, int, float]], oldest: float) -> list[StateKey]:
+    return [k for k in keys if (c := cached.get(k)) is None or c[2] < oldest]
+
+
+def _with_offsets(states: Mapping[StateKey, PartitionStatus], known: Mapping[StateKey, tuple[int, int, float]],
+                  mirrors: Collection[str] | None) -> dict[StateKey, PartitionStatus]:  # fmt: skip
+    unknown = (-1, -1, 0.0)
+    # One pass and no _replace: it runs for 50k partitions on every describe.
+    return {k: PartitionStatus(st.state, st.retry_attempt, st.error_message, *known.get(k, unknown)[:2])
+            if mirrors is None or k[0] in mirrors else st for k, st in states.items()}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ controller
@@ -496,7 +512,11 @@ class ClusterMirrorController:
                         log.exception("%s failed", api)
                         response = _error_response(self.schemas, api, ErrorCode.UNKNOWN_SERVER_ERROR, f"{api} failed on the controller")
                         offset = self.metadata_offset
-                writer.write(encode_response(header.correlation_id, offset, response, header.api_version, self.schemas))
+                args = (header.correlation_id, offset, response, header.api_version, self.schemas)
+                if api == "DescribeClusterMirrors":  # megabytes at 50k partitions: encoded off the loop
+                    writer.write(await asyncio.to_thread(encode_response, *args))
+                else:
+                    writer.write(encode_response(*args))
                 await writer.drain()
         except (ProtocolError, asyncio.IncompleteReadError, ConnectionError) as e:
             log.warning("admin connection from %s dropped: %s", peer[0], e)
