@@ -8,9 +8,10 @@ The worker runs the Faust app of ``streams.app`` (no web server: it would bind 0
 input topics are created first with the table's partition count. SIGTERM/SIGINT stop it
 cleanly; a SIGKILL loses nothing that was acknowledged (see ``streams.app``).
 
-``--controller`` runs ``ClusterMirrorController`` and, every second, registers in the metadata
-log the topics of each mirror's source cluster that the log does not have yet (TopicRecord and
-PartitionRecords with the source's topic ID), as a destination learns of the topics it mirrors.
+``--controller`` runs ``ClusterMirrorController`` and registers in the metadata log the topics
+of each mirror's source cluster that the log does not have yet (TopicRecord and PartitionRecords
+with the source's topic ID), as a destination learns of the topics it mirrors: every second at
+first, less often while the source shows nothing new (see ``_register_topics``).
 Describe shows source HW and destination LEO from the model clusters unless ``--no-offsets``.
 """
 
@@ -22,6 +23,7 @@ import contextlib
 import logging
 import signal
 import sys
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
@@ -116,7 +118,14 @@ def topic_records(image: Any, source_topics: Sequence[Any]) -> list[ApiMessageAn
 
 
 class _ModelOffsets:
-    """Describe's source HW and destination LEO, from the model clusters."""
+    """Describe's source HW and destination LEO, from the model clusters.
+
+    One ``ListOffsets`` per partition and cluster, sent as pipelines of ``CHUNK`` calls (not one
+    round trip each) on a worker thread, so a describe of 50,000 partitions neither blocks the
+    controller's event loop nor waits on 100,000 sequential round trips.
+    """
+
+    CHUNK = 5000
 
     def __init__(self, controller: Any, port: int, dest: str) -> None:
         self.controller, self.port, self.dest = controller, port, dest
@@ -128,45 +137,110 @@ class _ModelOffsets:
             c = self.clients[cluster] = ReconnectingClient(self.port, cluster, 2.0)
         return c
 
-    def __call__(self, mirror: str, topic_id: uuid.UUID, partition: int) -> tuple[int, int]:
+    async def __call__(self, keys: Sequence[tuple[str, uuid.UUID, int]]) -> dict[tuple[str, uuid.UUID, int], tuple[int, int]]:
         from coordinator.ports import TopicPartition
 
-        tp = TopicPartition(topic_id, partition)
-        hw = leo = -1
-        m = self.controller.image.mirrors.get(mirror)
-        with contextlib.suppress(PortError, ValueError):
-            if m is not None:
-                hw = self.client(model_cluster_of(m.source_bootstrap)).list_offsets(tp).hw
-        with contextlib.suppress(PortError, ValueError):
-            leo = self.client(self.dest).list_offsets(tp).leo
-        return hw, leo
+        # Mirror -> source cluster on the loop: the controller's image is built there, not thread-safe.
+        mirrors = self.controller.image.mirrors
+        sources: dict[str, str | None] = {}
+        for name in {k[0] for k in keys}:
+            m = mirrors.get(name)
+            try:
+                sources[name] = model_cluster_of(m.source_bootstrap) if m is not None else None
+            except ValueError:
+                sources[name] = None
+        tps = [TopicPartition(k[1], k[2]) for k in keys]
+        by_source: dict[str, list[int]] = {}
+        for i, k in enumerate(keys):
+            if (src := sources[k[0]]) is not None:
+                by_source.setdefault(src, []).append(i)
+        # Clients are made here, on the loop; the thread then uses each one alone.
+        jobs = [(self.client(src), [tps[i] for i in idx]) for src, idx in by_source.items()]
+        jobs.append((self.client(self.dest), tps))
+        results = await asyncio.to_thread(lambda: [self._list_offsets(c, t) for c, t in jobs])
+        hws = [-1] * len(keys)
+        for idx, found in zip(by_source.values(), results[:-1], strict=True):
+            for i, o in zip(idx, found, strict=True):
+                if o is not None:
+                    hws[i] = o.hw
+        return {k: (hw, o.leo if o is not None else -1) for k, hw, o in zip(keys, hws, results[-1], strict=True)}
+
+    @classmethod
+    def _list_offsets(cls, client: ReconnectingClient, tps: Sequence[Any]) -> list[Any]:
+        """PartitionOffsets per partition, None where the cluster could not say (unknown topic, down)."""
+        from coordinator.ports import PartitionOffsets
+
+        out: list[Any] = []
+        for start in range(0, len(tps), cls.CHUNK):
+            chunk = tps[start : start + cls.CHUNK]
+            try:
+                replies = client.pipeline([("list_offsets", (tp,)) for tp in chunk])
+            except PortError as e:  # the cluster is down: the remaining chunks would only wait too
+                log.warning("offsets of %d partition(s) on %s unavailable: %s", len(tps) - start, client.cluster, e)
+                return out + [None] * (len(tps) - start)
+            out += [r if isinstance(r, PartitionOffsets) else None for r in replies]
+        return out
 
 
-async def _register_topics(controller: Any, port: int, stop: asyncio.Event) -> None:
+def _refresh_interval_s(mirror: Any) -> float:
+    """The mirror's ``metadata.refresh.interval.ms``, in seconds."""
+    from coordinator.workflows.config import MirrorConfig
+
+    try:
+        return MirrorConfig.from_properties(mirror.configs).metadata_refresh_interval_ms / 1000
+    except ValueError:
+        return MirrorConfig().metadata_refresh_interval_ms / 1000
+
+
+async def _register_topics(controller: Any, port: int, stop: asyncio.Event, tick: float = 1.0,
+                           cost_factor: float = 10.0) -> None:  # fmt: skip
+    """Registers each mirror's new source topics and partitions.
+
+    Describing a source of 1,000 x 50 partitions costs ~0.15 s of CPU (model server and this
+    process), so a mirror whose source showed nothing new is asked again later and later: the
+    period doubles from ``tick`` up to its ``metadata.refresh.interval.ms`` (the pace at which a
+    destination learns of source changes anyway), and is never under ``cost_factor`` times what
+    the last describe took. A new mirror, a changed source or newly registered topics reset it.
+    """
     clients: dict[str, ReconnectingClient] = {}
+    rounds: dict[str, tuple[str, float, float]] = {}  # mirror -> (source bootstrap, next describe at, period)
     while not stop.is_set():
         try:
-            for name, mirror in sorted(controller.image.mirrors.mirrors.items()):
+            mirrors = controller.image.mirrors.mirrors
+            for gone in rounds.keys() - mirrors.keys():
+                del rounds[gone]
+            for name, mirror in sorted(mirrors.items()):
+                last = rounds.get(name)
+                if last is not None and last[0] == mirror.source_bootstrap and time.monotonic() < last[1]:
+                    continue
                 try:
                     cluster = model_cluster_of(mirror.source_bootstrap)
                 except ValueError:
                     continue
                 client = clients.setdefault(cluster, ReconnectingClient(port, cluster, 10.0))
+                started = time.monotonic()
                 try:
                     topics = await asyncio.to_thread(client.describe_topics)
                 except PortError as e:
                     log.warning("mirror %s: source %s unavailable: %s", name, cluster, e)
                     continue
+                took = time.monotonic() - started
                 records = topic_records(controller.image, topics)
                 for start in range(0, len(records), 5000):
                     async with controller._lock:  # one writer, in request order
                         await controller.append(records[start : start + 5000], timeout=120.0)
                 if records:
                     log.info("registered %d topic/partition record(s) of %s's source %s", len(records), name, cluster)
+                if records or last is None or last[0] != mirror.source_bootstrap:
+                    period = tick
+                else:
+                    period = min(max(last[2] * 2, tick), max(tick, _refresh_interval_s(mirror)))
+                period = max(period, cost_factor * took)
+                rounds[name] = (mirror.source_bootstrap, started + period, period)
         except Exception:  # noqa: BLE001 - the next round tries again
             log.exception("topic registration failed")
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(stop.wait(), 1.0)
+            await asyncio.wait_for(stop.wait(), tick)
 
 
 async def run_controller_role(cfg: WorkerConfig, args: argparse.Namespace) -> int:
@@ -177,7 +251,9 @@ async def run_controller_role(cfg: WorkerConfig, args: argparse.Namespace) -> in
     holder: dict[str, Any] = {}
     offsets = None
     if port and not args.no_offsets:
-        offsets = lambda *k: holder["offsets"](*k)  # noqa: E731 - bound once the controller exists
+
+        async def offsets(keys: Sequence[Any]) -> Any:  # bound once the controller exists
+            return await holder["offsets"](keys)
     status = MirrorStateChangelogView(cfg.bootstrap_servers, cfg.mirror_state_topic_name, cfg.state_partitions, offsets=offsets)
     supers = frozenset(s.strip() for s in args.super_users.split(",") if s.strip())
     controller = ClusterMirrorController(cfg, status=status, super_users=supers)

@@ -8,7 +8,7 @@ import io
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,7 @@ from streams import cli
 from streams import mirror_state_store as mss
 from streams.admin_client import ClusterMirrorAdmin
 from streams.config import WorkerConfig
-from streams.controller import ClusterMirrorController
+from streams.controller import ClusterMirrorController, MirrorStateChangelogView
 
 S = default_schemas()
 ADMIN = "User:admin"
@@ -282,3 +282,42 @@ async def test_malformed_request_gets_invalid_request(controller: ClusterMirrorC
     # The controller is still serving.
     async with ClusterMirrorAdmin(endpoint(controller), principal=ADMIN) as a:
         assert (await a.list()).response.error_code == 0
+
+
+class _CountingView(MirrorStateChangelogView):
+    """The default view with a fake offsets lookup that records what it was asked."""
+
+    def __init__(self, cfg: WorkerConfig) -> None:
+        super().__init__(cfg.bootstrap_servers, cfg.mirror_state_topic_name, cfg.state_partitions, offsets=self._lookup)
+        self.asked: list[set[tuple[str, uuid.UUID, int]]] = []
+
+    async def _lookup(self, keys: Sequence[tuple[str, uuid.UUID, int]]) -> dict[tuple[str, uuid.UUID, int], tuple[int, int]]:
+        self.asked.append(set(keys))
+        return {k: (10 * k[1].int + k[2], 10 * k[1].int) for k in keys}  # HW, LEO: lag = partition
+
+
+async def test_only_describe_looks_up_offsets_and_polls_reuse_them(worker_config: WorkerConfig, tmp_path: Path) -> None:
+    view = _CountingView(worker_config)
+    c = ClusterMirrorController(worker_config, super_users=frozenset({ADMIN}), status=view)
+    await c.start()
+    try:
+        await c.append([amv("TopicRecord", name=n, topic_id=t) for n, t in TOPICS.items()]
+                       + [amv("PartitionRecord", partition_id=p, topic_id=t, replicas=(1,), isr=(1,), leader=1)
+                          for t in TOPICS.values() for p in range(2)])  # fmt: skip
+        await create_mirror(c, tmp_path)
+        assert (await run_cli(c, "--start", "--mirror", "a-to-b", "--topics", "orders,payments"))[0] == 0
+        await _write_states(worker_config, MIRRORING_ALL)
+        assert (await run_cli(c, "--pause", "--mirror", "a-to-b", "--topics", "orders"))[0] == 0
+        assert view.asked == []  # commands validate against states alone
+        code, out, _ = await run_cli(c, "--describe", "--mirror", "a-to-b", "--json")
+        assert code == 0, out
+        assert view.asked == [{("a-to-b", TOPICS[t], p) for t, p in MIRRORING_ALL}]
+        rows = {(r["topic"], r["partition"]): r for r in json.loads(out)["partitions"]}
+        for (t, p), r in rows.items():
+            assert (r["source_hw"], r["destination_leo"], r["lag"]) == (10 * TOPICS[t].int + p, 10 * TOPICS[t].int, p)
+        view.offsets_max_age = 3600.0
+        code, again, _ = await run_cli(c, "--describe", "--mirror", "a-to-b", "--json")
+        assert code == 0 and len(view.asked) == 1  # a poll right after reuses the offsets
+        assert json.loads(again)["partitions"] == json.loads(out)["partitions"]
+    finally:
+        await c.stop()
