@@ -120,7 +120,7 @@ def topic_records(image: Any, source_topics: Sequence[Any]) -> list[ApiMessageAn
 class _ModelOffsets:
     """Describe's source HW and destination LEO, from the model clusters.
 
-    One ``ListOffsets`` per partition and cluster, sent as pipelines of ``CHUNK`` calls (not one
+    ``ListOffsets`` per partition and cluster, ``CHUNK`` partitions per batched call (not one
     round trip each) on a worker thread, so a describe of 50,000 partitions neither blocks the
     controller's event loop nor waits on 100,000 sequential round trips.
     """
@@ -174,7 +174,7 @@ class _ModelOffsets:
         for start in range(0, len(tps), cls.CHUNK):
             chunk = tps[start : start + cls.CHUNK]
             try:
-                replies = client.pipeline([("list_offsets", (tp,)) for tp in chunk])
+                replies = client.call_many([("list_offsets", (tp,), None) for tp in chunk])
             except PortError as e:  # the cluster is down: the remaining chunks would only wait too
                 log.warning("offsets of %d partition(s) on %s unavailable: %s", len(tps) - start, client.cluster, e)
                 return out + [None] * (len(tps) - start)

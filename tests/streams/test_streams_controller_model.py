@@ -102,7 +102,8 @@ class _Spy:
         pipeline, call = ClusterClient.pipeline, ClusterClient.call
 
         def counting_pipeline(client: ClusterClient, calls: Any) -> list[Any]:
-            spy.pipelines.append((client.cluster, len(calls)))
+            # (cluster, calls carried): a batch request carries many calls of one method
+            spy.pipelines.append((client.cluster, sum(len(c[1][1]) if c[0] == "batch" else 1 for c in calls)))
             spy.threads.add(threading.get_ident())
             return pipeline(client, calls)
 
