@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 from clustermodel.client import AsyncClusterClient, ClusterClient
 from clustermodel.protocol import decode_error, frame, response_decoder
 from clustermodel.server import is_loopback, main
-from coordinator.ports import InvalidRequest, OffsetOutOfRange, PartitionOffsets
+from coordinator.ports import InvalidRequest, IsolationLevel, OffsetOutOfRange, PartitionOffsets, TopicPartition, UnknownTopicId
 
 
 def raw_exchange(port: int, data: bytes) -> Any:
@@ -130,3 +131,30 @@ def test_long_pipeline_of_large_requests_does_not_deadlock(model_server: Any) ->
         tp = client.tp("t")
         fetched = client.pipeline([("fetch", (tp, i, 1 << 20)) for i in range(0, 300, 10)])
         assert all(f.batches for f in fetched)
+
+
+def test_call_many_batches_per_method_and_answers_each_call_on_its_own(model_server: Any) -> None:
+    with ClusterClient(model_server.port, timeout=20) as admin:
+        admin.add_cluster("many", 8)
+    with ClusterClient(model_server.port, "many", timeout=20) as client:
+        client.add_topic("t", 3)
+        tps = [client.tp("t", p) for p in range(3)]
+        for p, n in enumerate((1, 2, 3)):
+            client.produce("t", p, [(None, b"x")] * n)
+        unknown = TopicPartition(uuid.UUID(int=7), 0)
+        sent: list[Any] = []
+        pipeline = client.pipeline
+        client.pipeline = lambda calls: sent.append(list(calls)) or pipeline(calls)  # type: ignore[method-assign]
+        calls: list[Any] = [("list_offsets", (tp,), None) for tp in tps]
+        calls += [("list_offsets", (unknown,), None), ("describe_topics", (), None),
+                  ("fetch", (tps[2], 1, 1 << 20), {"isolation": IsolationLevel.READ_COMMITTED}),
+                  ("fetch", (tps[0], 9, 1 << 20), None)]  # fmt: skip
+        got = client.call_many(calls)
+        # one round trip: the four ListOffsets in one batch request, the two fetches in another
+        assert len(sent) == 1 and sorted(c[0] for c in sent[0]) == ["batch", "batch", "describe_topics"]
+        assert [o.leo for o in got[:3]] == [1, 2, 3]
+        assert isinstance(got[3], UnknownTopicId)  # one failing call fails only itself
+        assert [t.name for t in got[4]] == ["t"]  # a list result from a lone call stays whole
+        assert got[5].batches and got[5].batches[0].last_offset == 2  # the batch holding offset 1
+        assert isinstance(got[6], OffsetOutOfRange)
+        assert [r.leo for r in client.call_many([("list_offsets", (tps[1],), None)])] == [2]
