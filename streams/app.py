@@ -48,6 +48,7 @@ from coordinator.partition_state import (
     LastMirrorEpoch,
     MirrorPartitionKey,
     MirrorPartitionState,
+    StateWriteFenced,
     check_write,
     decode_state,
     encode_state,
@@ -244,8 +245,9 @@ class WorkerStateStore:
             if p in self.owned:
                 self.pending_lme[p][record.key] = record
 
-    def may_run(self, key: MirrorPartitionKey, current: MirrorPartitionState, proposed: MirrorPartitionState) -> bool:
-        """May a step that moves ``key`` from ``current`` to ``proposed`` run before ``current`` is durable?"""
+    def may_run(self, key: MirrorPartitionKey, current: MirrorPartitionState, proposed: MirrorPartitionState | None) -> bool:
+        """May a step that moves ``key`` from ``current`` to ``proposed`` (None: any step) run
+        before ``current`` is durable?"""
         with self.lock:
             pending = self.pending.get(self.partition_of(key), {}).get(key)
             if pending is None:
@@ -273,6 +275,41 @@ class WorkerStateStore:
                 self.pending[partition].setdefault(key, state)
             for key, lme in lmes.items():
                 self.pending_lme[partition].setdefault(key, lme)
+
+    def prepare(self, partition: int) -> tuple[list[tuple[MirrorPartitionKey, MirrorPartitionState]],
+                                               dict[MirrorPartitionKey, LastMirrorEpoch],
+                                               dict[MirrorPartitionKey, MirrorPartitionState]]:
+        """Takes the queued writes of ``partition`` for writing: the state writes that still pass
+        fencing, each stamped N+1 of the durable state N (steps collapsed in one round are
+        several puts and one write), the LastMirrorEpochs records, and everything taken (to
+        ``requeue`` if the write fails)."""
+        states, lmes = self.take(partition)
+        ready = []
+        for key, state in sorted(states.items()):
+            stored = self.durable.get(key)
+            try:
+                check_write(key, stored, state)
+            except StateWriteFenced as e:  # another writer moved it on
+                log.warning("dropped a fenced write: %s", e)
+                continue
+            ready.append((key, state.with_(state_epoch=(stored or UNKNOWN_STATE).state_epoch + 1)))
+        return ready, lmes, states
+
+    def land(self, written: list[tuple[MirrorPartitionKey, MirrorPartitionState]]) -> None:
+        """The writes are durable (the changelog acknowledged them): reads see them from now on."""
+        with self.lock:
+            for key, state in written:
+                before = self.durable.get(key)
+                if before is None or before.state != state.state:
+                    self.transitions += 1
+                self.durable[key] = state
+            self.writes += len(written)
+
+    def drop_pending(self) -> None:
+        """What a crash loses: every write not yet durable."""
+        with self.lock:
+            self.pending.clear()
+            self.pending_lme.clear()
 
     def has_pending(self, key: MirrorPartitionKey) -> bool:
         with self.lock:
@@ -352,6 +389,7 @@ class CoordinatorWorker:
         self._keys_by_partition: dict[int, set[MirrorPartitionKey]] = defaultdict(set)
         self._keys_sorted: dict[int, list[MirrorPartitionKey]] = {}  # keys_of, until a key is added
         self._last_step: dict[int, float] = {}
+        self._last_step_ms: dict[int, int] = {}  # clock_ms at the start of each partition's last step
         self._serde = MetadataRecordSerde(default_codec().schemas)
         self._record_cls = default_codec().schemas.struct("MirrorTopicStateChangeRecord")
         self._record_key = default_codec().schemas.spec("MirrorTopicStateChangeRecord").api_key
@@ -487,6 +525,8 @@ class CoordinatorWorker:
                     self._add_key(p, MirrorPartitionKey(change.mirror_name, change.topic_id, change.partition))
                 if time.monotonic() - self._last_step.get(p, 0.0) < 0.05:
                     continue  # a burst of events: the next tick (or event) steps the partition
+            elif len(msg.value or b"") == 8 and _INT64.unpack(msg.value)[0] < self._last_step_ms.get(p, -1):
+                continue  # sent before the last step of this partition began: that step covered it
             if not self.caught_up.is_set():
                 continue
             try:
@@ -543,37 +583,20 @@ class CoordinatorWorker:
     async def _persist(self, partition: int) -> int:
         """Writes the queued writes of ``partition`` into the table (inside an event of that
         partition) and waits for the changelog to acknowledge them. Returns how many were written."""
-        states, lmes = self.store.take(partition)
-        if not states and not lmes:
+        ready, lmes, taken = self.store.prepare(partition)
+        if not taken and not lmes:
             return 0
         codec = default_codec()
-        writes: list[tuple[bytes, bytes]] = []
-        landed: list[tuple[MirrorPartitionKey, MirrorPartitionState]] = []
-        for key, state in sorted(states.items()):
-            stored = self.store.durable.get(key)
-            try:
-                check_write(key, stored, state)
-            except Exception as e:  # noqa: BLE001 - StateWriteFenced: another writer moved it on
-                log.warning("dropped a fenced write: %s", e)
-                continue
-            # Steps collapsed in one round (several puts, one write) still read N and write N+1.
-            state = state.with_(state_epoch=(stored or UNKNOWN_STATE).state_epoch + 1)
-            writes.append((codec.state_key(key.mirror_name, key.topic_id, key.partition), _VALUE_PREFIX + encode_state(state)))
-            landed.append((key, state))
+        writes = [(codec.state_key(k.mirror_name, k.topic_id, k.partition), _VALUE_PREFIX + encode_state(st)) for k, st in ready]
         for key, lme in lmes.items():
             value = codec.lme_value(lme.last_mirror_epoch, lme.applied_offset)
             writes.append((codec.lme_key(key.mirror_name, key.topic_id, key.partition), codec.encode_value(value)))
         try:
             await self.table.write_durably(partition, writes)  # durable before the next step's commands run
         except BaseException:
-            self.store.requeue(partition, states, lmes)  # not acknowledged: the next round writes them again
+            self.store.requeue(partition, taken, lmes)  # not acknowledged: the next round writes them again
             raise
-        for key, state in landed:
-            before = self.store.durable.get(key)
-            if before is None or before.state != state.state:
-                self.store.transitions += 1
-            self.store.durable[key] = state
-        self.store.writes += len(landed)
+        self.store.land(ready)
         return len(writes)
 
     async def _mirror(self, name: str) -> _Mirror | None:
@@ -597,6 +620,7 @@ class CoordinatorWorker:
     async def step_partition(self, partition: int) -> None:
         """Steps every mirror partition of ``partition``; state writes are made durable between steps."""
         self._last_step[partition] = time.monotonic()
+        self._last_step_ms[partition] = self.clock_ms()
         self._sync_ownership()
         if partition not in self.store.owned:
             return

@@ -50,8 +50,9 @@ _DURABLE_BEFORE_NEXT = frozenset({Step.STOP_BUMP_EPOCH})
 
 
 def may_step_before_durable(pending: MirrorPartitionState, durable: MirrorPartitionState | None,
-                            proposed: MirrorPartitionState) -> bool:
-    """May a worker act on ``pending`` (written, not yet durable) and propose ``proposed``?
+                            proposed: MirrorPartitionState | None = None) -> bool:
+    """May a worker act on ``pending`` (written, not yet durable) and propose ``proposed``
+    (None: may it decide at all)?
 
     Not when ``pending``'s step needs to be durable first, and not when it would be a second
     change of state since the durable one (the changelog must hold every state a partition was
@@ -60,6 +61,8 @@ def may_step_before_durable(pending: MirrorPartitionState, durable: MirrorPartit
     """
     if pending.state is MirrorState.STOPPING and pending.step in _DURABLE_BEFORE_NEXT:
         return False
+    if proposed is None:
+        return True
     before = durable.state if durable is not None else MirrorState.UNKNOWN
     return proposed.state is pending.state or pending.state is before
 

@@ -7,6 +7,7 @@ coordinator restart from persisted state only. Every rule ends with one coordina
 
 After every step:
 - only legal transitions were ever persisted (the store refuses others; the history is checked);
+  and the same again with the worker's store (``WorkerMirrorMachine``);
 - DLE >= SLE for every mirroring partition, and no destination batch has an epoch above its DLE;
 - offsets are preserved and nothing is lost below the mirrored point: for a mirroring partition,
   the destination's batches in the range both logs retain are exactly the source's batches there;
@@ -31,9 +32,11 @@ PARTITIONS = 2
 
 
 class MirrorMachine(RuleBasedStateMachine):
+    WORKER = False  # True: the runner as the stream worker drives it (queued writes, commit per round)
+
     @initialize(seed=st.integers(0, 1000))
     def setup(self, seed):
-        self.w = World("a", "b", seed=seed)
+        self.w = World("a", "b", seed=seed, worker=self.WORKER)
         self.topic = self.w["a"].add_topic("s", partitions=PARTITIONS)
         self.tps = [self.w["a"].tp("s", p) for p in range(PARTITIONS)]
         self.src = "a"  # the current direction: src -> OTHER[src]
@@ -227,7 +230,7 @@ class MirrorMachine(RuleBasedStateMachine):
     @invariant()
     def only_legal_transitions(self):
         for m in self.w.mirrors.values():
-            for _, before, after in m.store.history:
+            for _, before, after in m.history:
                 assert is_legal_transition(before, after), (before, after)
 
     @invariant()
@@ -294,3 +297,15 @@ MirrorMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestMirrorMachine = MirrorMachine.TestCase
+
+
+class WorkerMirrorMachine(MirrorMachine):
+    """The same rules and invariants with the worker's store: a round's writes become durable only
+    at its end (steps of one state collapse into one write; the durability gate holds back the
+    rest), and a coordinator killed mid-round loses every write of that round."""
+
+    WORKER = True
+
+
+WorkerMirrorMachine.TestCase.settings = MirrorMachine.TestCase.settings
+TestWorkerMirrorMachine = WorkerMirrorMachine.TestCase

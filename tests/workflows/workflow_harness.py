@@ -14,6 +14,7 @@ from typing import Any
 
 from clustermodel import ClusterModel
 from clustermodel.records import read_committed_values
+from coordinator.partition_state import MirrorPartitionKey
 from coordinator.ports import Batch, ControlType, TopicPartition
 from coordinator.states import DesiredState, MirrorState
 from coordinator.workflows.config import MirrorConfig
@@ -77,14 +78,62 @@ class Mirror:
     def set_desired(self, topic_id: uuid.UUID, desired: DesiredState) -> None:
         self.runner.set_desired(topic_id, desired)
 
+    def round(self, now: int) -> None:
+        self.runner.tick(now)
+
+    @property
+    def history(self) -> list[tuple[Any, MirrorState, MirrorState]]:
+        return self.store.history
+
+
+class WorkerMirror(Mirror):
+    """A runner as the stream worker drives it: ``WorkerStateStore`` (writes queued, collapsed
+    and only durable once committed, the durability gate), a round in phases, then the commit.
+    A crash loses every write not committed yet."""
+
+    def __init__(self, name: str, source: ClusterModel, dest: ClusterModel, config: MirrorConfig) -> None:
+        from streams.app import WorkerStateStore
+
+        self.name, self.source, self.dest, self.config = name, source, dest, config
+        self.store = WorkerStateStore(4)  # type: ignore[assignment]
+        self.store.owned = set(range(4))
+        self.metadata = DesiredStateLog()
+        self._history: list[tuple[Any, MirrorState, MirrorState]] = []
+        self.runner = self.build()
+
+    def restart(self) -> MirrorRunner:
+        self.store.drop_pending()  # type: ignore[attr-defined]
+        return super().restart()
+
+    def round(self, now: int) -> None:
+        r, store = self.runner, self.store
+        desired = self.metadata.latest(self.name)
+        r.reconcile_topics(now, desired)
+        keys = {MirrorPartitionKey(self.name, t, p) for t in desired for p in r.partitions.get(t, ())}
+        keys.update(store.keys(self.name))
+        r.step_partitions(now, sorted(keys), desired)
+        r.fetch_round(now, {k.topic_partition for k in keys if not store.has_pending(k)}, desired)  # type: ignore[attr-defined]
+        r.sync_if_due(now)
+        for p in range(store.num_partitions):  # type: ignore[attr-defined]
+            ready, _, _ = store.prepare(p)  # type: ignore[attr-defined]
+            for key, state in ready:
+                before = store.durable.get(key)  # type: ignore[attr-defined]
+                self._history.append((key, before.state if before else MirrorState.UNKNOWN, state.state))
+            store.land(ready)  # type: ignore[attr-defined]
+
+    @property
+    def history(self) -> list[tuple[Any, MirrorState, MirrorState]]:
+        return [h for h in self._history if h[1] != h[2]]
+
 
 class World:
     """Model clusters on one logical clock, and the mirrors between them."""
 
-    def __init__(self, *names: str, seed: int = 0, brokers: int = 3) -> None:
+    def __init__(self, *names: str, seed: int = 0, brokers: int = 3, worker: bool = False) -> None:
         self.clusters = {n: ClusterModel(n, seed=seed + i, brokers=brokers) for i, n in enumerate(names or ("a", "b"))}
         self.mirrors: dict[str, Mirror] = {}
         self.now = 0
+        self.worker = worker  # mirrors driven as the stream worker drives them (WorkerMirror)
 
     def __getitem__(self, name: str) -> ClusterModel:
         return self.clusters[name]
@@ -93,7 +142,8 @@ class World:
         name = f"{source}-to-{dest}"
         m = self.mirrors.get(name)
         if m is None:
-            m = self.mirrors[name] = Mirror(name, self.clusters[source], self.clusters[dest], config)
+            cls = WorkerMirror if self.worker else Mirror
+            m = self.mirrors[name] = cls(name, self.clusters[source], self.clusters[dest], config)
         return m
 
     def step(self, ms: int = 100, rounds: int = 1) -> None:
@@ -102,7 +152,7 @@ class World:
             for c in self.clusters.values():
                 c.tick(ms)
             for m in self.mirrors.values():
-                m.runner.tick(self.now)
+                m.round(self.now)
 
 
 # ---------------------------------------------------------------------------------------------
