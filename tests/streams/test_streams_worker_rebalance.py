@@ -12,13 +12,16 @@ its table partitions while the other worker's finish; the rebalance then happens
   partitions recovers them from the ``__mirror_state`` changelog and finishes the start.
 - **mid-stop: a clean leave.** B1 is paused, ``--stop`` runs, B3's partitions reach STOPPED
   while B1's are still MIRRORING. B1 gets SIGTERM (and SIGCONT): it stops cleanly and its
-  consumer sends LeaveGroup, and B3 takes over B1's table partitions and finishes the stop.
+  consumer sends LeaveGroup, and B3 takes over B1's table partitions and finishes whatever B1
+  did not.
 
 Why the crash needs the harness: noida-db 0.2.3 (the test broker) never expires a dead member.
 It checks a session only when that member's own Heartbeat arrives (engine.rs
 ``handle_heartbeat``), so a SIGKILLed worker keeps its partitions forever, and the next round
 completes at the rebalance timeout with the dead member still in (and, if it was the leader,
-still leading: the group never settles). See ``worker_harness.evict_dead_members``.
+still leading: the group never settles). See ``worker_harness.evict_dead_members``. A live
+worker can leave such a dead member behind too (a noida-db generation bug, see
+``Rig.reap_ghosts``); the waits for a hand-over reap them, as Kafka's session expiry would.
 
 Each hand-over is checked on the group (``Rig.owners``), not assumed. After each workflow: every
 partition in the desired state, a clean history per mirror partition (one state epoch per
@@ -168,8 +171,7 @@ def test_two_workers_survive_a_rebalance_mid_start_and_mid_stop(broker: LocalBro
         note("B1 SIGTERMed: it left the group")
         ghosts = wait_shared(rig, w3)
         note(f"B3 holds every table partition; ghosts {ghosts}")
-        rig.wait(f"{MIRROR} STOPPED", lambda: all(s is MirrorState.STOPPED for s in watch().values())
-                 and rig.all_in("B", MIRROR, MirrorState.STOPPED))  # fmt: skip
+        rig.wait(f"{MIRROR} STOPPED", lambda: list(watch().values()) == [MirrorState.STOPPED] * len(rig.tps))
         rig.wait("B's topics writable", lambda: not any(rig.read_only("B").values()), 30)
         note(f"{MIRROR} STOPPED, B writable")
         check_history()
