@@ -35,11 +35,15 @@ from streams.config import WorkerConfig
 from streams.demo import PY, Clock, DemoError, Processes, log_batches, read_changelog, run_cli, shape, wait_for
 from streams.mirror_state_store import RecordType
 
-# The workers' group timing (worker.session.timeout.ms etc.), shorter than Faust's 60 s defaults.
-# noida-db 0.2.3 checks a session only when that member's own heartbeat arrives (engine.rs
-# handle_heartbeat), so it never expires a dead member (see ``evict_dead_members``) but does expire
-# a live one whose JoinGroup waited a whole rebalance timeout: rebalance + heartbeat < session.
-GROUP_TIMING = {"--session-timeout-ms": "10000", "--heartbeat-interval-ms": "500", "--rebalance-timeout-ms": "8000"}
+# The workers' group timing (worker.session.timeout.ms etc.). noida-db 0.2.3 never expires a dead
+# member (the harness does it: ``evict_dead_members``, ``Rig.reap_ghosts``), so a short session buys
+# nothing there; it only checks a session when that member's own heartbeat arrives (engine.rs
+# handle_heartbeat), so a live member whose JoinGroup waited longer than the session is thrown out.
+# And a round that reaches its rebalance timeout completes without its slow members; with 8 s,
+# under load, a worker once got an empty assignment that aiokafka cannot decode (its coordinator
+# died, the worker stayed up outside the group). Hence a rebalance timeout a loaded machine does
+# not reach, and a session above it plus a heartbeat.
+GROUP_TIMING = {"--session-timeout-ms": "45000", "--heartbeat-interval-ms": "500", "--rebalance-timeout-ms": "30000"}
 FAUST_ENV: dict[str, str] = {}
 PROPS = "bootstrap.servers=model://{src}\nmetadata.refresh.interval.ms=1000\n"
 
