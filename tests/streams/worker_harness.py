@@ -98,13 +98,11 @@ class Rig:
         self.clock.start()
         return self
 
-    def spawn_worker(self, cluster: str, name: str | None = None, data_dir: Path | None = None,
-                     tick: float | None = None) -> str:  # fmt: skip
+    def spawn_worker(self, cluster: str, name: str | None = None, data_dir: Path | None = None) -> str:
         """Starts a worker of ``cluster`` (the ``worker-B`` of the demo by default)."""
         name = name or f"worker-{cluster}"
         data_dir = data_dir or self.data_dir(cluster, "")
-        tick = self.tick if tick is None else tick
-        argv = [PY, "-m", "streams.worker", "--tick-interval", str(tick), *self.common(cluster, data_dir),
+        argv = [PY, "-m", "streams.worker", "--tick-interval", str(self.tick), *self.common(cluster, data_dir),
                 *(x for kv in GROUP_TIMING.items() for x in kv)]  # fmt: skip
         # A client id per worker names its group member, so that only a dead worker's is evicted.
         env = dict(FAUST_ENV, BROKER_CLIENT_ID=self.client_id(name),
@@ -158,7 +156,7 @@ class Rig:
         member stays in the group: the round waits for it, then completes around it, and never
         settles if it was the leader."""
         running = {self.client_id(n) for n, (c, p) in self.workers.items() if c == cluster and p.poll() is None}
-        mine = {}
+        mine: dict[str, list[str]] = {}
         for member_id, client, _ in self.group_members(cluster):
             mine.setdefault(client, []).append(member_id)
         ghosts = [m for client, ids in mine.items() if client.startswith(self.client_id(""))
