@@ -31,6 +31,15 @@ DEFAULT_MIRROR_STATE_TOPIC = "__mirror_state"
 DEFAULT_DESIRED_STATE_TOPIC = "__kip1279_mirror_desired"
 DEFAULT_STATE_PARTITIONS = 50
 DEFAULT_CONTROLLER_PORT = 9393
+# The worker's consumer group timing; defaults are Faust's (broker_session_timeout etc.).
+DEFAULT_SESSION_TIMEOUT_MS = 60_000
+DEFAULT_HEARTBEAT_INTERVAL_MS = 3_000
+DEFAULT_REBALANCE_TIMEOUT_MS = 60_000
+# A broker refuses a JoinGroup whose session timeout is outside its
+# group.min/max.session.timeout.ms (INVALID_SESSION_TIMEOUT); these are Kafka's defaults, and
+# noida-db 0.2.3 hard-codes the same range.
+MIN_SESSION_TIMEOUT_MS = 6_000
+MAX_SESSION_TIMEOUT_MS = 1_800_000
 
 _CLUSTER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 
@@ -49,6 +58,9 @@ _KEYS: dict[str, str] = {
     "controller.listener": "controller_listener",
     "principal": "principal",
     "client.id": "client_id",
+    "worker.session.timeout.ms": "session_timeout_ms",
+    "worker.heartbeat.interval.ms": "heartbeat_interval_ms",
+    "worker.rebalance.timeout.ms": "rebalance_timeout_ms",
 }
 
 
@@ -72,6 +84,11 @@ class WorkerConfig:
     controller_listener: str = f"127.0.0.1:{DEFAULT_CONTROLLER_PORT}"
     principal: str = "User:ANONYMOUS"
     client_id: str = "kip1279"
+    # The worker's group membership: how long the broker keeps a silent worker's table
+    # partitions, how often it heartbeats, how long a rebalance waits for members to rejoin.
+    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
+    rebalance_timeout_ms: int = DEFAULT_REBALANCE_TIMEOUT_MS
     extra: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -81,6 +98,16 @@ class WorkerConfig:
             raise ConfigError(f"mirror.state.topic.num.partitions must be >= 1, not {self.state_partitions}")
         if self.snapshot_max_records < 1:
             raise ConfigError("metadata.snapshot.max.records must be >= 1")
+        if not MIN_SESSION_TIMEOUT_MS <= self.session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
+            raise ConfigError(f"worker.session.timeout.ms must be between {MIN_SESSION_TIMEOUT_MS} and "
+                              f"{MAX_SESSION_TIMEOUT_MS} (the broker's group.min/max.session.timeout.ms), "
+                              f"not {self.session_timeout_ms}")  # fmt: skip
+        if not 0 < self.heartbeat_interval_ms < self.session_timeout_ms:
+            # A heartbeat must land within the session; Kafka advises at most a third of it.
+            raise ConfigError(f"worker.heartbeat.interval.ms must be > 0 and below worker.session.timeout.ms "
+                              f"({self.session_timeout_ms}), not {self.heartbeat_interval_ms}")  # fmt: skip
+        if self.rebalance_timeout_ms < 1:
+            raise ConfigError(f"worker.rebalance.timeout.ms must be >= 1, not {self.rebalance_timeout_ms}")
 
     # -- per-cluster names --------------------------------------------------------------------
 

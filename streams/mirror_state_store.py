@@ -281,9 +281,29 @@ def make_app(config: WorkerConfig, **overrides: Any) -> faust.App:
         "producer_acks": -1,
         "table_cleanup_interval": 3600.0,
     }
+    group = group_settings(config, overrides)
+    # Faust refuses a session timeout above the request timeout (90 s by default).
+    settings["broker_request_timeout"] = max(90.0, group["broker_session_timeout"])
     settings.update(overrides)
+    settings.update(group)
     Path(settings["datadir"]).parent.mkdir(parents=True, exist_ok=True)
-    return faust.App(config.faust_app_id, **settings)
+    app = faust.App(config.faust_app_id, **settings)
+    # Faust lets its environment variables (BROKER_SESSION_TIMEOUT, ...) beat keyword settings;
+    # the worker's own settings must not be overridden silently, so they are set again.
+    for name, value in group.items():
+        setattr(app.conf, name, value)
+    return app
+
+
+def group_settings(config: WorkerConfig, overrides: dict[str, Any] | None = None) -> dict[str, float]:
+    """The Faust settings of the worker's consumer group membership, in seconds (``overrides`` win)."""
+    out = {
+        "broker_session_timeout": config.session_timeout_ms / 1000.0,
+        "broker_heartbeat_interval": config.heartbeat_interval_ms / 1000.0,
+        "broker_rebalance_timeout": config.rebalance_timeout_ms / 1000.0,
+    }
+    out.update({k: float(v) for k, v in (overrides or {}).items() if k in out})
+    return out
 
 
 def make_mirror_state_table(app: faust.App, config: WorkerConfig) -> MirrorStateTable:

@@ -2,11 +2,14 @@
 that cluster's controller with the source-topic registration the model setup needs).
 
     kip1279-worker --bootstrap-server 127.0.0.1:9092 --cluster-name B --model-port 7000 --data-dir ./data
+    kip1279-worker ... --session-timeout-ms 10000 --heartbeat-interval-ms 1000   # worker.session.timeout.ms etc.
     kip1279-worker --controller --listener 127.0.0.1:9393 --bootstrap-server ... --cluster-name B --model-port 7000
 
 The worker runs the Faust app of ``streams.app`` (no web server: it would bind 0.0.0.0); the
 input topics are created first with the table's partition count. SIGTERM/SIGINT stop it
-cleanly; a SIGKILL loses nothing that was acknowledged (see ``streams.app``).
+cleanly; a SIGKILL loses nothing that was acknowledged (see ``streams.app``). A worker's table
+partitions go to the other workers when it leaves the group (SIGTERM) or when the broker expires
+its session (``worker.session.timeout.ms``: Faust's 60 s by default; brokers accept 6 s to 30 min).
 
 ``--controller`` runs ``ClusterMirrorController`` and registers in the metadata log the topics
 of each mirror's source cluster that the log does not have yet (TopicRecord and PartitionRecords
@@ -48,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-partitions", type=int, help="mirror.state.topic.num.partitions")
     p.add_argument("--model-port", type=int, help="cluster-model server port (cluster.model.port)")
     p.add_argument("--model-cluster", help="the model cluster this destination is (default: --cluster-name)")
+    p.add_argument("--session-timeout-ms", type=int,
+                   help="worker.session.timeout.ms: a worker silent this long loses its table partitions")
+    p.add_argument("--heartbeat-interval-ms", type=int, help="worker.heartbeat.interval.ms")
+    p.add_argument("--rebalance-timeout-ms", type=int,
+                   help="worker.rebalance.timeout.ms: how long a rebalance waits for workers to rejoin")
     p.add_argument("--tick-interval", type=float, default=0.25, help="seconds between ticks per table partition")
     p.add_argument("--threads", type=int, default=4, help="port-call thread pool size")
     p.add_argument("--controller", action="store_true", help="run the controller of this cluster instead")
@@ -61,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
 def load_config(args: argparse.Namespace) -> WorkerConfig:
     cfg = worker_config.load(args.config, bootstrap_servers=args.bootstrap_server, cluster_name=args.cluster_name,
                              data_dir=args.data_dir, state_partitions=args.state_partitions,
-                             controller_listener=args.listener)  # fmt: skip
+                             controller_listener=args.listener, session_timeout_ms=args.session_timeout_ms,
+                             heartbeat_interval_ms=args.heartbeat_interval_ms,
+                             rebalance_timeout_ms=args.rebalance_timeout_ms)  # fmt: skip
     extra = dict(cfg.extra)
     if args.model_port:
         extra["cluster.model.port"] = str(args.model_port)

@@ -1,59 +1,197 @@
-"""Two workers of one cluster (same Faust app id, the table partitions split between them) and a
-rebalance in the middle of each workflow.
+"""Two workers of one cluster (same Faust app id, the four table partitions split between them)
+and group rebalances in the middle of the start workflow and of the stop workflow.
 
-Start: ``--start`` with both workers up; one is SIGKILLed mid-way and a replacement joins (two
-rebalances while partitions are PREPARING). Stop: ``--stop`` with both up; one is SIGKILLed
-mid-way, so the other takes over its table partitions from the ``__mirror_state`` changelog and
-must finish every partition. After each: every partition in the desired state, a clean history
-per mirror partition (one state epoch per write, legal transitions only), the topics writable
-after the stop, and the logs converged.
+A workflow takes ~0.1 s once a worker sees the command, so "in the middle" is made certain, not
+timed: one worker is paused (SIGSTOP) before the command, so the partitions it holds wait in
+its table partitions while the other worker's finish; the rebalance then happens.
+
+- **mid-start: a join and a crash.** B2 is paused, ``--start`` runs, B1's partitions reach
+  MIRRORING while B2's have not started. B3 joins (a rebalance on join); while that round is
+  open, B2 is SIGKILLed and its group member removed with LeaveGroup, which is what Kafka does
+  when a session times out. The round completes with B1 and B3, and whoever now holds B2's table
+  partitions recovers them from the ``__mirror_state`` changelog and finishes the start.
+- **mid-stop: a clean leave.** B1 is paused, ``--stop`` runs, B3's partitions reach STOPPED
+  while B1's are still MIRRORING. B1 gets SIGTERM (and SIGCONT): it stops cleanly and its
+  consumer sends LeaveGroup, and B3 takes over B1's table partitions and finishes whatever B1
+  did not.
+
+Why the crash needs the harness: noida-db 0.2.3 (the test broker) never expires a dead member.
+It checks a session only when that member's own Heartbeat arrives (engine.rs
+``handle_heartbeat``), so a SIGKILLed worker keeps its partitions forever, and the next round
+completes at the rebalance timeout with the dead member still in (and, if it was the leader,
+still leading: the group never settles). See ``worker_harness.evict_dead_members``. A live
+worker can leave such a dead member behind too (a noida-db generation bug, see
+``Rig.reap_ghosts``); the waits for a hand-over reap them, as Kafka's session expiry would.
+
+Each hand-over is checked on the group (``Rig.owners``), not assumed. After each workflow: every
+partition in the desired state, a clean history per mirror partition (one state epoch per
+write, legal transitions only), the logs converged; after the stop, the topics are writable.
+
+Known gap, its own strict xfail below (streams/effects.py ``_reconcile_topic``): a worker makes
+a topic writable once the partitions *it* holds are STOPPED, so with two workers a topic turns
+writable while partitions the other worker holds are still MIRRORING. While the stop runs the
+test samples the destination's topics, then the changelog: a partition not STOPPED in the
+changelog after its topic was seen writable was not STOPPED then either (a worker makes its state
+write durable before the topic-level step), so a sample never blames a correct worker.
 """
+
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
+from coordinator.ports import TopicPartition
 from coordinator.states import MirrorState
 from streams.broker import LocalBroker
+from streams.demo import DemoError
+from streams.mirror_state_store import partition_for
 from worker_harness import Rig, history_problems
 
 TOPICS = {"orders": 4, "audit": 2}  # 6 mirror partitions over 4 table partitions
+TABLE_PARTITIONS = set(range(4))
+MIRROR = "a-to-b"
+
+
+def shared_by(rig: Rig, *workers: str) -> bool:
+    """The group is exactly ``workers``, each with some of the table partitions, all covered once."""
+    owners = rig.owners("B")
+    parts = [p for ps in owners.values() for p in ps]
+    return set(owners) == set(workers) and all(owners.values()) and sorted(parts) == sorted(TABLE_PARTITIONS)
+
+
+def wait_shared(rig: Rig, *workers: str, timeout: float = 30.0) -> list[str]:
+    """Waits for ``shared_by``, reaping the ghost members noida-db leaves (``Rig.reap_ghosts``)."""
+    ghosts: list[str] = []
+
+    def settled() -> bool:
+        ghosts.extend(rig.reap_ghosts("B"))
+        return shared_by(rig, *workers)
+
+    try:
+        rig.wait(f"{' and '.join(workers)} to share the table partitions", settled, timeout)
+    except DemoError as e:
+        raise DemoError(f"{e}; the group: {rig.group_members('B')}; owners {rig.owners('B')}") from None
+    return ghosts
+
+
+def held_by(rig: Rig, worker: str) -> list[TopicPartition]:
+    """The mirror partitions whose state lives in ``worker``'s table partitions."""
+    mine = rig.owners("B")[worker]
+    return [tp for tp in rig.tps if partition_for(MIRROR, tp.topic_id, tp.partition, len(TABLE_PARTITIONS)) in mine]
+
+
+def in_group(rig: Rig, worker: str) -> bool:
+    return rig.client_id(worker) in {client for _, client, _ in rig.group_members("B")}
+
+
+def all_of(rig: Rig, tps: list[TopicPartition], state: MirrorState) -> bool:
+    latest = rig.latest("B", MIRROR)
+    return all(latest.get(tp) is state for tp in tps)
+
+
+class Run(NamedTuple):
+    overlaps: list[str]  # "topic writable while its partition p is STATE"
+    split: list[str]  # the topics with partitions on both B1 and B3 during the stop
+
+
+_RUNS: list[Run] = []  # what the scenario's stop sampled, for the xfail after it
 
 
 @pytest.mark.slow
-@pytest.mark.skip(reason="flaky: 1 of 4 runs timed out waiting for MIRRORING after the mid-start SIGKILL "
-                         "(eviction of the live member too, see worker_harness.evict_dead_members); not diagnosed yet")
 def test_two_workers_survive_a_rebalance_mid_start_and_mid_stop(broker: LocalBroker, tmp_path: Path) -> None:
     rig = Rig(tmp_path, broker.bootstrap, TOPICS, tick=0.1)
+    t0 = time.monotonic()
+
+    def note(what: str) -> None:
+        print(f"[{time.monotonic() - t0:5.1f}s] {what}")
+
+    def check_history() -> None:
+        history = rig.history("B")
+        assert len(history) == sum(TOPICS.values()) and history_problems(history) == [], history
+
     try:
         rig.start(clusters=("B",))
         w1 = rig.spawn_worker("B", "worker-B1", rig.data_dir("B", "1"))
         w2 = rig.spawn_worker("B", "worker-B2", rig.data_dir("B", "2"))
+        ghosts = wait_shared(rig, w1, w2, timeout=60)
+        first, second = held_by(rig, w1), held_by(rig, w2)
+        note(f"owners {rig.owners('B')}: B1 holds {len(first)} mirror partitions, B2 {len(second)}; ghosts {ghosts}")
+        assert first and second, "one worker holds no mirror partition: the hand-over would prove nothing"
         rig.produce("A", 0.8, 21)
-        rig.create_mirror("B", "a-to-b", "A")
-        rig.start_topics("B", "a-to-b")
-        time.sleep(1.0)
-        # the survivor is evicted too: it rejoins at once (as after a session timeout, see the harness)
-        rig.kill_worker(w2)
+
+        # 1. start: B2 is paused before it sees the command, so half of the workflow waits on it
+        rig.create_mirror("B", MIRROR, "A")
+        rig.pause_worker(w2)
+        rig.start_topics("B", MIRROR)
+        rig.wait("B1's partitions MIRRORING", lambda: all_of(rig, first, MirrorState.MIRRORING))
+        assert not any(rig.latest("B", MIRROR).get(tp) is MirrorState.MIRRORING for tp in second)
+        note("mid-start: B1's partitions MIRRORING, B2's waiting on the paused B2")
         w3 = rig.spawn_worker("B", "worker-B3", rig.data_dir("B", "3"))
-        rig.wait("a-to-b MIRRORING", lambda: rig.all_in("B", "a-to-b", MirrorState.MIRRORING))
+        rig.wait("B3's JoinGroup (a rebalance on join)", lambda: in_group(rig, w3), 30)
+        assert rig.kill_worker(w2), "B2 had no group member to expire"
+        note("B3 joining; B2 SIGKILLed and its member expired")
+        ghosts = wait_shared(rig, w1, w3)
+        note(f"owners {rig.owners('B')}; ghosts {ghosts}")
+        rig.wait(f"{MIRROR} MIRRORING", lambda: rig.all_in("B", MIRROR, MirrorState.MIRRORING))
         rig.wait("B to match A", lambda: rig.in_sync("A", "B"))
-        history = rig.history("B")
-        assert len(history) == sum(TOPICS.values()) and history_problems(history) == [], history
+        note(f"{MIRROR} MIRRORING, B in sync")
+        check_history()
         assert rig.log_problems("A", "B") == []
         assert rig.worker_alive(w1) and rig.worker_alive(w3)
+        assert all(rig.read_only("B").values())
 
-        rig.stop_topics("B", "a-to-b")
-        time.sleep(0.5)
-        rig.kill_worker(w1)  # mid-stop: w3 takes over w1's table partitions
-        rig.wait("a-to-b STOPPED by the remaining worker", lambda: rig.all_in("B", "a-to-b", MirrorState.STOPPED))
+        # 2. stop: B1 is paused before it sees the command, then leaves cleanly
+        overlaps: list[str] = []
+        names = {v: k for k, v in rig.ids.items()}
+
+        def watch() -> dict[TopicPartition, MirrorState]:
+            read_only = rig.read_only("B")  # first: see the module docstring
+            latest = rig.latest("B", MIRROR)
+            for tp in rig.tps:
+                state = latest.get(tp)
+                if not read_only[names[tp.topic_id]] and state is not MirrorState.STOPPED:
+                    overlaps.append(f"{names[tp.topic_id]} writable while its partition {tp.partition} is {state and state.name}")
+            return latest
+
+        first, third = held_by(rig, w1), held_by(rig, w3)
+        assert first and third, "one worker holds no mirror partition: the hand-over would prove nothing"
+        rig.pause_worker(w1)
+        rig.stop_topics("B", MIRROR)
+        rig.wait("B3's partitions STOPPED", lambda: all(watch().get(tp) is MirrorState.STOPPED for tp in third))
+        for _ in range(5):  # B3's topic-level step runs in the round after its partitions stop
+            watch()
+            time.sleep(0.2)
+        assert not any(rig.latest("B", MIRROR).get(tp) is MirrorState.STOPPED for tp in first)
+        note("mid-stop: B3's partitions STOPPED, B1's waiting on the paused B1")
+        assert rig.leave_worker(w1) == 0
+        note("B1 SIGTERMed: it left the group")
+        ghosts = wait_shared(rig, w3)
+        note(f"B3 holds every table partition; ghosts {ghosts}")
+        rig.wait(f"{MIRROR} STOPPED", lambda: list(watch().values()) == [MirrorState.STOPPED] * len(rig.tps))
         rig.wait("B's topics writable", lambda: not any(rig.read_only("B").values()), 30)
-        history = rig.history("B")
-        assert len(history) == sum(TOPICS.values()) and history_problems(history) == [], history
+        note(f"{MIRROR} STOPPED, B writable")
+        check_history()
         assert rig.log_problems("A", "B", offsets=False) == []
         assert rig.worker_alive(w3)
+        note(f"overlaps: {sorted(set(overlaps))}")
+        split = sorted({names[tp.topic_id] for tp in first} & {names[tp.topic_id] for tp in third})
+        _RUNS.append(Run(sorted(set(overlaps)), split))
     finally:
         rig.close()
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="known gap: a worker makes a topic writable from its own table partitions "
+                                       "only (streams/effects.py _reconcile_topic), not once every partition of it "
+                                       "is STOPPED; with two workers the topic turns writable early")  # fmt: skip
+def test_no_topic_is_writable_before_all_its_partitions_are_stopped() -> None:
+    if not _RUNS:
+        pytest.skip("needs the scenario above to have run to the end (same session, before this test)")
+    run = _RUNS[-1]
+    if not run.split:
+        pytest.skip("no topic had partitions on both workers during the stop: nothing to observe")
+    assert run.overlaps == [], f"a topic turned writable before all its partitions were STOPPED: {run.overlaps}"

@@ -35,9 +35,16 @@ from streams.config import WorkerConfig
 from streams.demo import PY, Clock, DemoError, Processes, log_batches, read_changelog, run_cli, shape, wait_for
 from streams.mirror_state_store import RecordType
 
-# Faust's defaults keep a SIGKILLed member's partitions for 60 s (its session timeout) before the
-# group rebalances them to the restarted worker; 6 s (the broker's minimum) keeps the tests short.
-FAUST_ENV = {"BROKER_SESSION_TIMEOUT": "6", "BROKER_HEARTBEAT_INTERVAL": "0.5", "BROKER_REBALANCE_TIMEOUT": "8"}
+# The workers' group timing (worker.session.timeout.ms etc.). noida-db 0.2.3 never expires a dead
+# member (the harness does it: ``evict_dead_members``, ``Rig.reap_ghosts``), so a short session buys
+# nothing there; it only checks a session when that member's own heartbeat arrives (engine.rs
+# handle_heartbeat), so a live member whose JoinGroup waited longer than the session is thrown out.
+# And a round that reaches its rebalance timeout completes without its slow members; with 8 s,
+# under load, a worker once got an empty assignment that aiokafka cannot decode (its coordinator
+# died, the worker stayed up outside the group). Hence a rebalance timeout a loaded machine does
+# not reach, and a session above it plus a heartbeat.
+GROUP_TIMING = {"--session-timeout-ms": "45000", "--heartbeat-interval-ms": "500", "--rebalance-timeout-ms": "30000"}
+FAUST_ENV: dict[str, str] = {}
 PROPS = "bootstrap.servers=model://{src}\nmetadata.refresh.interval.ms=1000\n"
 
 
@@ -56,6 +63,7 @@ class Rig:
         self.clients: dict[str, ClusterClient] = {}
         self.ids: dict[str, uuid.UUID] = {}
         self.tps: list[TopicPartition] = []
+        self.seen: dict[str, int] = {}  # group member id -> the order the harness first saw it in
 
     # ------------------------------------------------------------------------- processes
 
@@ -94,8 +102,11 @@ class Rig:
         """Starts a worker of ``cluster`` (the ``worker-B`` of the demo by default)."""
         name = name or f"worker-{cluster}"
         data_dir = data_dir or self.data_dir(cluster, "")
-        argv = [PY, "-m", "streams.worker", "--tick-interval", str(self.tick), *self.common(cluster, data_dir)]
-        env = dict(FAUST_ENV, **json.loads(os.environ.get("KIP1279_TEST_FAUST_ENV", "{}")))
+        argv = [PY, "-m", "streams.worker", "--tick-interval", str(self.tick), *self.common(cluster, data_dir),
+                *(x for kv in GROUP_TIMING.items() for x in kv)]  # fmt: skip
+        # A client id per worker names its group member, so that only a dead worker's is evicted.
+        env = dict(FAUST_ENV, BROKER_CLIENT_ID=self.client_id(name),
+                   **json.loads(os.environ.get("KIP1279_TEST_FAUST_ENV", "{}")))  # fmt: skip
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)  # the child inherits them; Faust reads its settings from the environment
         try:
@@ -109,23 +120,92 @@ class Rig:
         self.workers[name] = (cluster, proc)
         return name
 
-    def kill_worker(self, name: str, evict: bool = True) -> None:
+    def client_id(self, worker: str) -> str:
+        return f"kip1279-{self.tag}-{worker}"
+
+    def kill_worker(self, name: str, evict: bool = True) -> list[str]:
         """SIGKILL: no clean shutdown, nothing flushed that was not already acknowledged. With
-        ``evict`` (only when no other worker of the cluster runs), its group membership is expired
-        as Kafka would after the session timeout (see ``evict_dead_members``)."""
+        ``evict``, its group membership (and only its) is expired as Kafka would after the session
+        timeout (see ``evict_dead_members``); returns the evicted member ids."""
         cluster, proc = self.workers.pop(name)
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         self.procs.procs = [(n, p) for n, p in self.procs.procs if p is not proc]
         if evict:
-            evict_dead_members(self.bootstrap, self.config(cluster).faust_app_id)
+            return evict_dead_members(self.bootstrap, self.config(cluster).faust_app_id, self.client_id(name))
+        return []
+
+    def group_members(self, cluster: str) -> list[tuple[str, str, bytes]]:
+        """(member id, client id, assignment) of every member of the cluster's worker group."""
+        members = asyncio.run(_group_members(self.bootstrap, self.config(cluster).faust_app_id))
+        for member_id, _, _ in members:
+            self.seen.setdefault(member_id, len(self.seen))
+        return members
+
+    def reap_ghosts(self, cluster: str) -> list[str]:
+        """Evicts the members no running worker uses any more (Kafka expires them after the session
+        timeout; noida-db 0.2.3 never does): those of workers that are gone, and every member of a
+        running worker but the one seen last. Returns the evicted member ids.
+
+        How a live worker leaves a ghost on noida-db: the broker bumps the generation when a round
+        *starts* (Kafka bumps it when the round completes), so the OffsetCommit a consumer sends
+        while its partitions are revoked (Faust always has tick offsets to commit) is refused with
+        ILLEGAL_GENERATION; aiokafka then drops its member id and joins again as a new member
+        (its log: "OffsetCommit failed ... IllegalGenerationError, will rejoin"), and the old
+        member stays in the group: the round waits for it, then completes around it, and never
+        settles if it was the leader."""
+        running = {self.client_id(n) for n, (c, p) in self.workers.items() if c == cluster and p.poll() is None}
+        mine: dict[str, list[str]] = {}
+        for member_id, client, _ in self.group_members(cluster):
+            mine.setdefault(client, []).append(member_id)
+        ghosts = [m for client, ids in mine.items() if client.startswith(self.client_id(""))
+                  for m in (sorted(ids, key=self.seen.__getitem__)[:-1] if client in running else ids)]  # fmt: skip
+        if ghosts:
+            evict_members(self.bootstrap, self.config(cluster).faust_app_id, ghosts)
+        return ghosts
+
+    def owners(self, cluster: str) -> dict[str, set[int]]:
+        """Worker name -> the desired-state topic partitions (so table partitions) the group gives it."""
+        from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
+
+        topic = self.config(cluster).desired_state_topic_name
+        names = {self.client_id(name): name for name in self.workers}
+        out: dict[str, set[int]] = {}
+        for _, client, raw in self.group_members(cluster):
+            parts: set[int] = set()
+            if raw:
+                for t, ps in ConsumerProtocolMemberAssignment.decode(raw).assignment:
+                    if t == topic:
+                        parts.update(ps)
+            out[names.get(client, client)] = parts
+        return out
 
     def stop_worker(self, name: str) -> None:
         """SIGTERM (a clean stop, e.g. a scale-down)."""
         _, proc = self.workers.pop(name)
         self.procs.stop(name)
         proc.wait(10)
+
+    def pause_worker(self, name: str) -> None:
+        """SIGSTOP: the worker neither processes nor heartbeats (its events wait in its partitions)."""
+        self.workers[name][1].send_signal(signal.SIGSTOP)
+
+    def leave_worker(self, name: str, timeout: float = 30.0) -> int:
+        """SIGTERM (then SIGCONT, for a paused worker): a clean stop, whose consumer sends LeaveGroup.
+        Waits for the exit: killed before its LeaveGroup, it would be a dead member (see above)."""
+        _, proc = self.workers.pop(name)
+        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGCONT)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+            raise DemoError(f"{name} did not stop within {timeout:.0f}s of SIGTERM") from None
+        finally:
+            self.procs.procs = [(n, p) for n, p in self.procs.procs if p is not proc]
+        return code
 
     def wipe(self, cluster: str, worker: str = "") -> None:
         """Removes RocksDB and the metadata snapshots: state comes back from the changelog and the log."""
@@ -277,32 +357,58 @@ async def read_history(bootstrap: str, topic: str, timeout: float) -> dict[tuple
         if rtype == RecordType.MIRROR_PARTITION_STATE and value is not None:
             out[(k.mirror_name, k.topic_id, k.partition)].append(MirrorPartitionState.from_schema_fields(value))
     return out
-    return out
 
 
-async def _evict_members(bootstrap: str, group: str) -> list[str]:
+async def _describe(admin: Any, group: str) -> tuple[int, list[tuple[str, str, bytes]]]:
+    node = await admin.find_coordinator(group)
+    (resp,) = await admin.describe_consumer_groups([group], group_coordinator_id=node)
+    # DescribeGroups v0-v3 members: member id, client id, host, metadata, assignment
+    return node, [(m[0], m[1], m[4]) for g in resp.groups for m in g[5]]
+
+
+async def _group_members(bootstrap: str, group: str) -> list[tuple[str, str, bytes]]:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="kip1279-test-describe")
+    await admin.start()
+    try:
+        return (await _describe(admin, group))[1]
+    finally:
+        await admin.close()
+
+
+async def _evict_members(bootstrap: str, group: str, client_id: str | None, only: Sequence[str] | None = None) -> list[str]:
     from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.protocol.group import LeaveGroupRequest
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="kip1279-test-evict")
     await admin.start()
     try:
-        node = await admin.find_coordinator(group)
-        (resp,) = await admin.describe_consumer_groups([group], group_coordinator_id=node)
-        members = [m[0] for g in resp.groups for m in g[5]]
-        for member_id in members:
+        node, members = await _describe(admin, group)
+        evicted = [m for m, c, _ in members if (client_id is None or c == client_id) and (only is None or m in only)]
+        for member_id in evicted:
             await admin._send_request_to_node(node, LeaveGroupRequest(group, member_id))
-        return members
+        return evicted
     finally:
         await admin.close()
 
 
-def evict_dead_members(bootstrap: str, group: str) -> list[str]:
-    """Removes every member of ``group`` (call it only when all of them are dead).
+def evict_dead_members(bootstrap: str, group: str, client_id: str | None = None) -> list[str]:
+    """Removes the members of ``group`` with ``client_id`` (every member if None), with LeaveGroup.
 
-    Works around noida-db 0.2.3: it never expires the session of a SIGKILLed member, so the next
-    generation still names the dead member leader, the new member waits for a SyncGroup that never
-    comes and rejoins every session timeout, forever. Kafka expires the dead member itself after
-    ``session.timeout.ms``; the test does it for the broker with the member's LeaveGroup.
+    Works around noida-db 0.2.3, which never expires a SIGKILLed member: it checks a member's
+    session only when that member's own Heartbeat arrives (engine.rs ``handle_heartbeat``), and
+    nothing sweeps silent members. So the dead member keeps its partitions; the next rebalance
+    waits the rebalance timeout for it, then completes with the dead member still in the group
+    and, if it was the leader, still leader: the live members wait for a SyncGroup that never
+    comes and rejoin forever. Kafka removes the member itself after ``session.timeout.ms`` (and
+    rebalances); LeaveGroup for that member id does exactly that on noida-db. Only the dead
+    worker's member is evicted (each worker has its own client id): evicting a live member too
+    made it rejoin under a new member id in the middle of the next round.
     """
-    return asyncio.run(_evict_members(bootstrap, group))
+    return asyncio.run(_evict_members(bootstrap, group, client_id))
+
+
+def evict_members(bootstrap: str, group: str, member_ids: Sequence[str]) -> list[str]:
+    """LeaveGroup for each of ``member_ids`` still in ``group``."""
+    return asyncio.run(_evict_members(bootstrap, group, None, member_ids))
