@@ -328,8 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--state-partitions", type=int, default=8, help="mirror.state.topic.num.partitions (demo: 8)")
     p.add_argument("--tick-interval", type=float, default=0.2, help="worker tick interval (demo: 0.2)")
-    p.add_argument("--metadata-refresh-ms", type=int, default=1000,
-                   help="the mirror's metadata.refresh.interval.ms (demo: 1000; coordinator default: 30000)")
+    p.add_argument("--metadata-refresh-ms", type=int, default=30000,
+                   help="the mirror's metadata.refresh.interval.ms (coordinator default: 30000; demo: 1000)")
     p.add_argument("--no-offsets", action="store_true",
                    help="controller describe without source HW / dest LEO (2 model calls per partition less)")
     p.add_argument("--worker-loglevel", default="warning", help="the worker's log level (debug: per-round timings)")

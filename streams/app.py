@@ -670,6 +670,7 @@ class CoordinatorWorker:
             r._note(f"topic level: {e}")
         t1 = time.perf_counter()
         r.step_partitions(now_ms, keys, desired)
+        r.reconcile_stopped(now_ms, desired)
         t2 = time.perf_counter()
         only = {k.topic_partition for k in keys if not self.store.has_pending(k)}
         r.fetch_round(now_ms, only, desired)

@@ -439,8 +439,7 @@ class MirrorRunner:
         self._settle(desired)
         self._fetch_round(desired)
         self._settle(desired)
-        # writable in the round it stopped
-        self._reconcile_many([(t, want, offset) for t, (want, offset) in sorted(desired.items()) if want is DesiredState.STOP])
+        self.reconcile_stopped(now_ms, desired)
         self.sync_if_due(now_ms)
 
     # ------------------------------------------------------------------ the round, in phases
@@ -465,6 +464,16 @@ class MirrorRunner:
             self._topics_checked_ms[topic_id] = now_ms
             due.append((topic_id, want, offset))
         self._reconcile_many(due)
+
+    def reconcile_stopped(self, now_ms: int, desired: dict[uuid.UUID, tuple[DesiredState, int]] | None = None) -> None:
+        """The topic level again for stopping topics whose partitions are all STOPPED now, so a
+        topic turns writable in the round its last partition stopped (before that STOPPED is
+        durable, hence before anyone is told the stop is done)."""
+        self.now_ms = now_ms
+        desired = self.metadata.latest(self.mirror_name) if desired is None else desired
+        self._reconcile_many([(t, want, offset) for t, (want, offset) in sorted(desired.items())
+                              if want is DesiredState.STOP and self._topic_settled.get(t) != offset
+                              and self._all_stopped(t)])  # fmt: skip
 
     def step_partitions(self, now_ms: int, keys: Iterable[MirrorPartitionKey],
                         desired: dict[uuid.UUID, tuple[DesiredState, int]] | None = None) -> None:

@@ -112,6 +112,7 @@ class WorkerMirror(Mirror):
         keys = {MirrorPartitionKey(self.name, t, p) for t in desired for p in r.partitions.get(t, ())}
         keys.update(store.keys(self.name))
         r.step_partitions(now, sorted(keys), desired)
+        r.reconcile_stopped(now, desired)
         r.fetch_round(now, {k.topic_partition for k in keys if not store.has_pending(k)}, desired)  # type: ignore[attr-defined]
         r.sync_if_due(now)
         for p in range(store.num_partitions):  # type: ignore[attr-defined]
