@@ -37,7 +37,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from coordinator.changes import local_changes
@@ -210,6 +210,9 @@ class WorkerStateStore:
         self.pending: dict[int, dict[MirrorPartitionKey, MirrorPartitionState]] = defaultdict(dict)
         self.pending_lme: dict[int, dict[MirrorPartitionKey, LastMirrorEpoch]] = defaultdict(dict)
         self.owned: set[int] = set()
+        # Latest states of table partitions other workers own, from the changelog (read-only):
+        # the topic level needs every partition of a topic, wherever it is owned.
+        self.remote: Mapping[tuple[str, uuid.UUID, int], Any] = {}
         self._partition: dict[MirrorPartitionKey, int] = {}
         self.transitions = 0
         self.writes = 0
@@ -225,19 +228,25 @@ class WorkerStateStore:
         with self.lock:
             p = self.partition_of(key)
             got = self.pending.get(p, {}).get(key)
-            return got if got is not None else self.durable.get(key)
+            if got is not None:
+                return got
+            got = self.durable.get(key)
+            if got is None and p not in self.owned and self.remote:
+                status = self.remote.get((key.mirror_name, key.topic_id, key.partition))
+                if status is not None:
+                    return UNKNOWN_STATE.with_(state=status.state)  # another worker's: its state only
+            return got
 
     def put(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> None:
         with self.lock:
+            if self.partition_of(key) not in self.owned:
+                return  # its partition is another worker's: the owner decides for it
             stored = self.get(key)
             check_write(key, stored, state)
             before = stored.state if stored is not None else MirrorState.UNKNOWN
             if not is_legal_transition(before, state.state):
                 raise AssertionError(f"{key}: illegal transition {before.name} -> {state.state.name}")
-            p = self.partition_of(key)
-            if p not in self.owned:
-                return  # its partition moved to another worker: the owner decides for it
-            self.pending[p][key] = state
+            self.pending[self.partition_of(key)][key] = state
 
     def put_lme(self, record: LastMirrorEpoch) -> None:
         with self.lock:
@@ -386,6 +395,8 @@ class CoordinatorWorker:
         self.loader: MetadataLogLoader | None = None
         self.replayer = Replayer()
         self.poison_offsets: list[int] = []
+        self.view: Any = None  # the changelog, read for other workers' states (only when table partitions are shared)
+        self._view_read_at = 0.0
         self._keys_by_partition: dict[int, set[MirrorPartitionKey]] = defaultdict(set)
         self._keys_sorted: dict[int, list[MirrorPartitionKey]] = {}  # keys_of, until a key is added
         self._last_step: dict[int, float] = {}
@@ -409,7 +420,7 @@ class CoordinatorWorker:
         await reader.start()
         self.loader = loader = MetadataLogLoader(
             reader, SnapshotStore(c.snapshot_dir / "worker"), replay=self._replay,
-            to_records=lambda: self.image.to_records(), on_poison=self._on_poison,
+            to_records=self._snapshot_records, on_poison=self._on_poison,
             policy=SnapshotPolicy(c.snapshot_max_records, c.snapshot_max_interval_ms),
         )  # fmt: skip
         try:
@@ -428,6 +439,15 @@ class CoordinatorWorker:
         finally:
             await reader.stop()
             await dlq.stop()
+            if self.view is not None:
+                await self.view.stop()
+
+    def _snapshot_records(self) -> Iterable[ApiMessageAndVersion] | None:
+        """The image of every record replayed so far (not the last published one, which lags
+        during catch-up); None inside a metadata transaction, where no snapshot may be cut."""
+        if self.replayer.in_transaction:
+            return None
+        return self.replayer.image().to_records()
 
     def _replay(self, offset: int, epoch: int, record: ApiMessageAndVersion) -> None:
         problem = self.replayer.replay(record, offset, epoch)
@@ -624,6 +644,7 @@ class CoordinatorWorker:
         self._sync_ownership()
         if partition not in self.store.owned:
             return
+        await self._read_other_workers_states()
         await self._persist(partition)
         keys = self.keys_of(partition)
         by_mirror: dict[str, list[MirrorPartitionKey]] = defaultdict(list)
@@ -654,6 +675,31 @@ class CoordinatorWorker:
             if not written:
                 break
 
+    async def _read_other_workers_states(self) -> None:
+        """While other workers own some table partitions and a stop is under way, reads the
+        changelog up to its end (at most once a tick) for their partitions' states: a topic turns
+        writable once every partition of it is STOPPED, not only those this worker holds. Read
+        after their writes were acknowledged, so a STOPPED seen is durable."""
+        if len(self.store.owned) >= self.config.state_partitions:
+            self.store.remote = {}
+            return
+        if not any(m.desired_state is DesiredState.STOP for m in self.image.mirrors.topics.values()):
+            return
+        if time.monotonic() - self._view_read_at < self.tick_interval:
+            return
+        self._view_read_at = time.monotonic()
+        c = self.config
+        try:
+            if self.view is None:
+                from streams.controller import MirrorStateChangelogView
+
+                view = MirrorStateChangelogView(c.bootstrap_servers, c.mirror_state_topic_name, c.state_partitions)
+                await view.start()
+                self.view = view
+            self.store.remote = await asyncio.wait_for(self.view.catch_up(), timeout=self.step_timeout)
+        except (asyncio.TimeoutError, Exception) as e:  # noqa: BLE001 - the topic level waits for the next read
+            log.warning("reading other workers' states from %s failed: %s", c.mirror_state_topic_name, e)
+
     def _job_done(self, m: _Mirror, fut: Any) -> None:
         m.busy = None
         if not fut.cancelled() and fut.exception() is not None:
@@ -670,7 +716,6 @@ class CoordinatorWorker:
             r._note(f"topic level: {e}")
         t1 = time.perf_counter()
         r.step_partitions(now_ms, keys, desired)
-        r.reconcile_stopped(now_ms, desired)
         t2 = time.perf_counter()
         only = {k.topic_partition for k in keys if not self.store.has_pending(k)}
         r.fetch_round(now_ms, only, desired)

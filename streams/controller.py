@@ -241,6 +241,11 @@ class MirrorStateChangelogView:
         async with self._catch_up_lock:
             await self._catch_up_locked()
 
+    async def catch_up(self) -> dict[StateKey, PartitionStatus]:
+        """Reads the changelog up to its end offsets as of this call; the latest state per key."""
+        await self._catch_up()
+        return self._states
+
     async def _catch_up_locked(self) -> None:
         consumer = self._consumer
         if consumer is None:
@@ -345,7 +350,7 @@ class ClusterMirrorController:
         self.loader = MetadataLogLoader(
             self.reader, SnapshotStore(config.snapshot_dir / "controller"), policy=policy,
             replay=self._replay,
-            to_records=lambda: self.image.to_records(self.schemas),
+            to_records=lambda: None if self.replayer.in_transaction else self.image.to_records(self.schemas),
             on_poison=self._on_poison,
         )  # fmt: skip
         self._applied = asyncio.Condition()

@@ -467,8 +467,9 @@ class MirrorRunner:
 
     def reconcile_stopped(self, now_ms: int, desired: dict[uuid.UUID, tuple[DesiredState, int]] | None = None) -> None:
         """The topic level again for stopping topics whose partitions are all STOPPED now, so a
-        topic turns writable in the round its last partition stopped (before that STOPPED is
-        durable, hence before anyone is told the stop is done)."""
+        topic turns writable in the round its last partition stopped. Only where a write is
+        durable when made (``tick``): the stream worker runs the topic level at the start of its
+        next round, once the STOPPED writes are durable, as a STOPPING partition is not writable."""
         self.now_ms = now_ms
         desired = self.metadata.latest(self.mirror_name) if desired is None else desired
         self._reconcile_many([(t, want, offset) for t, (want, offset) in sorted(desired.items())
@@ -534,7 +535,10 @@ class MirrorRunner:
         self._reconcile_many([(topic_id, want, offset)])
 
     def _decide_topic(self, topic_id: uuid.UUID, want: DesiredState, offset: int, obs: TopicObservation) -> None:
-        states = {p: self.state(TopicPartition(topic_id, p)) for p in sorted(self.partitions.get(topic_id, ()))}
+        parts = set(self.partitions.get(topic_id, ()))
+        if want is DesiredState.STOP and obs.dest_topic is not None:
+            parts.update(range(len(obs.dest_topic.partitions)))  # writable once every one is STOPPED, wherever its state lives
+        states = {p: self.state(TopicPartition(topic_id, p)) for p in sorted(parts)}
         decision = decide_topic(self.mirror_name, obs, want, states, self.now_ms, self.config)
         try:
             self.executor.run(decision.commands)

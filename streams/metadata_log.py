@@ -532,7 +532,7 @@ class MetadataLogLoader:
         snapshots: SnapshotStore | None,
         *,
         replay: ReplayFn,
-        to_records: Callable[[], Iterable[ApiMessageAndVersion]] | None = None,
+        to_records: Callable[[], Iterable[ApiMessageAndVersion] | None] | None = None,
         policy: SnapshotPolicy = DEFAULT_SNAPSHOT_POLICY,
         on_poison: Callable[[LogEntry], None] | None = None,
         on_caught_up: Callable[[int], None] | None = None,
@@ -583,11 +583,13 @@ class MetadataLogLoader:
         """Snapshot, then the tail up to the high-water mark. Returns the next offset."""
         if self.loaded_snapshot is None:
             await self.load_snapshot()
-        async for entry in self.reader.read(self.next_offset, follow=False):
+        end = await self.reader.high_watermark()  # one bound for the read and the resume point
+        async for entry in self.reader.read(self.next_offset, follow=False, until=end):
             self.apply(entry)
             await self.maybe_snapshot()
-        # Control markers past the last record still count: resume after them.
-        self.next_offset = max(self.next_offset, await self.reader.high_watermark())
+        # Control markers past the last record still count: resume after them (but never past
+        # records appended since ``end`` was read: those are the follower's).
+        self.next_offset = max(self.next_offset, end)
         if self.on_caught_up is not None:
             self.on_caught_up(self.next_offset)
         return self.next_offset
@@ -604,7 +606,10 @@ class MetadataLogLoader:
         now = self.clock_ms()
         if not force and not self.policy.due(self._since_snapshot, now - self._last_snapshot_ms):
             return None
-        records = list(self.to_records())  # taken on the loop: the state cannot move under it
+        got = self.to_records()  # taken on the loop: the state cannot move under it
+        if got is None:
+            return None  # not at a committed point (inside a metadata transaction): later
+        records = list(got)
         sid = await asyncio.to_thread(self.snapshots.write, records, self.next_offset - 1, self.last_epoch, now)
         self._since_snapshot = 0
         self._last_snapshot_ms = now

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 from pathlib import Path
 
@@ -169,6 +171,48 @@ async def test_snapshot_plus_tail_equals_full_replay(worker_config: WorkerConfig
     assert second.image() == third.image()
     assert second.image() != full  # the tail's stop was applied
     assert second.image().provenance == third.image().provenance
+
+
+async def test_records_appended_during_catch_up_are_not_skipped(worker_config: WorkerConfig) -> None:
+    """A catch-up reads to the high-water mark it saw at its start; records appended while it
+    reads belong to the follower, not skipped past (the end is read once, not again after)."""
+    topic = await setup_log(worker_config)
+    first, later = sample_records(3), sample_records(6)[len(sample_records(3)):]
+    async with MetadataLogWriter(worker_config.bootstrap_servers, topic) as writer:
+        await writer.append(first)
+        async with MetadataLogReader(worker_config.bootstrap_servers, topic, dlq=None) as reader:
+            loader, r = _replayer_loader(reader, None, SnapshotPolicy())
+            seen: list[int] = []
+            replay = loader.replay
+
+            def replay_then_append(off: int, ep: int, rec: ApiMessageAndVersion) -> None:
+                seen.append(off)
+                replay(off, ep, rec)
+
+            loader.replay = replay_then_append  # type: ignore[assignment]
+            read = reader.read
+
+            async def read_racing(*args: object, **kwargs: object):  # noqa: ANN202
+                async for entry in read(*args, **kwargs):  # type: ignore[arg-type]
+                    if entry.offset == 0:
+                        await writer.append(later)  # lands while the catch-up is reading
+                    yield entry
+
+            reader.read = read_racing  # type: ignore[method-assign]
+            await loader.catch_up()
+            reader.read = read  # type: ignore[method-assign]
+            assert len(seen) == len(first)  # up to where it began, no further
+
+            async def follow() -> None:
+                async for entry in reader.read(loader.next_offset, follow=True):
+                    loader.apply(entry)
+                    if len(seen) == len(first) + len(later):
+                        return
+
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(follow(), 20)
+    assert len(seen) == len(first) + len(later) and seen == sorted(seen)  # every record, in order, none skipped
+    assert {t.name for t in r.image().topics.by_id.values()} == {f"orders-{i}" for i in range(6)}
 
 
 def test_snapshot_files_are_segments_and_damage_falls_back(tmp_path: Path) -> None:

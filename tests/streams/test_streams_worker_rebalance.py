@@ -27,12 +27,12 @@ Each hand-over is checked on the group (``Rig.owners``), not assumed. After each
 partition in the desired state, a clean history per mirror partition (one state epoch per
 write, legal transitions only), the logs converged; after the stop, the topics are writable.
 
-Known gap, its own strict xfail below (streams/effects.py ``_reconcile_topic``): a worker makes
-a topic writable once the partitions *it* holds are STOPPED, so with two workers a topic turns
-writable while partitions the other worker holds are still MIRRORING. While the stop runs the
-test samples the destination's topics, then the changelog: a partition not STOPPED in the
-changelog after its topic was seen writable was not STOPPED then either (a worker makes its state
-write durable before the topic-level step), so a sample never blames a correct worker.
+Writability across workers, its own test below: a worker makes a topic writable only once every
+partition of it is STOPPED, its own from its table and the other worker's from the changelog
+(read up to its end after their writes were acknowledged). While the stop runs the test samples
+the destination's topics, then the changelog: a partition not STOPPED in the changelog after its
+topic was seen writable was not STOPPED then either (a worker makes its state write durable
+before the topic-level step), so a sample never blames a correct worker.
 """
 
 
@@ -185,9 +185,6 @@ def test_two_workers_survive_a_rebalance_mid_start_and_mid_stop(broker: LocalBro
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="known gap: a worker makes a topic writable from its own table partitions "
-                                       "only (streams/effects.py _reconcile_topic), not once every partition of it "
-                                       "is STOPPED; with two workers the topic turns writable early")  # fmt: skip
 def test_no_topic_is_writable_before_all_its_partitions_are_stopped() -> None:
     if not _RUNS:
         pytest.skip("needs the scenario above to have run to the end (same session, before this test)")

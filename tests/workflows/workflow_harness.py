@@ -105,22 +105,31 @@ class WorkerMirror(Mirror):
         self.store.drop_pending()  # type: ignore[attr-defined]
         return super().restart()
 
-    def round(self, now: int) -> None:
+    def round(self, now: int, max_rounds: int = 10) -> None:
+        """As the worker steps a table partition: rounds until one writes nothing (each round's
+        writes durable before the next round's commands; the topic level first in each)."""
+        for _ in range(max_rounds):
+            if not self._one_round(now):
+                return
+
+    def _one_round(self, now: int) -> int:
         r, store = self.runner, self.store
         desired = self.metadata.latest(self.name)
         r.reconcile_topics(now, desired)
         keys = {MirrorPartitionKey(self.name, t, p) for t in desired for p in r.partitions.get(t, ())}
         keys.update(store.keys(self.name))
         r.step_partitions(now, sorted(keys), desired)
-        r.reconcile_stopped(now, desired)
         r.fetch_round(now, {k.topic_partition for k in keys if not store.has_pending(k)}, desired)  # type: ignore[attr-defined]
         r.sync_if_due(now)
+        written = 0
         for p in range(store.num_partitions):  # type: ignore[attr-defined]
-            ready, _, _ = store.prepare(p)  # type: ignore[attr-defined]
+            ready, lmes, _ = store.prepare(p)  # type: ignore[attr-defined]
             for key, state in ready:
                 before = store.durable.get(key)  # type: ignore[attr-defined]
                 self._history.append((key, before.state if before else MirrorState.UNKNOWN, state.state))
             store.land(ready)  # type: ignore[attr-defined]
+            written += len(ready) + len(lmes)
+        return written
 
     @property
     def history(self) -> list[tuple[Any, MirrorState, MirrorState]]:
