@@ -88,6 +88,7 @@ _PIPELINE_CHUNK = 16384  # calls per round trip (the client batches them per met
 _FETCH_WAVE = 256  # partitions fetched per pipelined wave; the round's byte budget is checked between waves
 
 K = TypeVar("K")
+_STARTED = (DesiredState.START, -1)  # a topic without a desired-state record mirrors as started
 
 # A port call: (port, method, positional args, keyword args or None). Observations are generators
 # that yield one call (and get its result, or its PortError raised into them) or a list of calls
@@ -440,7 +441,7 @@ class MirrorRunner:
         self._fetch_round(desired)
         self._settle(desired)
         self.reconcile_stopped(now_ms, desired)
-        self.sync_if_due(now_ms)
+        self.sync_if_due(now_ms, desired)
 
     # ------------------------------------------------------------------ the round, in phases
     #
@@ -494,12 +495,12 @@ class MirrorRunner:
         self.now_ms = now_ms
         self._fetch_round(self.metadata.latest(self.mirror_name) if desired is None else desired, only)
 
-    def sync_if_due(self, now_ms: int) -> bool:
+    def sync_if_due(self, now_ms: int, desired: dict[uuid.UUID, tuple[DesiredState, int]] | None = None) -> bool:
         self.now_ms = now_ms
         if now_ms < self._next_sync_ms:
             return False
         self._next_sync_ms = now_ms + self.config.metadata_refresh_interval_ms
-        self._sync()
+        self._sync(self.metadata.latest(self.mirror_name) if desired is None else desired)
         return True
 
     def _cluster_ids(self) -> None:
@@ -737,8 +738,10 @@ class MirrorRunner:
         the broker-side long poll of a real replica fetcher."""
         now = self.now_ms
         for i, members in enumerate(self.sessions):
+            # A topic being stopped or paused is not fetched: its partitions leave MIRRORING at their next step.
             eligible = [tp for tp in members if (only is None or tp in only)
                         and self.backoff_until.get(tp, -1) <= now and self.idle_until.get(tp, -1) <= now
+                        and desired.get(tp.topic_id, _STARTED)[0] is DesiredState.START
                         and self.state(tp).state is MirrorState.MIRRORING]  # fmt: skip
             remaining = self.config.fetch_response_max_bytes
             used = served = 0
@@ -805,9 +808,11 @@ class MirrorRunner:
 
     # ------------------------------------------------------------------ metadata sync
 
-    def _sync(self) -> None:
-        """Periodic work for live mirror partitions only (paused, stopped and failed ones are left be)."""
-        live = {tp: s for tp, s in self.states().items() if s.state in SYNCED_STATES}
+    def _sync(self, desired: dict[uuid.UUID, tuple[DesiredState, int]]) -> None:
+        """Periodic work for live mirror partitions only (paused, stopped and failed ones are left
+        be, as are those of topics being stopped or paused)."""
+        live = {tp: s for tp, s in self.states().items()
+                if s.state in SYNCED_STATES and desired.get(tp.topic_id, _STARTED)[0] is DesiredState.START}  # fmt: skip
         checked = drive_all({tp: self._epochs(tp) for tp in sorted(live)})
         for tp in sorted(live):
             got = checked[tp]

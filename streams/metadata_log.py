@@ -310,6 +310,15 @@ class MetadataLogReader:
 
         ``until`` stops before that offset. A poison entry is quarantined before it is yielded.
         """
+        async for entries in self.read_batches(from_offset, follow=follow, until=until):
+            for entry in entries:
+                yield entry
+
+    async def read_batches(
+        self, from_offset: int = 0, *, follow: bool = True, until: int | None = None
+    ) -> AsyncIterator[list[LogEntry]]:
+        """As ``read``, a fetch's worth of entries at a time (never empty): a follower applies
+        them all and publishes once, as KRaft's loader publishes per batch, not per record."""
         consumer = self._consumer
         if consumer is None:
             raise MetadataLogError("the metadata log reader is not started")
@@ -319,13 +328,20 @@ class MetadataLogReader:
             if end is not None and await consumer.position(self.tp) >= end:
                 return
             batch = await consumer.getmany(self.tp, timeout_ms=self.poll_timeout_ms)
+            entries = []
+            done = False
             for msg in batch.get(self.tp, []):
                 if end is not None and msg.offset >= end:
-                    return
+                    done = True
+                    break
                 entry = self.decode(msg.offset, msg.value, msg.headers)
                 if isinstance(entry.record, PoisonRecord):
                     await self._quarantine(entry)
-                yield entry
+                entries.append(entry)
+            if entries:
+                yield entries
+            if done:
+                return
 
     async def _quarantine(self, entry: LogEntry) -> None:
         assert isinstance(entry.record, PoisonRecord)

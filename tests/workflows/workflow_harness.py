@@ -120,7 +120,7 @@ class WorkerMirror(Mirror):
         keys.update(store.keys(self.name))
         r.step_partitions(now, sorted(keys), desired)
         r.fetch_round(now, {k.topic_partition for k in keys if not store.has_pending(k)}, desired)  # type: ignore[attr-defined]
-        r.sync_if_due(now)
+        r.sync_if_due(now, desired)
         written = 0
         for p in range(store.num_partitions):  # type: ignore[attr-defined]
             ready, lmes, _ = store.prepare(p)  # type: ignore[attr-defined]
