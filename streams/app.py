@@ -396,6 +396,7 @@ class CoordinatorWorker:
         self.replayer = Replayer()
         self.poison_offsets: list[int] = []
         self.view: Any = None  # the changelog, read for other workers' states (only when table partitions are shared)
+        self._producer: Any = None  # state writes to the changelog (see _changelog_producer)
         self._view_read_at = 0.0
         self._keys_by_partition: dict[int, set[MirrorPartitionKey]] = defaultdict(set)
         self._keys_sorted: dict[int, list[MirrorPartitionKey]] = {}  # keys_of, until a key is added
@@ -442,6 +443,8 @@ class CoordinatorWorker:
             await dlq.stop()
             if self.view is not None:
                 await self.view.stop()
+            if self._producer is not None:
+                await self._producer.stop()
 
     def _snapshot_records(self) -> Iterable[ApiMessageAndVersion] | None:
         """The image of every record replayed so far (not the last published one, which lags
@@ -613,12 +616,25 @@ class CoordinatorWorker:
             value = codec.lme_value(lme.last_mirror_epoch, lme.applied_offset)
             writes.append((codec.lme_key(key.mirror_name, key.topic_id, key.partition), codec.encode_value(value)))
         try:
-            await self.table.write_durably(partition, writes)  # durable before the next step's commands run
+            await self.table.write_durably(partition, writes, await self._changelog_producer())  # durable before the next step's commands run
         except BaseException:
             self.store.requeue(partition, taken, lmes)  # not acknowledged: the next round writes them again
             raise
         self.store.land(ready)
         return len(writes)
+
+    async def _changelog_producer(self) -> Any:
+        """The producer of state writes: whole record batches per table partition, acks=all,
+        idempotent (Faust's producer sends a table's changelog one record at a time)."""
+        if self._producer is None:
+            from aiokafka import AIOKafkaProducer
+
+            producer = AIOKafkaProducer(bootstrap_servers=self.config.bootstrap_servers, acks="all",
+                                        enable_idempotence=True, linger_ms=0, max_batch_size=1 << 19,
+                                        client_id=f"{self.config.faust_app_id}-changelog")  # fmt: skip
+            await producer.start()
+            self._producer = producer
+        return self._producer
 
     async def _mirror(self, name: str) -> _Mirror | None:
         m = self.mirrors.get(name)

@@ -226,14 +226,15 @@ class MirrorStateTable(faust.Table):  # type: ignore[misc]
             )
         return partition
 
-    async def write_durably(self, partition: int, writes: Sequence[tuple[bytes, bytes]]) -> None:
+    async def write_durably(self, partition: int, writes: Sequence[tuple[bytes, bytes]], producer: Any = None) -> None:
         """Writes ``(key, value)`` pairs of table partition ``partition`` (inside an event of it)
         and returns once the changelog has acknowledged every one of them.
 
         ``table[key] = value`` queues each changelog record in Faust's producer buffer, which
-        sends them one at a time and whose flush gives up after 0.1 s without a send; here the
-        records go to the producer side by side (it batches them) and each ack is awaited, which
-        is what makes a state durable before the next step's commands run.
+        sends them one at a time and whose flush gives up after 0.1 s without a send. Here the
+        records go out as whole record batches on ``producer`` (an ``AIOKafkaProducer`` with
+        acks=all; Faust's own when None, a record at a time) and every ack is awaited, which is
+        what makes a state durable before the next step's commands run.
         """
         if not writes:
             return
@@ -242,16 +243,26 @@ class MirrorStateTable(faust.Table):  # type: ignore[misc]
             if got != partition:
                 raise MirrorStateError(f"state key of partition {got} written to partition {partition}")
         store = self.data
-        producer = self.app.producer
         topic = self.changelog_topic.get_topic_name()
-        sent = []
-        for key, value in writes:
-            store[key] = value
-            sent.append(await producer.send(topic, key, value, partition, None, None))
-        acked = await asyncio.gather(*sent)
+        sent: list[tuple[Any, int]] = []  # (ack future, records in its batch)
+        if producer is None:
+            for key, value in writes:
+                store[key] = value
+                sent.append((await self.app.producer.send(topic, key, value, partition, None, None), 1))
+        else:
+            batch, n = producer.create_batch(), 0
+            for key, value in writes:
+                store[key] = value
+                if batch.append(key=key, value=value, timestamp=None) is None:  # full: send it, start the next
+                    sent.append((await producer.send_batch(batch, topic, partition=partition), n))
+                    batch, n = producer.create_batch(), 0
+                    batch.append(key=key, value=value, timestamp=None)
+                n += 1
+            sent.append((await producer.send_batch(batch, topic, partition=partition), n))
+        acked = await asyncio.gather(*(fut for fut, _ in sent))
         # Where a restart's changelog recovery resumes for this partition (what Faust's own
-        # changelog callback records).
-        store.set_persisted_offset(TP(topic, partition), max(m.offset for m in acked))
+        # changelog callback records): the last record's offset.
+        store.set_persisted_offset(TP(topic, partition), max(m.offset + n - 1 for m, (_, n) in zip(acked, sent)))
 
     def info(self) -> Any:
         return {**super().info(), "num_partitions": self.num_partitions}
