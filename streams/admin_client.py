@@ -293,8 +293,10 @@ class ClusterMirrorAdmin:
     async def list(self, include_topic_names: bool = False) -> Reply:
         return await self.call("ListClusterMirrors", self._req("ListClusterMirrors", include_topic_names=include_topic_names))
 
-    async def describe(self, mirrors: Sequence[str] = ()) -> Reply:
-        body = self._req("DescribeClusterMirrors", mirror_names=list(mirrors), include_authorized_operations=False)
+    async def describe(self, mirrors: Sequence[str] = (), *, offsets: bool = True) -> Reply:
+        """``offsets=False``: states alone (no source HW / destination LEO lookups), for polling."""
+        body = self._req("DescribeClusterMirrors", mirror_names=list(mirrors), include_authorized_operations=False,
+                         include_offsets=offsets)  # fmt: skip
         return await self.call("DescribeClusterMirrors", body)
 
     async def delete(self, mirror: str, *, state_validation_offset: int = -1) -> Reply:

@@ -123,7 +123,7 @@ async def wait_for_states(admin: ClusterMirrorAdmin, mirror: str, topics: set[st
     last = None
     while True:
         asked = time.monotonic()
-        reply = await admin.describe([mirror])
+        reply = await admin.describe([mirror], offsets=False)  # progress needs states, not offsets
         took = time.monotonic() - asked
         parts = [p for m in reply.response.mirrors for t in m.topics if topics is None or t.topic_name in topics  # type: ignore[attr-defined]
                  for p in t.partitions]  # fmt: skip

@@ -472,7 +472,8 @@ class ClusterMirrorController:
         async with self._lock:
             # Only describe shows offsets; the commands validate against states alone.
             mirrors = (set(getattr(body, "mirror_names", None) or ()) or None) if describe else None
-            statuses = await self.status.statuses(offsets=describe, mirrors=mirrors)
+            with_offsets = describe and getattr(body, "include_offsets", True)
+            statuses = await self.status.statuses(offsets=with_offsets, mirrors=mirrors)
             image = self.image  # built on the loop; once built it is immutable
             if describe:
                 # A describe of 50k partitions is ~0.2 s of CPU; on a thread the loop keeps serving.

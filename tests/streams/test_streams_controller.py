@@ -319,5 +319,9 @@ async def test_only_describe_looks_up_offsets_and_polls_reuse_them(worker_config
         code, again, _ = await run_cli(c, "--describe", "--mirror", "a-to-b", "--json")
         assert code == 0 and len(view.asked) == 1  # a poll right after reuses the offsets
         assert json.loads(again)["partitions"] == json.loads(out)["partitions"]
+        view.offsets_max_age = 0.0
+        code, _, err = await run_cli(c, "--resume", "--mirror", "a-to-b", "--topics", "orders", "--wait", "5")
+        assert len(view.asked) == 1, "--wait polls states alone (IncludeOffsets=false): no lookups"
+        assert "partitions MIRRORING" in err
     finally:
         await c.stop()
