@@ -15,13 +15,15 @@ Topics (every name carries the destination cluster's prefix, see ``streams.confi
 
 Per event of table partition ``p`` the agent (1) writes the state writes waiting for ``p`` into
 the table (RocksDB; changelog ``__mirror_state``) and waits for the changelog to acknowledge
-them, then (2) runs one workflow step for each mirror partition of ``p`` in a bounded thread
-pool (blocking port calls never run on the loop), one job per cluster mirror so a slow or dead
-source stalls only its own mirror's partitions, and goes back to (1), a few rounds at most. A
-step's commands therefore only run once the previous step's state is durable, which is what
-makes every workflow resumable after a SIGKILL. The steps reuse ``MirrorRunner``'s logic (the
-"load, decide, execute, persist" step) over ``WorkerStateStore``: reads see the table's states
-plus writes not yet persisted; writes are fenced (``check_write``) and queued per partition.
+them, then (2) drives every mirror partition of ``p`` in a bounded thread pool (blocking port
+calls never run on the loop), one job per cluster mirror so a slow or dead source stalls only
+its own mirror's partitions, and goes back to (1), a few rounds at most. Within a round the
+steps of one state run on (each is idempotent and resumes after a crash) and end up as one
+write; a second change of state, and the one STOPPING step whose inputs a crash could not
+recompute, wait for the round's writes to be durable (``may_step_before_durable``). That is
+what makes every workflow resumable after a SIGKILL with nothing applied twice. The steps reuse
+``MirrorRunner``'s logic over ``WorkerStateStore``: reads see the table's states plus writes not
+yet persisted; writes are fenced (``check_write``) and queued per partition.
 
 FAILED retries, the topic level (create, read-only, writable after a stop), the fetch round and
 the metadata sync (epoch check, configs, groups, ACLs) all run off the same tick.
