@@ -16,7 +16,12 @@ from typing import Any
 
 import msgspec
 
-from coordinator.ports import DESTINATION_METHODS, PORT_ERRORS, InvalidRequest, PortError
+from coordinator.ports import (
+    DESTINATION_METHODS,
+    PORT_ERRORS,
+    InvalidRequest,
+    PortError,
+)
 
 from .cluster import ClusterModel
 from .errors import MODEL_ERRORS
@@ -85,7 +90,7 @@ class ErrorBody(msgspec.Struct, array_like=True):
 class MethodSpec:
     """How to decode one method's arguments (server) and its result (client)."""
 
-    __slots__ = ("name", "signature", "arity", "args_decoder", "result_decoder")
+    __slots__ = ("args_decoder", "arity", "name", "result_decoder", "signature")
 
     def __init__(self, name: str) -> None:
         fn = getattr(ClusterModel, name)

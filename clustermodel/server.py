@@ -18,6 +18,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -33,9 +34,9 @@ from .protocol import (
     MAX_FRAME_BYTES,
     METHODS,
     batch_args_decoder,
-    error_body,
     encode_error,
     encode_ok,
+    error_body,
     request_decoder,
 )
 

@@ -60,9 +60,20 @@ from coordinator.states import DesiredState, MirrorState, is_legal_transition
 from coordinator.workflows.config import MirrorConfig
 from coordinator.workflows.drive import may_step_before_durable
 from records.framing import ApiMessageAndVersion, MetadataRecordSerde
-from streams.config import WorkerConfig, dlq_topic_spec, ensure_topics, metadata_topic_spec
+from streams.config import (
+    WorkerConfig,
+    dlq_topic_spec,
+    ensure_topics,
+    metadata_topic_spec,
+)
 from streams.effects import MirrorRunner
-from streams.metadata_log import DeadLetterQueue, MetadataLogLoader, MetadataLogReader, SnapshotPolicy, SnapshotStore
+from streams.metadata_log import (
+    DeadLetterQueue,
+    MetadataLogLoader,
+    MetadataLogReader,
+    SnapshotPolicy,
+    SnapshotStore,
+)
 from streams.mirror_state_store import (
     EPOCH_HEADER,
     OFFSET_HEADER,
@@ -716,7 +727,7 @@ class CoordinatorWorker:
                 await view.start()
                 self.view = view
             self.store.remote = await asyncio.wait_for(self.view.catch_up(), timeout=self.step_timeout)
-        except (asyncio.TimeoutError, Exception) as e:  # noqa: BLE001 - the topic level waits for the next read
+        except Exception as e:  # noqa: BLE001 - the topic level waits for the next read (a timeout too)
             log.warning("reading other workers' states from %s failed: %s", c.mirror_state_topic_name, e)
 
     def _job_done(self, m: _Mirror, fut: Any) -> None:

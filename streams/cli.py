@@ -32,7 +32,13 @@ from typing import Any, TextIO
 from coordinator.admin import redact_config
 from coordinator.states import ErrorCode, MirrorState
 from streams import config as worker_config
-from streams.admin_client import AdminError, ClusterMirrorAdmin, looks_like_topic_list, scrub, secret_values
+from streams.admin_client import (
+    AdminError,
+    ClusterMirrorAdmin,
+    looks_like_topic_list,
+    scrub,
+    secret_values,
+)
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 

@@ -43,13 +43,13 @@ from coordinator.ports import (
     DestinationCluster,
     EpochEndOffset,
     FetchResult,
+    GroupNotEmpty,
     IsolationLevel,
     OffsetOutOfRange,
     PortError,
     SourceCluster,
     TopicMetadata,
     TopicPartition,
-    GroupNotEmpty,
     UnexpectedAppendOffset,
     UnknownTopicId,
 )
@@ -57,7 +57,12 @@ from coordinator.retry import fail
 from coordinator.states import DesiredState, ErrorCode, MirrorState, is_legal_transition
 from coordinator.workflows import commands as c
 from coordinator.workflows.config import MirrorConfig
-from coordinator.workflows.drive import Need, PartitionObservation, decide_partition, needs
+from coordinator.workflows.drive import (
+    Need,
+    PartitionObservation,
+    decide_partition,
+    needs,
+)
 from coordinator.workflows.fencing import proactive_bump
 from coordinator.workflows.fetcher import (
     MIRROR_FETCH_ISOLATION,

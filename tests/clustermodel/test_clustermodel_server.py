@@ -14,7 +14,14 @@ import pytest
 from clustermodel.client import AsyncClusterClient, ClusterClient
 from clustermodel.protocol import decode_error, frame, response_decoder
 from clustermodel.server import is_loopback, main
-from coordinator.ports import InvalidRequest, IsolationLevel, OffsetOutOfRange, PartitionOffsets, TopicPartition, UnknownTopicId
+from coordinator.ports import (
+    InvalidRequest,
+    IsolationLevel,
+    OffsetOutOfRange,
+    PartitionOffsets,
+    TopicPartition,
+    UnknownTopicId,
+)
 
 
 def raw_exchange(port: int, data: bytes) -> Any:
