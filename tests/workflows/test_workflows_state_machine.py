@@ -152,3 +152,28 @@ def test_config_properties_and_prototype_exclude_list():
     assert cfg.failed_retry_max_attempts == 5 and cfg.support_unclean_leader_election
     assert {"unclean.leader.election.enable", "min.insync.replicas", "leader.replication.throttled.replicas",
             "follower.replication.throttled.replicas"} <= set(DEFAULT_TOPIC_PROPERTIES_EXCLUDE)
+
+
+def test_steps_may_run_before_durable_except_a_second_state_change_and_after_the_lme():
+    from coordinator.workflows.drive import may_step_before_durable
+
+    mirroring = _in(MirrorState.MIRRORING)
+    stopping = transition(mirroring, MirrorState.STOPPING, 1, step=Step.STOP_REMOVE_FETCHER)
+    record_lme = stopping.with_(step=Step.STOP_RECORD_LME)
+    bump = stopping.with_(step=Step.STOP_BUMP_EPOCH)
+    wait_isr = stopping.with_(step=Step.STOP_WAIT_ISR)
+    stopped = transition(wait_isr, MirrorState.STOPPED, 2)
+    # one state change, then steps inside it: collapsed into one write
+    assert may_step_before_durable(stopping, mirroring, record_lme)
+    assert may_step_before_durable(record_lme, mirroring, bump)
+    # the LME, stop offset and bump target must be durable before the bump and the markers
+    assert not may_step_before_durable(bump, mirroring, wait_isr)
+    assert not may_step_before_durable(bump, mirroring)
+    assert not may_step_before_durable(bump, bump.with_(step=Step.STOP_RECORD_LME), wait_isr)
+    # a second change of state waits: the changelog keeps every state a partition was in
+    assert not may_step_before_durable(wait_isr, mirroring, stopped)
+    assert may_step_before_durable(wait_isr, bump, stopped)  # STOPPING durable: STOPPED may follow
+    assert may_step_before_durable(wait_isr, mirroring)  # deciding alone is allowed
+    preparing = transition(UNKNOWN_STATE, MirrorState.PREPARING, 0, step=Step.PREPARE_CHECK)
+    assert may_step_before_durable(preparing, None, preparing.with_(step=Step.PREPARE_WAIT_ISR))
+    assert not may_step_before_durable(preparing, None, transition(preparing, MirrorState.MIRRORING, 1))
