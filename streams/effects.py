@@ -537,9 +537,6 @@ class MirrorRunner:
             elif obs is not None:
                 self._decide_topic(topic_id, want, offset, obs)
 
-    def _reconcile_topic(self, topic_id: uuid.UUID, want: DesiredState, offset: int) -> None:
-        self._reconcile_many([(topic_id, want, offset)])
-
     def _decide_topic(self, topic_id: uuid.UUID, want: DesiredState, offset: int, obs: TopicObservation) -> None:
         parts = set(self.partitions.get(topic_id, ()))
         if want is DesiredState.STOP and obs.dest_topic is not None:
@@ -589,9 +586,6 @@ class MirrorRunner:
         self._drive_many([(self.key(TopicPartition(topic_id, p)), want, offset)
                           for topic_id, (want, offset) in sorted(desired.items())
                           for p in sorted(self.partitions.get(topic_id, ()))])  # fmt: skip
-
-    def _drive(self, key: MirrorPartitionKey, want: DesiredState, offset: int) -> None:
-        self._drive_many([(key, want, offset)])
 
     def _drive_many(self, work: Sequence[tuple[MirrorPartitionKey, DesiredState, int]]) -> None:
         """Up to ``settle_steps`` workflow steps for each partition, side by side: per step, one
