@@ -12,6 +12,10 @@ feeds the same ``DesiredStateLog`` later. ``tick(now_ms)`` runs one round:
    again for stopped topics, so a topic is writable in the round its last partition stopped;
 5. when due, the metadata sync: periodic epoch check, topic configs, group offsets, ACLs.
 
+Partitions move side by side, not one after another: an observation is a generator of port
+calls, and ``drive_all`` sends each wave of every partition's calls at once (``run_calls``: one
+batched request per method on the model-server client), then the commands in waves by position.
+
 A restart is a new runner over the same ``InMemoryStateStore`` and ``DesiredStateLog``: fetch
 sessions, lag and backoffs are rebuilt from the persisted states, nothing else survives.
 Retriable port errors (the source unreachable or flapping, leadership moving) leave the state
