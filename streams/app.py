@@ -475,26 +475,21 @@ class CoordinatorWorker:
         self.poison_offsets.append(entry.offset)
         self.replayer.report(entry.offset, entry.leader_epoch, ProblemKind.UNDECODABLE, entry.record.error)
 
-    def _owns(self, key: Any) -> bool:
-        return self.store.partition_of(MirrorPartitionKey(key.mirror_name, key.topic_id, key.partition)) in self.owned_partitions()
-
     async def _publish(self) -> None:
         delta, image = self.replayer.publish()
         changes = local_changes(delta, image)
         self.image = image
-        for kind in ("start", "stop", "pause", "resume", "added", "leader_changes"):
-            for k in getattr(changes, kind):
-                self._add_key(self.store.partition_of(MirrorPartitionKey(*k)), MirrorPartitionKey(*k))
         owned = self.owned_partitions()
-        # One event per topic and table partition: the desired state is a topic's, and the
-        # event only has to reach the owner of each table partition holding its partitions
-        # (which registered every key above); one per mirror partition cost 50,000 sends and
-        # 50,000 agent events for a mass failover of 50,000 partitions.
+        # Every changed key is registered for its table partition; events go one per topic and
+        # table partition: the desired state is a topic's, and the event only has to reach the
+        # owner of each table partition holding its partitions (one per mirror partition cost
+        # 50,000 sends and 50,000 agent events for a mass failover of 50,000 partitions).
         events: dict[tuple[int, uuid.UUID], MirrorPartitionKey] = {}
         for kind in ("stop", "pause", "start", "resume", "added", "leader_changes"):
             for k in getattr(changes, kind):
                 key = MirrorPartitionKey(k.mirror_name, k.topic_id, k.partition)
                 p = self.store.partition_of(key)
+                self._add_key(p, key)
                 if p in owned and (p, k.topic_id) not in events:
                     events[(p, k.topic_id)] = key
         sent = 0
@@ -629,7 +624,8 @@ class CoordinatorWorker:
             value = codec.lme_value(lme.last_mirror_epoch, lme.applied_offset)
             writes.append((codec.lme_key(key.mirror_name, key.topic_id, key.partition), codec.encode_value(value)))
         try:
-            await self.table.write_durably(partition, writes, await self._changelog_producer())  # durable before the next step's commands run
+            # durable before the next step's commands run
+            await self.table.write_durably(partition, writes, await self._changelog_producer())
         except BaseException:
             self.store.requeue(partition, taken, lmes)  # not acknowledged: the next round writes them again
             raise

@@ -237,13 +237,10 @@ class MirrorStateChangelogView:
         if consumer is not None:
             await consumer.stop()
 
-    async def _catch_up(self) -> None:
-        async with self._catch_up_lock:
-            await self._catch_up_locked()
-
     async def catch_up(self) -> dict[StateKey, PartitionStatus]:
         """Reads the changelog up to its end offsets as of this call; the latest state per key."""
-        await self._catch_up()
+        async with self._catch_up_lock:
+            await self._catch_up_locked()
         return self._states
 
     async def _catch_up_locked(self) -> None:
@@ -279,7 +276,7 @@ class MirrorStateChangelogView:
 
     async def statuses(self, offsets: bool = True, mirrors: Collection[str] | None = None
                        ) -> Mapping[StateKey, PartitionStatus]:  # fmt: skip
-        await self._catch_up()
+        await self.catch_up()
         states = dict(self._states)
         if self.offsets is None or not offsets:
             return states

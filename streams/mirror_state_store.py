@@ -226,15 +226,15 @@ class MirrorStateTable(faust.Table):  # type: ignore[misc]
             )
         return partition
 
-    async def write_durably(self, partition: int, writes: Sequence[tuple[bytes, bytes]], producer: Any = None) -> None:
+    async def write_durably(self, partition: int, writes: Sequence[tuple[bytes, bytes]], producer: Any) -> None:
         """Writes ``(key, value)`` pairs of table partition ``partition`` (inside an event of it)
         and returns once the changelog has acknowledged every one of them.
 
         ``table[key] = value`` queues each changelog record in Faust's producer buffer, which
         sends them one at a time and whose flush gives up after 0.1 s without a send. Here the
         records go out as whole record batches on ``producer`` (an ``AIOKafkaProducer`` with
-        acks=all; Faust's own when None, a record at a time) and every ack is awaited, which is
-        what makes a state durable before the next step's commands run.
+        acks=all) and every ack is awaited, which is what makes a state durable before the next
+        step's commands run.
         """
         if not writes:
             return
@@ -245,20 +245,15 @@ class MirrorStateTable(faust.Table):  # type: ignore[misc]
         store = self.data
         topic = self.changelog_topic.get_topic_name()
         sent: list[tuple[Any, int]] = []  # (ack future, records in its batch)
-        if producer is None:
-            for key, value in writes:
-                store[key] = value
-                sent.append((await self.app.producer.send(topic, key, value, partition, None, None), 1))
-        else:
-            batch, n = producer.create_batch(), 0
-            for key, value in writes:
-                store[key] = value
-                if batch.append(key=key, value=value, timestamp=None) is None:  # full: send it, start the next
-                    sent.append((await producer.send_batch(batch, topic, partition=partition), n))
-                    batch, n = producer.create_batch(), 0
-                    batch.append(key=key, value=value, timestamp=None)
-                n += 1
-            sent.append((await producer.send_batch(batch, topic, partition=partition), n))
+        batch, n = producer.create_batch(), 0
+        for key, value in writes:
+            store[key] = value
+            if batch.append(key=key, value=value, timestamp=None) is None:  # full: send it, start the next
+                sent.append((await producer.send_batch(batch, topic, partition=partition), n))
+                batch, n = producer.create_batch(), 0
+                batch.append(key=key, value=value, timestamp=None)
+            n += 1
+        sent.append((await producer.send_batch(batch, topic, partition=partition), n))
         acked = await asyncio.gather(*(fut for fut, _ in sent))
         # Where a restart's changelog recovery resumes for this partition (what Faust's own
         # changelog callback records): the last record's offset.
