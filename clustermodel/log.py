@@ -117,7 +117,7 @@ class PartitionLog:
 
     # ---------------------------------------------------------------- truncation and retention
 
-    def truncate_to(self, offset: int, hw: int, follower: bool = False) -> None:
+    def truncate_to(self, offset: int, hw: int) -> None:
         """Remove everything at and above ``offset``; epoch cache and producer state follow.
 
         A batch straddling ``offset`` goes whole and the LEO lands at its base offset (Kafka
@@ -125,10 +125,10 @@ class PartitionLog:
         that batch append cleanly). Below the log start this is truncate_fully_and_start_at.
         """
         if offset >= self.leo:
-            if follower:
-                # Kafka always trims a follower's epoch cache at the LEO: an epoch it assigned as
-                # leader without appending anything conflicts with the new leader's epochs.
-                self.epochs.truncate_from_end(self.leo)
+            # Kafka (UnifiedLog.truncateTo) always trims the epoch cache at the LEO: an epoch
+            # assigned as leader with nothing appended conflicts with the epochs being copied, and
+            # a fetch naming it as the last fetched epoch would diverge forever.
+            self.epochs.truncate_from_end(self.leo)
             return
         if offset < self.log_start:
             self.truncate_fully_and_start_at(offset)

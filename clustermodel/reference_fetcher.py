@@ -1,7 +1,7 @@
 """A reference mirror fetcher over the ports, for tests and demos (the coordinator has its own).
 
 It does what KIP-1279's mirror fetcher does for one partition, in the simplest way: fetch
-read_committed from the destination LEO with the destination's latest epoch as
+up to the source HW (read_uncommitted, as a follower) from the destination LEO with the destination's latest epoch as
 lastFetchedEpoch; on a diverging epoch truncate as a Kafka follower does
 (``min(leader end offset, own end offset for that epoch)``) and fetch again; below the source
 log start truncate fully and restart there; bump the DLE before appending a batch whose epoch
@@ -27,14 +27,14 @@ def mirror_partition(
     max_bytes: int = 1 << 20,
     max_rounds: int = 1000,
 ) -> int:
-    """Copy ``tp`` until the destination has everything below the source LSO; returns the destination LEO."""
+    """Copy ``tp`` until the destination has everything below the source HW; returns the destination LEO."""
     for _ in range(max_rounds):
         dest = destination.list_offsets(tp)
         leo = dest.leo
         last_epoch = destination.latest_epoch(tp)
         try:
             result = source.fetch(
-                tp, leo, max_bytes, IsolationLevel.READ_COMMITTED,
+                tp, leo, max_bytes, IsolationLevel.READ_UNCOMMITTED,
                 last_fetched_epoch=None if last_epoch == UNDEFINED_EPOCH else last_epoch,
             )
         except OffsetOutOfRange as oor:

@@ -186,7 +186,7 @@ class Partition:
             follower = self.logs[b]
             self._truncate_divergence(follower)
             if follower.leo > leader_log.leo:
-                follower.truncate_to(leader_log.leo, self.hw, follower=True)
+                follower.truncate_to(leader_log.leo, self.hw)
             if follower.leo < leader_log.log_start:
                 # Fell below the leader's log start: OffsetOutOfRange, start over there.
                 follower.truncate_fully_and_start_at(leader_log.log_start)
@@ -194,7 +194,7 @@ class Partition:
                 follower.advance_log_start(leader_log.log_start)
             pending = leader_log.batches_from(follower.leo)
             if pending and pending[0].base_offset < follower.leo:
-                follower.truncate_to(pending[0].base_offset, self.hw, follower=True)
+                follower.truncate_to(pending[0].base_offset, self.hw)
             for batch in pending:
                 follower.append(batch)
             self.known_leo[b] = follower.leo
@@ -221,18 +221,18 @@ class Partition:
                 if not leader_log.batches:
                     follower.truncate_fully_and_start_at(leader_log.log_start)
                 else:
-                    follower.truncate_to(min(self.hw, follower.leo), self.hw, follower=True)
+                    follower.truncate_to(min(self.hw, follower.leo), self.hw)
                 return
             own = follower.end_offset_for_epoch(answer.epoch)
             if own.epoch != answer.epoch:
                 # We never had the leader's epoch: cut to where our older epochs end and ask again.
-                follower.truncate_to(min(own.end_offset, follower.leo), self.hw, follower=True)
+                follower.truncate_to(min(own.end_offset, follower.leo), self.hw)
                 if (follower.leo, len(follower.epochs)) == before:
                     # No progress possible (cannot happen with Kafka's cache rules): be safe, use the HW.
-                    follower.truncate_to(min(self.hw, follower.leo), self.hw, follower=True)
+                    follower.truncate_to(min(self.hw, follower.leo), self.hw)
                     return
                 continue
-            follower.truncate_to(min(own.end_offset, answer.end_offset, follower.leo), self.hw, follower=True)
+            follower.truncate_to(min(own.end_offset, answer.end_offset, follower.leo), self.hw)
             return
 
     def shrink_isr(self, live: Collection[int], now_ms: int, lag_max_ms: int) -> bool:

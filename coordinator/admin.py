@@ -47,6 +47,7 @@ from coordinator.topic_filter import (
     INCLUDE_CONFIG,
     InvalidPattern,
     compile_patterns,
+    discover_topics,
     is_legal_topic_name,
     join_patterns,
     literal_pattern,
@@ -472,6 +473,29 @@ def start_mirror_topics(
     literals = [literal_pattern(t.name) for t in found if t.name in names]
     head = _pattern_records(image, mirror_name, w, literals + list(include_patterns), exclude_patterns)
     return _topic_op(image, mirror_name, found, errors, _start_verdict, states, w, state_validation_offset, head)
+
+
+def discover_mirror_topics(
+    image: MetadataImage, mirror_name: str, source_topics: Mapping[str, uuid.UUID], *,
+    states: StateView | None = None, schemas: SchemaSet | None = None,
+) -> AdminResult:
+    """Periodic discovery, the controller's own write: the source's topics (name -> topic ID)
+    that the mirror's ``mirror.topics.include`` selects and its ``mirror.topics.exclude`` does
+    not, attached to no mirror yet, are started. A topic the user stopped stays attached (desired
+    STOP), so it is never rediscovered; one not registered under the source's topic ID yet waits
+    for the next round. Refused topics are left out of the response: nobody asked for them."""
+    if image.mirrors.get(mirror_name) is None:
+        return AdminResult((), AdminResponse())
+    w = _Writer(schemas)
+    records, results = [], []
+    for name in discover_topics(image, mirror_name, source_topics):
+        t = image.topics.get_by_name(name)
+        if t is None or t.topic_id != source_topics[name]:
+            continue
+        if _start_verdict(mirror_name, t, None, states) is DesiredState.START:
+            records.append(w.desired(t.topic_id, mirror_name, DesiredState.START))
+            results.append(TopicResult(name))
+    return AdminResult(tuple(records), AdminResponse(topics=tuple(results)))
 
 
 def stop_mirror_topics(

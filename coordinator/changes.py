@@ -12,7 +12,9 @@ A topic's desired state moves the whole topic (every partition):
 - stop / pause: moved to STOP / PAUSE (or attached in that state);
 - added: new partitions of a topic whose desired state did not change;
 - removed: the topic left its mirror (detached, moved to another mirror, deleted, or its
-  mirror was deleted), keyed by the mirror it left;
+  mirror was deleted), keyed by the mirror it left, even if it joined that mirror again later
+  in the same delta (a mirror deleted and re-created starts from nothing); ``removed_at`` gives
+  the metadata offset of each departure: state written before it belongs to the old membership;
 - leader_changes: partitions of an attached topic whose leader or leader epoch changed, and
   nothing else did (a new leader restarts the partition's workflow; epochs feed DLE >= SLE).
 
@@ -23,7 +25,7 @@ start/resume, added, leader changes.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
 import msgspec
@@ -52,6 +54,7 @@ class LocalChanges(msgspec.Struct, frozen=True):
     added: Keys = ()
     removed: Keys = ()
     leader_changes: Keys = ()
+    removed_at: dict[tuple[str, uuid.UUID], int] = msgspec.field(default_factory=dict)
 
     def is_empty(self) -> bool:
         return not (self.start or self.stop or self.pause or self.resume or self.added or self.removed
@@ -80,13 +83,25 @@ def local_changes(
         touched: Iterable[uuid.UUID] = (
             base.mirrors.topics.keys() | base.topics.changed.keys() | base.topics.deleted.keys()
         )
+        left = base.mirrors.left
     else:
         old = base
         if new_image is None:
             raise TypeError("local_changes(old_image, new_image) needs the new image")
         new = new_image
         touched = _diff_topic_ids(old, new)
-    return _decide(old, new, sorted(touched, key=lambda u: u.int), owns)
+        left = _departures(old, new, touched)
+    return _decide(old, new, sorted(touched, key=lambda u: u.int), left, owns)
+
+
+def _departures(old: MetadataImage, new: MetadataImage, topic_ids: Iterable[uuid.UUID]) -> dict[tuple[str, uuid.UUID], int]:
+    """Between two images only the net change shows: a topic left its old mirror by ``new``'s offset."""
+    out = {}
+    for tid in topic_ids:
+        old_m, new_m = old.mirrors.topics.get(tid), new.mirrors.topics.get(tid)
+        if old_m is not None and (new_m is None or new_m.mirror_name != old_m.mirror_name):
+            out[(old_m.mirror_name, tid)] = new.offset
+    return out
 
 
 def _diff_topic_ids(old: MetadataImage, new: MetadataImage) -> set[uuid.UUID]:
@@ -115,6 +130,7 @@ def _decide(
     old: MetadataImage,
     new: MetadataImage,
     topic_ids: list[uuid.UUID],
+    left: Mapping[tuple[str, uuid.UUID], int],
     owns: Callable[[MirrorPartitionKey], bool] | None,
 ) -> LocalChanges:
     out: dict[str, list[MirrorPartitionKey]] = {
@@ -123,18 +139,22 @@ def _decide(
     K = MirrorPartitionKey
     old_members, new_members = old.mirrors.topics, new.mirrors.topics
     old_topics, new_topics = old.topics.by_id, new.topics.by_id
+    left_by_topic: dict[uuid.UUID, list[tuple[str, int]]] = {}
+    for (name, tid), offset in left.items():
+        left_by_topic.setdefault(tid, []).append((name, offset))
     for tid in topic_ids:
         old_m: MirrorTopic | None = old_members.get(tid)
         new_m: MirrorTopic | None = new_members.get(tid)
         old_t: TopicImage | None = old_topics.get(tid)
-        if old_m is not None and (new_m is None or new_m.mirror_name != old_m.mirror_name):
-            if old_t is not None:
-                name = old_m.mirror_name
-                out["removed"].extend(K(name, tid, p) for p in sorted(old_t.partitions))
-            old_m = None
+        new_t = new_topics.get(tid)
+        for name, _ in sorted(left_by_topic.get(tid, ())):
+            known = old_t if old_t is not None else new_t
+            if known is not None:
+                out["removed"].extend(K(name, tid, p) for p in sorted(known.partitions))
+            if old_m is not None and old_m.mirror_name == name:
+                old_m = None  # what it holds now is a new membership
         if new_m is None:
             continue
-        new_t = new_topics.get(tid)
         if new_t is None:
             continue  # cannot happen: removing a topic detaches it
         name = new_m.mirror_name
@@ -156,6 +176,7 @@ def _decide(
                 after = new_t.partitions[p]
                 if after.leader != before.leader or after.leader_epoch != before.leader_epoch:
                     out["leader_changes"].append(K(name, tid, p))
+    removed_at = dict(left)
     if owns is not None:
-        return LocalChanges(**{kind: tuple(k for k in keys if owns(k)) for kind, keys in out.items()})
-    return LocalChanges(**{kind: tuple(keys) for kind, keys in out.items()})
+        return LocalChanges(**{kind: tuple(k for k in keys if owns(k)) for kind, keys in out.items()}, removed_at=removed_at)
+    return LocalChanges(**{kind: tuple(keys) for kind, keys in out.items()}, removed_at=removed_at)

@@ -199,6 +199,9 @@ class MirrorsDelta:
         self.image = image
         self.configs: dict[str, dict[str, str]] = {}  # touched mirrors, materialized
         self.topics: dict[uuid.UUID, MirrorTopic | None] = {}  # membership changes
+        # (mirror, topic) -> offset at which the topic last left that mirror in this delta: kept
+        # even if it joins again later in the delta, so a re-created mirror starts from nothing.
+        self.left: dict[tuple[str, uuid.UUID], int] = {}
 
     def exists(self, name: str) -> bool:
         d = self.configs.get(name)
@@ -209,7 +212,13 @@ class MirrorsDelta:
             return self.topics[topic_id]
         return self.image.topics.get(topic_id)
 
-    def set_config(self, name: str, key: str, value: str | None) -> None:
+    def set_membership(self, topic_id: uuid.UUID, member: MirrorTopic | None, offset: int) -> None:
+        before = self.membership(topic_id)
+        if before is not None and (member is None or member.mirror_name != before.mirror_name):
+            self.left[(before.mirror_name, topic_id)] = offset
+        self.topics[topic_id] = member
+
+    def set_config(self, name: str, key: str, value: str | None, offset: int) -> None:
         d = self.configs.get(name)
         if d is None:
             base = self.image.mirrors.get(name)
@@ -220,13 +229,13 @@ class MirrorsDelta:
         else:
             d[key] = value
         if existed and not d:
-            self._detach_all(name)
+            self._detach_all(name, offset)
 
-    def _detach_all(self, name: str) -> None:
+    def _detach_all(self, name: str, offset: int) -> None:
         # A mirror went away with topics still attached: detach them so the image stays whole.
         for tid, m in list(self.image.topics.items()) + list(self.topics.items()):
             if m is not None and m.mirror_name == name and self.membership(tid) is m:
-                self.topics[tid] = None
+                self.set_membership(tid, None, offset)
 
     def apply(self) -> MirrorsImage:
         if not self.configs and not self.topics:
@@ -446,14 +455,14 @@ class MetadataDelta:
         # As KRaft: a topic's configs go with it; so does its mirror membership.
         self.configs.clear(ConfigResource(int(ConfigResourceType.TOPIC), name))
         if self.mirrors.membership(r.topic_id) is not None:
-            self.mirrors.topics[r.topic_id] = None
+            self.mirrors.set_membership(r.topic_id, None, offset)
         return None
 
     def replay_config_record(self, r: Any, offset: int) -> _Outcome:
         if r.resource_type == _CLUSTER_MIRROR:
             if not r.resource_name:
                 return ProblemKind.INVALID_RECORD, "cluster mirror config with an empty mirror name"
-            self.mirrors.set_config(r.resource_name, r.name, r.value)
+            self.mirrors.set_config(r.resource_name, r.name, r.value, offset)
         else:
             self.configs.set(ConfigResource(r.resource_type, r.resource_name), r.name, r.value)
         return None
@@ -464,7 +473,7 @@ class MetadataDelta:
             return ProblemKind.UNKNOWN_TOPIC, f"mirror state change for unknown topic ID {tid}"
         if not r.mirror_name:  # null (or the prototype's blank) detaches the topic from its mirror
             if self.mirrors.membership(tid) is not None:
-                self.mirrors.topics[tid] = None
+                self.mirrors.set_membership(tid, None, offset)
             return None
         try:
             desired = DesiredState(r.desired_state)
@@ -472,7 +481,7 @@ class MetadataDelta:
             return ProblemKind.INVALID_RECORD, f"invalid DesiredState {r.desired_state} for topic ID {tid}"
         if not self.mirrors.exists(r.mirror_name):
             return ProblemKind.UNKNOWN_MIRROR, f"topic ID {tid} attached to unknown cluster mirror {r.mirror_name!r}"
-        self.mirrors.topics[tid] = MirrorTopic(tid, r.mirror_name, desired, offset)
+        self.mirrors.set_membership(tid, MirrorTopic(tid, r.mirror_name, desired, offset), offset)
         return None
 
     def replay_access_control_entry_record(self, r: Any, offset: int) -> _Outcome:

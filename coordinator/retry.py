@@ -7,6 +7,10 @@
 - When the attempts are exhausted the state becomes non-retryable and says so in its message.
 - The prototype draws full jitter in [0, backoff]; the core takes the jitter as an argument
   (a float in (0, 1], default 1.0) so it stays deterministic; the shell may pass a random one.
+- A source that cannot serve a partition (unreachable, no leader) sends it to FAILED
+  (``source_failed``, the prototype's ``refreshSourceClusterMetadata``). A retry of such a
+  partition first asks the source (``probe_source``): while it still fails, the partition stays
+  FAILED with the attempt counted, one write per attempt.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from coordinator.partition_state import (
     NON_RETRYABLE,
     MirrorPartitionState,
     Step,
+    advance,
     transition,
 )
+from coordinator.ports import FencedLeaderEpoch, NotLeader, PortError, SourceUnavailable, UnknownLeaderEpoch
 from coordinator.states import DesiredState, ErrorCode, MirrorState, is_legal_transition
 from coordinator.workflows.config import MirrorConfig
 
@@ -138,10 +144,84 @@ def decide_failed(
     if not retry_due(state, now_ms):
         return state
     if exhausted(state, config):
-        return state.with_(
-            retry_attempt=NON_RETRYABLE,
-            retry_at_ms=-1,
-            state_epoch=state.state_epoch + 1,
-            error_message=f"{state.error_message}; retries exhausted after {state.retry_attempt} attempts",
-        )
+        return _exhaust(state)
     return leave_failed(state, retry_target(state.previous_state, desired), now_ms, retry_attempt=state.retry_attempt + 1)
+
+
+def _exhaust(state: MirrorPartitionState) -> MirrorPartitionState:
+    return advance(
+        state,
+        retry_attempt=NON_RETRYABLE,
+        retry_at_ms=-1,
+        error_message=f"{state.error_message}; retries exhausted after {state.retry_attempt} attempts",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The source failing
+# ---------------------------------------------------------------------------------------------
+
+# Leadership moving on the source (NOT_LEADER_OR_FOLLOWER with a new leader, a fenced or unknown
+# leader epoch) resolves on the next metadata refresh, as for any Kafka client: the call is
+# retried after ``fetch_backoff_ms``, and only this many in a row send the partition to FAILED.
+# An unreachable source or a partition without a leader goes to FAILED at once.
+SOURCE_TRANSIENT_FAILURES_BEFORE_FAILED = 5
+SOURCE_ERROR_CODES = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.LEADER_NOT_AVAILABLE,
+                                ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
+                                ErrorCode.UNKNOWN_LEADER_EPOCH})  # fmt: skip
+_TRANSIENT = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH})
+# The states whose work needs the source; a stop or a pause never asks it.
+_NEEDS_SOURCE = frozenset({MirrorState.PREPARING, MirrorState.MIRRORING, MirrorState.EPOCH_FENCING})
+
+
+def source_error_code(error: PortError) -> ErrorCode | None:
+    """The Kafka error a failed source call stands for, None when it is no outage of the source
+    (an unknown topic, an offset out of range: their own workflows handle them)."""
+    if isinstance(error, SourceUnavailable):
+        return ErrorCode.NETWORK_EXCEPTION
+    if isinstance(error, NotLeader):
+        return ErrorCode.LEADER_NOT_AVAILABLE if error.leader < 0 else ErrorCode.NOT_LEADER_OR_FOLLOWER
+    if isinstance(error, FencedLeaderEpoch):
+        return ErrorCode.FENCED_LEADER_EPOCH
+    if isinstance(error, UnknownLeaderEpoch):
+        return ErrorCode.UNKNOWN_LEADER_EPOCH
+    return None
+
+
+def source_failed(
+    state: MirrorPartitionState,
+    error: PortError,
+    streak: int,
+    now_ms: int,
+    config: MirrorConfig,
+    *,
+    jitter: float = 1.0,
+) -> MirrorPartitionState | None:
+    """The state after a call to the source failed for this partition.
+
+    ``streak`` counts the partition's source failures in a row, this one included. None: not an
+    outage (handle it as any port error); ``state`` itself: nothing to write, retry the call after
+    the fetch backoff; otherwise the state to write: FAILED entered, or, for a FAILED partition
+    whose retry found the source still failing, the attempt counted and the next retry scheduled.
+    """
+    code = source_error_code(error)
+    if code is None:
+        return None
+    message = f"{code.name}: source {error}"
+    if state.state is MirrorState.FAILED:
+        if not retry_due(state, now_ms):
+            return state
+        if exhausted(state, config):
+            return _exhaust(state.with_(error_message=message, error_code=code))
+        attempt = state.retry_attempt + 1
+        return advance(state, retry_attempt=attempt, error_message=message, error_code=code,
+                       retry_at_ms=now_ms + backoff_ms(attempt, config, jitter))  # fmt: skip
+    if state.state not in _NEEDS_SOURCE or (code in _TRANSIENT and streak < SOURCE_TRANSIENT_FAILURES_BEFORE_FAILED):
+        return state
+    return fail(state, code, message, now_ms, config, jitter=jitter)
+
+
+def probe_source(state: MirrorPartitionState, desired: DesiredState, now_ms: int) -> bool:
+    """Must the source answer before this FAILED partition retries? Only for a retry towards
+    mirroring of a partition the source failed: a stop or a pause needs nothing from it."""
+    return desired is DesiredState.START and state.error_code in SOURCE_ERROR_CODES and retry_due(state, now_ms)

@@ -27,6 +27,15 @@ yet persisted; writes are fenced (``check_write``) and queued per partition.
 
 FAILED retries, the topic level (create, read-only, writable after a stop), the fetch round and
 the metadata sync (epoch check, configs, groups, ACLs) all run off the same tick.
+
+A topic that leaves its mirror (above all, a deleted mirror's topics) is forgotten at once: its
+states are dropped, the owner of each table partition writes tombstones for the
+MirrorPartitionState and LastMirrorEpochs keys into ``__mirror_state``, and late steps or events
+of that membership are dropped (their applied metadata offset is not after the departure). A
+worker that was down meanwhile finds the departure in its replay, or, at the latest, finds keys
+whose mirror no longer holds the topic when it takes their table partition. So a mirror
+re-created under the same name starts from UNKNOWN. The LME that a failback asks for is the
+other cluster's (``last_mirrored_epoch`` on the source port), which a delete here never touches.
 """
 
 from __future__ import annotations
@@ -67,6 +76,7 @@ from streams.config import (
     metadata_topic_spec,
 )
 from streams.effects import MirrorRunner
+from streams.membership import coordination_failure, member_id
 from streams.metadata_log import (
     DeadLetterQueue,
     MetadataLogLoader,
@@ -89,6 +99,7 @@ from streams.mirror_state_store import (
 )
 
 log = logging.getLogger(__name__)
+EXIT_GROUP_LOST = 1  # the worker is out of its group for good (see ``CoordinatorWorker._watch_membership``)
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
@@ -226,6 +237,10 @@ class WorkerStateStore:
         # Latest states of table partitions other workers own, from the changelog (read-only):
         # the topic level needs every partition of a topic, wherever it is owned.
         self.remote: Mapping[tuple[str, uuid.UUID, int], Any] = {}
+        # (mirror, topic) -> metadata offset at which the topic left that mirror: state applied
+        # at or before it is the old membership's, to tombstone (``deletes``) and never write.
+        self.removed: dict[tuple[str, uuid.UUID], int] = {}
+        self.deletes: dict[int, set[MirrorPartitionKey]] = defaultdict(set)
         self._partition: dict[MirrorPartitionKey, int] = {}
         self.transitions = 0
         self.writes = 0
@@ -250,10 +265,34 @@ class WorkerStateStore:
                     return UNKNOWN_STATE.with_(state=status.state)  # another worker's: its state only
             return got
 
+    def outlived(self, key: MirrorPartitionKey, applied_offset: int) -> bool:
+        """Was state applied at ``applied_offset`` written for a membership the topic has left?"""
+        return applied_offset <= self.removed.get((key.mirror_name, key.topic_id), -2)
+
+    def remove(self, key: MirrorPartitionKey, offset: int) -> None:
+        """The topic left the key's mirror at metadata offset ``offset``: forget the key's state
+        (a mirror re-created under the same name starts from UNKNOWN) and, where this worker owns
+        its table partition, queue tombstones for its state and LME."""
+        with self.lock:
+            mt = (key.mirror_name, key.topic_id)
+            self.removed[mt] = max(offset, self.removed.get(mt, -1))
+            p = self.partition_of(key)
+            pending, lmes = self.pending.get(p, {}), self.pending_lme.get(p, {})
+            for queue in (pending, lmes):
+                if key in queue and self.outlived(key, queue[key].applied_offset):
+                    del queue[key]
+            state = self.durable.get(key)
+            if state is not None and self.outlived(key, state.applied_offset):
+                del self.durable[key]
+            if p in self.owned:
+                self.deletes[p].add(key)
+
     def put(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> None:
         with self.lock:
             if self.partition_of(key) not in self.owned:
                 return  # its partition is another worker's: the owner decides for it
+            if self.outlived(key, state.applied_offset):
+                return  # a step of a membership that is gone (its mirror was deleted)
             stored = self.get(key)
             check_write(key, stored, state)
             before = stored.state if stored is not None else MirrorState.UNKNOWN
@@ -264,7 +303,7 @@ class WorkerStateStore:
     def put_lme(self, record: LastMirrorEpoch) -> None:
         with self.lock:
             p = self.partition_of(record.key)
-            if p in self.owned:
+            if p in self.owned and not self.outlived(record.key, record.applied_offset):
                 self.pending_lme[p][record.key] = record
 
     def may_run(self, key: MirrorPartitionKey, current: MirrorPartitionState, proposed: MirrorPartitionState | None) -> bool:
@@ -286,6 +325,15 @@ class WorkerStateStore:
     def take(self, partition: int) -> tuple[dict[MirrorPartitionKey, MirrorPartitionState], dict[MirrorPartitionKey, LastMirrorEpoch]]:
         with self.lock:
             return self.pending.pop(partition, {}), self.pending_lme.pop(partition, {})
+
+    def take_deletes(self, partition: int) -> set[MirrorPartitionKey]:
+        with self.lock:
+            return self.deletes.pop(partition, set())
+
+    def requeue_deletes(self, partition: int, keys: set[MirrorPartitionKey]) -> None:
+        with self.lock:
+            if partition in self.owned:
+                self.deletes[partition] |= keys
 
     def requeue(self, partition: int, states: dict[MirrorPartitionKey, MirrorPartitionState],
                 lmes: dict[MirrorPartitionKey, LastMirrorEpoch]) -> None:
@@ -332,6 +380,7 @@ class WorkerStateStore:
         with self.lock:
             self.pending.clear()
             self.pending_lme.clear()
+            self.deletes.clear()
 
     def has_pending(self, key: MirrorPartitionKey) -> bool:
         with self.lock:
@@ -342,6 +391,7 @@ class WorkerStateStore:
             self.owned.discard(partition)
             self.pending.pop(partition, None)
             self.pending_lme.pop(partition, None)
+            self.deletes.pop(partition, None)
             gone = [k for k in self.durable if self.partition_of(k) == partition]
             for k in gone:
                 del self.durable[k]
@@ -367,6 +417,16 @@ class _Mirror:
         self.runner = runner
         self.ports = ports
         self.busy: concurrent.futures.Future[Any] | asyncio.Future[Any] | None = None
+        self.retired = False  # topics left the mirror (or it was deleted): rebuilt from the store next
+
+    def close(self) -> None:
+        for port in self.ports:
+            close = getattr(port, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:  # noqa: BLE001
+                    pass
 
 
 class CoordinatorWorker:
@@ -421,6 +481,37 @@ class CoordinatorWorker:
         self.agent = self.app.agent(channel, name=f"{config.faust_app_id}.mirror-partitions")(self._process)
         self.app.timer(tick_interval, name=f"{config.faust_app_id}.ticks")(self._send_ticks)
         self.app.task(self._follow_metadata)
+        # Liveness: the process's exit code and how to stop it (``run_worker`` sets both).
+        self.exit_code = 0
+        self.on_fatal: Callable[[], None] = lambda: None
+        self.member_id = ""  # the group member id last held: a static member leaves with it
+        self.app.timer(max(1.0, config.heartbeat_interval_ms / 1000), name=f"{config.faust_app_id}.membership")(
+            self._watch_membership)  # fmt: skip
+        self.app.on_before_shutdown.connect(self._before_shutdown)
+
+    # ------------------------------------------------------------------------ membership
+
+    def group_consumer(self) -> Any:
+        """The worker's aiokafka consumer (None until Faust's consumer thread has made it)."""
+        return getattr(getattr(self.app.consumer, "_thread", None), "_consumer", None)
+
+    async def _watch_membership(self) -> None:
+        """Exits the worker (``on_fatal``, code ``EXIT_GROUP_LOST``) once its consumer has stopped
+        taking part in the group: it would stay up with no table partitions, and nobody would
+        restart it."""
+        consumer = self.group_consumer()
+        self.member_id = member_id(consumer) or self.member_id
+        reason = coordination_failure(consumer)
+        if reason is None or self.exit_code:
+            return
+        log.critical("the worker's consumer is out of group %s: %s; exiting with code %d for a supervisor "
+                     "to restart it", self.config.faust_app_id, reason, EXIT_GROUP_LOST)  # fmt: skip
+        self.exit_code = EXIT_GROUP_LOST
+        self.on_fatal()
+
+    async def _before_shutdown(self, sender: Any = None, **_: Any) -> None:
+        # The consumer is still in the group here; it closes without leaving (static member).
+        self.member_id = member_id(self.group_consumer()) or self.member_id
 
     # ---------------------------------------------------------------- the metadata follower
 
@@ -484,6 +575,7 @@ class CoordinatorWorker:
         # table partition: the desired state is a topic's, and the event only has to reach the
         # owner of each table partition holding its partitions (one per mirror partition cost
         # 50,000 sends and 50,000 agent events for a mass failover of 50,000 partitions).
+        self._forget_removed(changes.removed, changes.removed_at)
         events: dict[tuple[int, uuid.UUID], MirrorPartitionKey] = {}
         for kind in ("stop", "pause", "start", "resume", "added", "leader_changes"):
             for k in getattr(changes, kind):
@@ -505,6 +597,26 @@ class CoordinatorWorker:
             sent += 1
         if sent:
             log.info("metadata offset %d: %d desired-state event(s)", image.offset, sent)
+
+    def _forget_removed(self, removed: Iterable[Any], removed_at: Mapping[tuple[str, uuid.UUID], int]) -> None:
+        """Topics that left a mirror (a deleted mirror's above all): their states are forgotten and
+        tombstoned by the owners of their table partitions; the mirror's runner is rebuilt (or, for
+        a deleted mirror, closed) once its running job is over."""
+        for k in removed:
+            key = MirrorPartitionKey(k.mirror_name, k.topic_id, k.partition)
+            offset = removed_at.get((k.mirror_name, k.topic_id), self.image.offset)
+            self.store.remove(key, offset)
+            if self.store.get(key) is None:  # no state of a newer membership either
+                self._drop_key(self.store.partition_of(key), key)
+        for (name, tid), offset in removed_at.items():
+            got = self.event_desired.get((name, tid))
+            if got is not None and got[1] <= offset:
+                del self.event_desired[(name, tid)]
+            m = self.mirrors.get(name)
+            if m is not None:
+                m.retired = True
+                if m.busy is None:
+                    self._close_mirror(name, m)
 
     def desired_for(self, mirror_name: str) -> Desired:
         out: Desired = {}
@@ -550,7 +662,8 @@ class CoordinatorWorker:
                 except Exception as e:  # noqa: BLE001 - a bad event is skipped, never a crash loop
                     log.error("undecodable desired-state event at %s[%d]@%d: %s", msg.topic, p, msg.offset, e)
                     continue
-                if change.mirror_name is not None:
+                if change.mirror_name is not None and not self.store.outlived(
+                        MirrorPartitionKey(change.mirror_name, change.topic_id, change.partition), change.metadata_offset):
                     k = (change.mirror_name, change.topic_id)
                     if k not in self.event_desired or self.event_desired[k][1] < change.metadata_offset:
                         self.event_desired[k] = (DesiredState(change.desired_state), change.metadata_offset)
@@ -587,10 +700,18 @@ class CoordinatorWorker:
                 if p not in gained or raw_value is None:
                     continue
                 rtype, k = codec.decode_key(raw_key)
+                key = MirrorPartitionKey(k.mirror_name, k.topic_id, k.partition)  # type: ignore[attr-defined]
+                if rtype == RecordType.MIRROR_PARTITION_STATE:
+                    state = decode_state(raw_value[2:])
+                    applied = state.applied_offset
+                else:
+                    applied = codec.decode_value(rtype, raw_value).applied_offset  # type: ignore[attr-defined]
+                if self._orphaned(key, applied):
+                    self.store.deletes[p].add(key)  # its mirror no longer holds the topic: tombstones
+                    continue
                 if rtype != RecordType.MIRROR_PARTITION_STATE:
                     continue
-                key = MirrorPartitionKey(k.mirror_name, k.topic_id, k.partition)  # type: ignore[attr-defined]
-                self.store.durable[key] = decode_state(raw_value[2:])
+                self.store.durable[key] = state
                 self._add_key(p, key)
                 loaded.append(key)
         for key in loaded:
@@ -598,6 +719,16 @@ class CoordinatorWorker:
             if m is not None:
                 m.runner.adopt(key)
         log.info("table partitions %s assigned: %d mirror partition state(s) loaded", sorted(gained), len(loaded))
+
+    def _orphaned(self, key: MirrorPartitionKey, applied_offset: int) -> bool:
+        """State of a membership that is gone: the topic left the key's mirror after the state was
+        applied, by the removals seen (``store.removed``) or by the image (a worker that was down
+        while the mirror was deleted)."""
+        if self.store.outlived(key, applied_offset):
+            return True
+        member = self.image.mirrors.topics.get(key.topic_id)
+        gone = member is None or member.mirror_name != key.mirror_name
+        return gone and applied_offset <= self.image.offset
 
     def keys_of(self, partition: int) -> list[MirrorPartitionKey]:
         """Mirror partitions whose state lives in table partition ``partition``."""
@@ -612,14 +743,22 @@ class CoordinatorWorker:
             keys.add(key)
             self._keys_sorted.pop(partition, None)
 
+    def _drop_key(self, partition: int, key: MirrorPartitionKey) -> None:
+        keys = self._keys_by_partition.get(partition)
+        if keys is not None and key in keys:
+            keys.discard(key)
+            self._keys_sorted.pop(partition, None)
+
     async def _persist(self, partition: int) -> int:
         """Writes the queued writes of ``partition`` into the table (inside an event of that
         partition) and waits for the changelog to acknowledge them. Returns how many were written."""
+        deletes = self.store.take_deletes(partition)
         ready, lmes, taken = self.store.prepare(partition)
-        if not taken and not lmes:
+        if not taken and not lmes and not deletes:
             return 0
         codec = default_codec()
-        writes = [(codec.state_key(k.mirror_name, k.topic_id, k.partition), _VALUE_PREFIX + encode_state(st)) for k, st in ready]
+        writes: list[tuple[bytes, bytes | None]] = [(raw, None) for raw in self._tombstones(deletes)]  # before new states
+        writes += [(codec.state_key(k.mirror_name, k.topic_id, k.partition), _VALUE_PREFIX + encode_state(st)) for k, st in ready]
         for key, lme in lmes.items():
             value = codec.lme_value(lme.last_mirror_epoch, lme.applied_offset)
             writes.append((codec.lme_key(key.mirror_name, key.topic_id, key.partition), codec.encode_value(value)))
@@ -628,9 +767,27 @@ class CoordinatorWorker:
             await self.table.write_durably(partition, writes, await self._changelog_producer())
         except BaseException:
             self.store.requeue(partition, taken, lmes)  # not acknowledged: the next round writes them again
+            self.store.requeue_deletes(partition, deletes)
             raise
         self.store.land(ready)
         return len(writes)
+
+    def _tombstones(self, keys: Iterable[MirrorPartitionKey]) -> list[bytes]:
+        """The table keys (MirrorPartitionState and LastMirrorEpochs) of ``keys`` that still hold
+        a value of a membership that is gone; a newer membership's value is kept."""
+        codec = default_codec()
+        out = []
+        for key in sorted(keys):
+            fields = (key.mirror_name, key.topic_id, key.partition)
+            for rtype, raw in ((RecordType.MIRROR_PARTITION_STATE, codec.state_key(*fields)),
+                               (RecordType.LAST_MIRROR_EPOCHS, codec.lme_key(*fields))):  # fmt: skip
+                value = self.table.get(raw)
+                if value is None:
+                    continue
+                applied = codec.decode_value(rtype, value).applied_offset  # type: ignore[attr-defined]
+                if self._orphaned(key, applied):
+                    out.append(raw)
+        return out
 
     async def _changelog_producer(self) -> Any:
         """The producer of state writes: whole record batches per table partition, acks=all,
@@ -648,7 +805,11 @@ class CoordinatorWorker:
     async def _mirror(self, name: str) -> _Mirror | None:
         m = self.mirrors.get(name)
         if m is not None:
-            return m
+            if not m.retired:
+                return m
+            if m.busy is not None:
+                return None  # the old membership's job is still running: never two jobs per mirror
+            self._close_mirror(name, m)
         image = self.image.mirrors.get(name)
         if image is None:
             return None
@@ -730,6 +891,13 @@ class CoordinatorWorker:
         m.busy = None
         if not fut.cancelled() and fut.exception() is not None:
             log.error("mirror %s: step failed: %r", m.runner.mirror_name, fut.exception())
+        if m.retired:
+            self._close_mirror(m.runner.mirror_name, m)
+
+    def _close_mirror(self, name: str, m: _Mirror) -> None:
+        if self.mirrors.get(name) is m:
+            del self.mirrors[name]
+        m.close()
 
     def _job(self, m: _Mirror, keys: list[MirrorPartitionKey], now_ms: int) -> None:
         """On a pool thread: one step per partition, the topic level, the fetch round, the sync."""
@@ -761,11 +929,5 @@ class CoordinatorWorker:
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
         for m in self.mirrors.values():
-            for port in m.ports:
-                close = getattr(port, "close", None)
-                if close is not None:
-                    try:
-                        close()
-                    except Exception:  # noqa: BLE001
-                        pass
+            m.close()
 

@@ -25,6 +25,8 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
+from streams.membership import MembershipError, validate_instance_id
+
 ENV_PREFIX = "KIP1279_"
 DEFAULT_METADATA_TOPIC = "__kip1279_metadata"
 DEFAULT_MIRROR_STATE_TOPIC = "__mirror_state"
@@ -61,6 +63,7 @@ _KEYS: dict[str, str] = {
     "worker.session.timeout.ms": "session_timeout_ms",
     "worker.heartbeat.interval.ms": "heartbeat_interval_ms",
     "worker.rebalance.timeout.ms": "rebalance_timeout_ms",
+    "worker.group.instance.id": "group_instance_id",
 }
 
 
@@ -89,6 +92,9 @@ class WorkerConfig:
     session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
     heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
     rebalance_timeout_ms: int = DEFAULT_REBALANCE_TIMEOUT_MS
+    # The worker's group.instance.id (static membership, see ``streams.membership``); empty:
+    # the one kept in its data directory.
+    group_instance_id: str = ""
     extra: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -108,6 +114,11 @@ class WorkerConfig:
                               f"({self.session_timeout_ms}), not {self.heartbeat_interval_ms}")  # fmt: skip
         if self.rebalance_timeout_ms < 1:
             raise ConfigError(f"worker.rebalance.timeout.ms must be >= 1, not {self.rebalance_timeout_ms}")
+        if self.group_instance_id:
+            try:
+                validate_instance_id(self.group_instance_id)
+            except MembershipError as e:
+                raise ConfigError(f"worker.{e}") from None
 
     # -- per-cluster names --------------------------------------------------------------------
 

@@ -60,6 +60,7 @@ from streams.mirror_state_store import MirrorStateCodec, RecordType, mirror_stat
 log = logging.getLogger(__name__)
 ANONYMOUS = "User:ANONYMOUS"
 StateKey = tuple[str, uuid.UUID, int]
+_Offsets = tuple[int, int, float, str | None]  # (HW, LEO, looked up at, why the source could not say)
 
 
 class PartitionStatus(NamedTuple):
@@ -82,8 +83,9 @@ Validator = Callable[[AdminRequest, MetadataImage, Mapping[StateKey, PartitionSt
 
 
 # Source HW and destination LEO of many mirror partitions at once: (HW, LEO) per key, -1 where
-# unknown. A coroutine, so the lookup chooses where it blocks (never on the controller's loop).
-OffsetsLookup = Callable[[Sequence[StateKey]], Awaitable[Mapping[StateKey, tuple[int, int]]]]
+# unknown, optionally with why the source could not say (shown in the error column). A
+# coroutine, so the lookup chooses where it blocks (never on the controller's loop).
+OffsetsLookup = Callable[[Sequence[StateKey]], Awaitable[Mapping[StateKey, tuple[int, int] | tuple[int, int, str | None]]]]
 
 
 class StatusSource(Protocol):
@@ -219,7 +221,7 @@ class MirrorStateChangelogView:
         self._consumer: AIOKafkaConsumer | None = None
         self._catch_up_lock = asyncio.Lock()  # one reader of the consumer at a time
         self._offsets_lock = asyncio.Lock()  # concurrent describes share one lookup
-        self._offsets: dict[StateKey, tuple[int, int, float]] = {}  # key -> (HW, LEO, looked up at)
+        self._offsets: dict[StateKey, _Offsets] = {}
         self._offsets_took = 0.0  # seconds the last lookup took
         self.offsets_lookups = 0  # lookups made (each covers many partitions); tests and benches read it
 
@@ -284,7 +286,7 @@ class MirrorStateChangelogView:
         known = await self._lookup_offsets(keys)
         return await _off_loop(len(keys), _with_offsets, states, known, mirrors)
 
-    async def _lookup_offsets(self, keys: Sequence[StateKey]) -> Mapping[StateKey, tuple[int, int, float]]:
+    async def _lookup_offsets(self, keys: Sequence[StateKey]) -> Mapping[StateKey, _Offsets]:
         assert self.offsets is not None
         async with self._offsets_lock:
             max_age = max(self.offsets_max_age, self.offsets_cost_factor * self._offsets_took)
@@ -299,8 +301,8 @@ class MirrorStateChangelogView:
             # Keep only partitions that still have a state: deleted mirrors do not pile up here.
             fresh = {k: v for k, v in cached.items() if k in self._states}
             for k in todo:
-                hw, leo = found.get(k, (-1, -1))
-                fresh[k] = (hw, leo, started)  # as old as the lookup's start
+                hw, leo, *why = found.get(k, (-1, -1))
+                fresh[k] = (hw, leo, started, why[0] if why else None)  # as old as the lookup's start
             self._offsets = fresh
             return fresh
 
@@ -313,16 +315,22 @@ async def _off_loop(n: int, fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args) if n < _INLINE else await asyncio.to_thread(fn, *args)
 
 
-def _stale(keys: Sequence[StateKey], cached: Mapping[StateKey, tuple[int, int, float]], oldest: float) -> list[StateKey]:
+def _stale(keys: Sequence[StateKey], cached: Mapping[StateKey, _Offsets], oldest: float) -> list[StateKey]:
     return [k for k in keys if (c := cached.get(k)) is None or c[2] < oldest]
 
 
-def _with_offsets(states: Mapping[StateKey, PartitionStatus], known: Mapping[StateKey, tuple[int, int, float]],
+def _with_offsets(states: Mapping[StateKey, PartitionStatus], known: Mapping[StateKey, _Offsets],
                   mirrors: Collection[str] | None) -> dict[StateKey, PartitionStatus]:  # fmt: skip
-    unknown = (-1, -1, 0.0)
-    # One pass and no _replace: it runs for 50k partitions on every describe.
-    return {k: PartitionStatus(st.state, st.retry_attempt, st.error_message, *known.get(k, unknown)[:2])
-            if mirrors is None or k[0] in mirrors else st for k, st in states.items()}  # fmt: skip
+    """The states with their offsets; where the state has no error of its own and the source
+    could not say its HW (unreachable, say), the error column says why rather than a bare -1."""
+    unknown = (-1, -1, 0.0, None)
+    out = {}
+    for k, st in states.items():  # one pass and no _replace: it runs for 50k partitions on every describe
+        if mirrors is None or k[0] in mirrors:
+            hw, leo, _, why = known.get(k, unknown)
+            st = PartitionStatus(st.state, st.retry_attempt, st.error_message or why, hw, leo)
+        out[k] = st
+    return out
 
 
 # ------------------------------------------------------------------------------ controller
@@ -447,6 +455,24 @@ class ClusterMirrorController:
             async with self._applied:
                 await asyncio.wait_for(self._applied.wait_for(lambda: self.loader.next_offset > last), timeout)
         return offsets
+
+    async def discover(self, mirror_name: str, source_topics: Mapping[str, uuid.UUID]) -> tuple[str, ...]:
+        """Starts the source topics a started pattern of the mirror selects and no mirror holds
+        (``admin.discover_mirror_topics``), in turn with the admin commands. Returns their names."""
+        async with self._lock:
+            found = admin.discover_mirror_topics(self.image, mirror_name, source_topics, schemas=self.schemas)
+            if not found.records:
+                return ()
+            # Partition states only now: a start must not race a stop still under way.
+            statuses = await self.status.statuses(offsets=False)
+            found = admin.discover_mirror_topics(self.image, mirror_name, source_topics, schemas=self.schemas,
+                                                 states={k: v.state for k, v in statuses.items()})  # fmt: skip
+            if found.records:
+                await self.append(list(found.records))
+        names = tuple(t.name for t in found.response.topics)
+        if names:
+            log.info("mirror %s: discovered and started %d topic(s): %s", mirror_name, len(names), ", ".join(names))
+        return names
 
     async def create_acls(self, principal: str, operations: Sequence[AclOperation], mirror: str = "*",
                           pattern: PatternType = PatternType.LITERAL, deny: bool = False, host: str = "*") -> list[int]:  # fmt: skip

@@ -18,12 +18,16 @@ batched request per method on the model-server client), then the commands in wav
 
 A restart is a new runner over the same ``InMemoryStateStore`` and ``DesiredStateLog``: fetch
 sessions, lag and backoffs are rebuilt from the persisted states, nothing else survives.
-Retriable port errors (the source unreachable or flapping, leadership moving) leave the state
-as it is and back the partition off; other port errors send it to FAILED with backoff.
+Port errors: a source that cannot serve a partition (unreachable, no leader, or leadership
+moving for several calls in a row) sends it to FAILED, retried with the mirror's backoff once the
+source answers again (``coordinator.retry.source_failed``); other retriable errors, the
+destination's included, back the partition off and leave its state as it is; the rest send it
+to FAILED with backoff.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, TypeVar
@@ -57,7 +61,7 @@ from coordinator.ports import (
     UnexpectedAppendOffset,
     UnknownTopicId,
 )
-from coordinator.retry import fail
+from coordinator.retry import fail, source_failed
 from coordinator.states import DesiredState, ErrorCode, MirrorState, is_legal_transition
 from coordinator.workflows import commands as c
 from coordinator.workflows.config import MirrorConfig
@@ -79,7 +83,7 @@ from coordinator.workflows.fetcher import (
     round_order,
 )
 from coordinator.workflows.prepare import PrepareObservation
-from coordinator.workflows.stop import StopObservation
+from coordinator.workflows.stop import FinalSync, StopObservation
 from coordinator.workflows.sync_acls import plan_acl_sync
 from coordinator.workflows.sync_configs import plan_config_sync
 from coordinator.workflows.sync_groups import (
@@ -96,6 +100,7 @@ _SETTLE_STEPS = 12  # workflow steps per partition per round; every workflow is 
 _PIPELINE_CHUNK = 16384  # calls per round trip (the client batches them per method): bounds the bytes in flight
 _FETCH_WAVE = 256  # partitions fetched per pipelined wave; the round's byte budget is checked between waves
 
+log = logging.getLogger(__name__)
 K = TypeVar("K")
 _STARTED = (DesiredState.START, -1)  # a topic without a desired-state record mirrors as started
 
@@ -203,6 +208,17 @@ def raise_first(values: Sequence[Any]) -> None:
     for v in values:
         if isinstance(v, PortError):
             raise v
+
+
+class SourceCallFailed(PortError):
+    """A call to the source failed with ``cause``: told apart from the destination's failures,
+    which are not the source's fault."""
+
+    retriable = True
+
+    def __init__(self, cause: PortError) -> None:
+        super().__init__(f"source: {cause}")
+        self.cause = cause
 
 
 class InMemoryStateStore:
@@ -384,6 +400,8 @@ class MirrorRunner:
         self.backoff_until: dict[TopicPartition, int] = {}
         self.idle_until: dict[TopicPartition, int] = {}  # caught up: no fetch before (fetch_max_wait_ms)
         self.progress: dict[TopicPartition, tuple[int, int]] = {}  # (source HW, destination LEO)
+        self.source_errors: dict[TopicPartition, int] = {}  # source calls failed in a row
+        self.final_sync: dict[TopicPartition, FinalSync] = {}  # STOP_GROUP_SYNC outcomes, read by the next observation
         self.peak_round_bytes = 0
         self.warnings: list[str] = []
         self.errors: list[str] = []
@@ -416,6 +434,7 @@ class MirrorRunner:
         self.backoff_until.pop(tp, None)
         self.idle_until.pop(tp, None)
         self.progress.pop(tp, None)
+        self.source_errors.pop(tp, None)
 
     # ------------------------------------------------------------------ operator side
 
@@ -602,6 +621,8 @@ class MirrorRunner:
                 return
             states = {key: self.store.get(key) or UNKNOWN_STATE for key, _, _ in active}
             active = [w for w in active if self.store.may_run(w[0], states[w[0]], None)]  # nothing to observe for the rest yet
+            self._final_group_sync([key.topic_partition for key, _, _ in active
+                                    if states[key].state is MirrorState.STOPPING and states[key].step is Step.STOP_GROUP_SYNC])
             observed = drive_all({key: self._observe(key, states[key], want) for key, want, _ in active})
             decisions = {}
             for key, want, offset in active:
@@ -630,6 +651,7 @@ class MirrorRunner:
                     continue
                 tp = key.topic_partition
                 self.backoff_until.pop(tp, None)
+                self.source_errors.pop(tp, None)
                 if want is DesiredState.STOP and decision.state.state is MirrorState.STOPPED:
                     self._topic_settled.pop(key.topic_id, None)  # the topic level makes it writable next
                 nxt.append((key, want, offset))
@@ -638,8 +660,11 @@ class MirrorRunner:
     def _observe(self, key: MirrorPartitionKey, state: MirrorPartitionState, want: DesiredState) -> Observer:
         tp = key.topic_partition
         in_fetcher = tp in self.sessions[fetcher_of(tp, len(self.sessions))]
-        need = needs(state, want)
+        need = needs(state, want, self.now_ms)
         if need is Need.NOTHING:
+            return PartitionObservation(in_fetcher=in_fetcher)
+        if need is Need.SOURCE:  # a FAILED partition retries once the source answers for it
+            yield from self._ask_source((self.source, "list_offsets", (tp,), None))
             return PartitionObservation(in_fetcher=in_fetcher)
         if need is Need.DEST:
             return PartitionObservation(in_fetcher=in_fetcher, dest=(yield (self.dest, "list_offsets", (tp,), None)))
@@ -650,21 +675,23 @@ class MirrorRunner:
     def _observe_prepare(self, tp: TopicPartition, state: MirrorPartitionState) -> Observer:
         ready = tp.topic_id in self.ready
         if state.step is Step.PREPARE_WAIT_ISR:
-            got = yield [(self.dest, "list_offsets", (tp,), None), (self.source, "list_offsets", (tp,), None),
-                         (self.dest, "isr_status", (tp,), None)]  # fmt: skip
-            raise_first(got)
+            asks: list[Call] = [(self.dest, "list_offsets", (tp,), None), (self.source, "list_offsets", (tp,), None),
+                                (self.dest, "isr_status", (tp,), None)]  # fmt: skip
+            got = yield asks
+            self._raise_first(asks, got)
             dest, src, isr = got
             return PrepareObservation(topic_ready=ready, dest=dest, source_leader_epoch=src.leader_epoch, isr=isr)
         # The source keeps its LME under the mirror that fed it (the one its topic is attached to).
         src_topic = self.source_topics.get(tp.topic_id)
         lme_mirror = (src_topic.mirror_name if src_topic is not None else None) or self.mirror_name
-        got = yield [(self.dest, "list_offsets", (tp,), None), (self.source, "list_offsets", (tp,), None),
-                     (self.source, "last_mirrored_epoch", (lme_mirror, tp), None)]  # fmt: skip
-        raise_first(got)
+        asks = [(self.dest, "list_offsets", (tp,), None), (self.source, "list_offsets", (tp,), None),
+                (self.source, "last_mirrored_epoch", (lme_mirror, tp), None)]  # fmt: skip
+        got = yield asks
+        self._raise_first(asks, got)
         dest, src, lme = got
         src_end = local_end = None
         if lme is not None:
-            src_end = yield (self.source, "end_offset_for_epoch", (tp, lme), None)
+            src_end = yield from self._ask_source((self.source, "end_offset_for_epoch", (tp, lme), None))
             if not src_end.undefined:
                 local_end = yield (self.dest, "end_offset_for_epoch", (tp, src_end.epoch), None)
         return PrepareObservation(topic_ready=ready, dest=dest, source_leader_epoch=src.leader_epoch, source_lme=lme,
@@ -696,8 +723,22 @@ class MirrorRunner:
         isr = got[1] if step is Step.STOP_WAIT_ISR else None
         topic = described[0] if described else None
         source_id = (topic.mirror_source_cluster_id if topic is not None else None) or self._source_cluster_id or ""
+        final = self.final_sync.pop(tp, None) if step is Step.STOP_GROUP_SYNC else None
         return StopObservation(dest=dest, dest_latest_epoch=latest, open_transactions=opens, tail=tail,
-                               isr=isr, in_fetcher=in_fetcher, source_cluster_id=source_id)
+                               isr=isr, in_fetcher=in_fetcher, source_cluster_id=source_id, final_sync=final)
+
+    def _ask_source(self, call: Call) -> Observer:
+        """One source call; its failure raised as SourceCallFailed."""
+        try:
+            return (yield call)
+        except PortError as e:
+            raise SourceCallFailed(e) from e
+
+    def _raise_first(self, calls: Sequence[Call], got: Sequence[Any]) -> None:
+        """``raise_first``, a source call's failure as SourceCallFailed."""
+        for call, value in zip(calls, got):
+            if isinstance(value, PortError):
+                raise SourceCallFailed(value) if call[0] is self.source else value
 
     def _read_dest(self, tp: TopicPartition, start: int, end: int) -> Observer:
         out: list[Batch] = []
@@ -722,6 +763,18 @@ class MirrorRunner:
     def _on_port_error(self, key: MirrorPartitionKey, state: MirrorPartitionState, e: PortError, offset: int) -> None:
         tp = key.topic_partition
         self._note(f"{tp} in {state.state.name}: {e}")
+        if isinstance(e, SourceCallFailed):
+            streak = self.source_errors[tp] = self.source_errors.get(tp, 0) + 1
+            nxt = source_failed(state, e.cause, streak, self.now_ms, self.config, jitter=self.jitter())
+            if nxt is state:
+                self.backoff_until[tp] = self.now_ms + self.config.fetch_backoff_ms
+            elif nxt is not None:
+                # A retry that found the source still failing keeps the applied offset: a newer
+                # operator command it has not acted on must still re-arm the partition.
+                self._persist(key, nxt if state.state is MirrorState.FAILED else stamp_applied(nxt, offset))
+            if nxt is not None:
+                return
+            e = e.cause  # no outage of the source (an unknown topic, say): handled as any port error
         if e.retriable or isinstance(e, UnexpectedAppendOffset):
             self.backoff_until[tp] = self.now_ms + self.config.fetch_backoff_ms
             return
@@ -765,6 +818,7 @@ class MirrorRunner:
                         served += 1
                         self._on_port_error(self.key(tp), state, got, offset)
                         continue
+                    self.source_errors.pop(tp, None)
                     pos, result, local_end = got
                     size = sum(b.size_in_bytes for b in result.batches) if isinstance(result, FetchResult) else 0
                     if size > remaining and used > 0:
@@ -804,6 +858,8 @@ class MirrorRunner:
                             {"last_fetched_epoch": pos.last_fetched_epoch})  # fmt: skip
         except OffsetOutOfRange as e:
             result = OutOfRange(e.log_start, e.leo)
+        except PortError as e:
+            raise SourceCallFailed(e) from e
         local_end = None
         if isinstance(result, FetchResult) and result.diverging_epoch is not None:
             local_end = yield (self.dest, "end_offset_for_epoch", (tp, result.diverging_epoch.epoch), None)
@@ -862,7 +918,31 @@ class MirrorRunner:
         if plan.command is not None:
             self.executor.run_one(plan.command)
 
-    def _sync_groups(self, live: dict[TopicPartition, MirrorPartitionState]) -> None:
+    def _final_group_sync(self, tps: Sequence[TopicPartition]) -> None:
+        """STOPPING's last group offset sync for ``tps`` (one sync for all of them, whichever
+        topics they belong to); the outcome goes to each partition's next stop observation."""
+        if not tps:
+            return
+        error: PortError | None = None
+        try:
+            self._sync_groups({tp: self.state(tp) for tp in tps}, final=True)
+            outcome = FinalSync.RAN
+        except PortError as e:
+            outcome, error = FinalSync.FAILED, e
+        for tp in tps:
+            self.final_sync[tp] = outcome
+        topics = ", ".join(sorted({self.source_topics[tp.topic_id].name if tp.topic_id in self.source_topics
+                                   else str(tp.topic_id) for tp in tps}))  # fmt: skip
+        if error is None:
+            log.info("mirror %s: last group offset sync before the stop ran for %d partition(s) of %s",
+                     self.mirror_name, len(tps), topics)  # fmt: skip
+        else:
+            log.warning("mirror %s: last group offset sync before the stop failed for %d partition(s) of %s "
+                        "(tried until stop.group.sync.timeout.ms, %d ms after the stop began): %s: %s",
+                        self.mirror_name, len(tps), topics, self.config.stop_group_sync_timeout_ms,
+                        type(error).__name__, error)  # fmt: skip
+
+    def _sync_groups(self, live: dict[TopicPartition, MirrorPartitionState], final: bool = False) -> None:
         inc, exc = name_pattern(self.config.groups_include), name_pattern(self.config.groups_exclude)
         groups = [g for g in self.source.list_groups() if group_selected(g.group_id, inc, exc)]
         if not groups:
@@ -875,7 +955,7 @@ class MirrorRunner:
         partitions = {}
         for tp in sorted(wanted & live.keys()):
             off = self.dest.list_offsets(tp)
-            partitions[tp] = DestPartition(live[tp].state, off.log_start, off.leo)
+            partitions[tp] = DestPartition(live[tp].state, off.log_start, off.leo, final=final)
         plan = plan_group_sync(groups, source_offsets, active, dest_committed, partitions,
                                self.config.groups_include, self.config.groups_exclude)
         epochs = {(tp, o): self._epoch_before(tp, o) for tp, o in plan.epoch_lookups()}

@@ -226,9 +226,10 @@ class MirrorStateTable(faust.Table):  # type: ignore[misc]
             )
         return partition
 
-    async def write_durably(self, partition: int, writes: Sequence[tuple[bytes, bytes]], producer: Any) -> None:
+    async def write_durably(self, partition: int, writes: Sequence[tuple[bytes, bytes | None]], producer: Any) -> None:
         """Writes ``(key, value)`` pairs of table partition ``partition`` (inside an event of it)
-        and returns once the changelog has acknowledged every one of them.
+        and returns once the changelog has acknowledged every one of them. A None value deletes
+        the key and writes its tombstone.
 
         ``table[key] = value`` queues each changelog record in Faust's producer buffer, which
         sends them one at a time and whose flush gives up after 0.1 s without a send. Here the
@@ -247,7 +248,10 @@ class MirrorStateTable(faust.Table):  # type: ignore[misc]
         sent: list[tuple[Any, int]] = []  # (ack future, records in its batch)
         batch, n = producer.create_batch(), 0
         for key, value in writes:
-            store[key] = value
+            if value is not None:
+                store[key] = value
+            elif key in store:
+                del store[key]
             if batch.append(key=key, value=value, timestamp=None) is None:  # full: send it, start the next
                 sent.append((await producer.send_batch(batch, topic, partition=partition), n))
                 batch, n = producer.create_batch(), 0
@@ -290,13 +294,16 @@ def make_app(config: WorkerConfig, **overrides: Any) -> faust.App:
     group = group_settings(config, overrides)
     # Faust refuses a session timeout above the request timeout (90 s by default).
     settings["broker_request_timeout"] = max(90.0, group["broker_session_timeout"])
+    own: dict[str, Any] = dict(group)
+    if config.group_instance_id:
+        own["consumer_group_instance_id"] = config.group_instance_id  # static membership (KIP-345)
     settings.update(overrides)
-    settings.update(group)
+    settings.update(own)
     Path(settings["datadir"]).parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(config.faust_app_id, **settings)
     # Faust lets its environment variables (BROKER_SESSION_TIMEOUT, ...) beat keyword settings;
     # the worker's own settings must not be overridden silently, so they are set again.
-    for name, value in group.items():
+    for name, value in own.items():
         setattr(app.conf, name, value)
     return app
 
@@ -438,6 +445,7 @@ class MirrorStateStore:
         self.table[self.codec.state_key(mirror_name, topic_id, partition)] = self.codec.encode_value(value)
 
     def delete_state(self, mirror_name: str, topic_id: uuid.UUID, partition: int) -> None:
+        """Tombstones both keys of a mirror partition (state and LME) through Faust's changelog."""
         for key in (self.codec.state_key(mirror_name, topic_id, partition), self.codec.lme_key(mirror_name, topic_id, partition)):
             if key in self.table:
                 del self.table[key]

@@ -10,11 +10,16 @@ input topics are created first with the table's partition count. SIGTERM/SIGINT 
 cleanly; a SIGKILL loses nothing that was acknowledged (see ``streams.app``). A worker's table
 partitions go to the other workers when it leaves the group (SIGTERM) or when the broker expires
 its session (``worker.session.timeout.ms``: Faust's 60 s by default; brokers accept 6 s to 30 min).
+It is a static group member (``--group-instance-id``, or the id kept in ``--data-dir``): restarted
+after a SIGKILL, it takes its dead member over at once (``streams.membership``). It exits with
+code 1 if its consumer drops out of the group for good, for a supervisor to restart it.
 
 ``--controller`` runs ``ClusterMirrorController`` and registers in the metadata log the topics
 of each mirror's source cluster that the log does not have yet (TopicRecord and PartitionRecords
 with the source's topic ID), as a destination learns of the topics it mirrors: every second at
-first, less often while the source shows nothing new (see ``_register_topics``).
+first, less often while the source shows nothing new, at least once per
+``metadata.refresh.interval.ms`` (see ``_register_topics``). New source topics that a started
+pattern selects are started then (discovery).
 Describe shows source HW and destination LEO from the model clusters unless ``--no-offsets``.
 """
 
@@ -24,8 +29,10 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -36,6 +43,7 @@ from coordinator.ports import PortError
 from records.framing import ApiMessageAndVersion
 from records.registry import default_schemas
 from streams import config as worker_config
+from streams import membership
 from streams.app import CoordinatorWorker, ReconnectingClient, model_cluster_of, worker_topic_specs
 from streams.config import WorkerConfig, ensure_topics
 
@@ -56,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat-interval-ms", type=int, help="worker.heartbeat.interval.ms")
     p.add_argument("--rebalance-timeout-ms", type=int,
                    help="worker.rebalance.timeout.ms: how long a rebalance waits for workers to rejoin")
+    p.add_argument("--group-instance-id",
+                   help="worker.group.instance.id: this worker's static group membership (default: an id "
+                        "made at its first start and kept in --data-dir)")
     p.add_argument("--tick-interval", type=float, default=0.25, help="seconds between ticks per table partition")
     p.add_argument("--threads", type=int, default=4, help="port-call thread pool size")
     p.add_argument("--controller", action="store_true", help="run the controller of this cluster instead")
@@ -71,7 +82,8 @@ def load_config(args: argparse.Namespace) -> WorkerConfig:
                              data_dir=args.data_dir, state_partitions=args.state_partitions,
                              controller_listener=args.listener, session_timeout_ms=args.session_timeout_ms,
                              heartbeat_interval_ms=args.heartbeat_interval_ms,
-                             rebalance_timeout_ms=args.rebalance_timeout_ms)  # fmt: skip
+                             rebalance_timeout_ms=args.rebalance_timeout_ms,
+                             group_instance_id=args.group_instance_id)  # fmt: skip
     extra = dict(cfg.extra)
     if args.model_port:
         extra["cluster.model.port"] = str(args.model_port)
@@ -84,23 +96,55 @@ def load_config(args: argparse.Namespace) -> WorkerConfig:
 
 
 def run_worker(cfg: WorkerConfig, args: argparse.Namespace) -> int:
+    """Runs the worker until SIGTERM/SIGINT (exit 0) or until it is out of its group for good
+    (``EXIT_GROUP_LOST``); a clean stop leaves the group (see ``streams.membership``)."""
     import faust
 
     worker_config.install_payload_redaction()
+    if not cfg.group_instance_id:
+        cfg = replace(cfg, group_instance_id=membership.instance_id(cfg.cluster_data_dir, cfg.cluster_name))
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     loop.run_until_complete(ensure_topics(cfg.bootstrap_servers, worker_topic_specs(cfg)))
     coordinator = CoordinatorWorker(cfg, tick_interval=args.tick_interval, threads=args.threads)
+    coordinator.on_fatal = _stop_self
     fw = faust.Worker(coordinator.app, loop=loop, loglevel=args.loglevel.upper(), quiet=True,
                       redirect_stdouts=False, override_logging=False)  # fmt: skip
-    log.info("worker for cluster %r starting (model port %s)", cfg.cluster_name, cfg.extra.get("cluster.model.port"))
+    log.info("worker %s for cluster %r starting (model port %s)", cfg.group_instance_id, cfg.cluster_name,
+             cfg.extra.get("cluster.model.port"))  # fmt: skip
+    code = 0
     try:
         fw.execute_from_commandline()
     except SystemExit as e:
-        return int(e.code or 0)
+        code = int(e.code or 0)
     finally:
         coordinator.close()
-    return 0
+        if coordinator.member_id:
+            _leave_group(cfg, coordinator.member_id)
+    return coordinator.exit_code or code
+
+
+def _stop_self(grace_s: float = 30.0) -> None:
+    """Stops this worker as SIGTERM does; should the stop hang, exits anyway after ``grace_s``."""
+    from streams.app import EXIT_GROUP_LOST
+
+    backstop = threading.Timer(grace_s, os._exit, (EXIT_GROUP_LOST,))
+    backstop.daemon = True
+    backstop.start()
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _leave_group(cfg: WorkerConfig, member: str) -> None:
+    try:
+        error = asyncio.run(membership.leave_group(cfg.bootstrap_servers, cfg.faust_app_id, member,
+                                                   client_id=f"{cfg.client_id}-leave"))  # fmt: skip
+    except Exception as e:  # noqa: BLE001 - the broker expires the member after its session instead
+        log.warning("LeaveGroup for member %s of %s failed: %r", member, cfg.faust_app_id, e)
+        return
+    if error:
+        log.info("member %s of %s was no longer in the group (error code %d)", member, cfg.faust_app_id, error)
+    else:
+        log.info("member %s left group %s", member, cfg.faust_app_id)
 
 
 # -------------------------------------------------------------------------- the controller
@@ -147,7 +191,9 @@ class _ModelOffsets:
             c = self.clients[cluster] = ReconnectingClient(self.port, cluster, 2.0)
         return c
 
-    async def __call__(self, keys: Sequence[tuple[str, uuid.UUID, int]]) -> dict[tuple[str, uuid.UUID, int], tuple[int, int]]:
+    async def __call__(self, keys: Sequence[tuple[str, uuid.UUID, int]]
+                       ) -> dict[tuple[str, uuid.UUID, int], tuple[int, int, str | None]]:  # fmt: skip
+        """(source HW, destination LEO, why the source could not say, or None) per key."""
         from coordinator.ports import TopicPartition
 
         # Mirror -> source cluster on the loop: the controller's image is built there, not thread-safe.
@@ -168,16 +214,16 @@ class _ModelOffsets:
         jobs = [(self.client(src), [tps[i] for i in idx]) for src, idx in by_source.items()]
         jobs.append((self.client(self.dest), tps))
         results = await asyncio.to_thread(lambda: [self._list_offsets(c, t) for c, t in jobs])
-        hws = [-1] * len(keys)
-        for idx, found in zip(by_source.values(), results[:-1], strict=True):
+        hws: list[tuple[int, str | None]] = [(-1, None)] * len(keys)
+        for src, idx, found in zip(by_source, by_source.values(), results[:-1], strict=True):
             for i, o in zip(idx, found, strict=True):
-                if o is not None:
-                    hws[i] = o.hw
-        return {k: (hw, o.leo if o is not None else -1) for k, hw, o in zip(keys, hws, results[-1], strict=True)}
+                hws[i] = (-1, f"source {src}: {o}") if isinstance(o, str) else (o.hw, None)
+        return {k: (hw, o.leo if not isinstance(o, str) else -1, why)
+                for k, (hw, why), o in zip(keys, hws, results[-1], strict=True)}  # fmt: skip
 
     @classmethod
     def _list_offsets(cls, client: ReconnectingClient, tps: Sequence[Any]) -> list[Any]:
-        """PartitionOffsets per partition, None where the cluster could not say (unknown topic, down)."""
+        """PartitionOffsets per partition, or why the cluster could not say (unknown topic, down)."""
         from coordinator.ports import PartitionOffsets
 
         out: list[Any] = []
@@ -187,8 +233,8 @@ class _ModelOffsets:
                 replies = client.call_many([("list_offsets", (tp,), None) for tp in chunk])
             except PortError as e:  # the cluster is down: the remaining chunks would only wait too
                 log.warning("offsets of %d partition(s) on %s unavailable: %s", len(tps) - start, client.cluster, e)
-                return out + [None] * (len(tps) - start)
-            out += [r if isinstance(r, PartitionOffsets) else None for r in replies]
+                return out + [str(e)] * (len(tps) - start)
+            out += [r if isinstance(r, PartitionOffsets) else str(r) for r in replies]
         return out
 
 
@@ -204,7 +250,8 @@ def _refresh_interval_s(mirror: Any) -> float:
 
 async def _register_topics(controller: Any, port: int, stop: asyncio.Event, tick: float = 1.0,
                            cost_factor: float = 10.0) -> None:  # fmt: skip
-    """Registers each mirror's new source topics and partitions.
+    """Registers each mirror's new source topics and partitions, and starts the topics its
+    started patterns select (``ClusterMirrorController.discover``).
 
     Describing a source of 1,000 x 50 partitions costs ~0.15 s of CPU (model server and this
     process), so a mirror whose source showed nothing new is asked again later and later: the
@@ -241,6 +288,7 @@ async def _register_topics(controller: Any, port: int, stop: asyncio.Event, tick
                         await controller.append(records[start : start + 5000], timeout=120.0)
                 if records:
                     log.info("registered %d topic/partition record(s) of %s's source %s", len(records), name, cluster)
+                await controller.discover(name, {t.name: t.topic_id for t in topics})
                 if records or last is None or last[0] != mirror.source_bootstrap:
                     period = tick
                 else:

@@ -45,6 +45,9 @@ class MirrorConfig(msgspec.Struct, frozen=True, kw_only=True):
     fetch_max_wait_ms: int = 0
     # Periodic work: metadata sync (periodic epoch check, configs, groups, ACLs).
     metadata_refresh_interval_ms: int = 30_000
+    # STOPPING's last consumer- and share-group offset sync: retried until this long after the
+    # stop began, then the failover goes on without it (a dead source never blocks a failover).
+    stop_group_sync_timeout_ms: int = 3_000
     # DLE >= SLE: bump to SLE + margin when SLE comes within threshold of DLE (prototype: 3 and 10).
     epoch_bump_threshold: int = 3
     epoch_bump_margin: int = 10

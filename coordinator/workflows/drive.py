@@ -16,7 +16,7 @@ import msgspec
 
 from coordinator.partition_state import MirrorPartitionKey, MirrorPartitionState, Step
 from coordinator.ports import PartitionOffsets
-from coordinator.retry import decide_failed
+from coordinator.retry import decide_failed, probe_source
 from coordinator.states import DesiredState, MirrorState
 from coordinator.workflows.commands import AddFetcher, Decision, unchanged
 from coordinator.workflows.config import MirrorConfig
@@ -33,6 +33,7 @@ class Need(enum.Enum):
     DEST = "dest"  # destination offsets and leader epoch
     PREPARE = "prepare"  # PrepareObservation
     STOP = "stop"  # StopObservation
+    SOURCE = "source"  # the source answers for the partition (a FAILED one's retry), nothing kept
 
 
 class PartitionObservation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -67,12 +68,14 @@ def may_step_before_durable(pending: MirrorPartitionState, durable: MirrorPartit
     return proposed.state is pending.state or pending.state is before
 
 
-def needs(state: MirrorPartitionState, desired: DesiredState) -> Need:
+def needs(state: MirrorPartitionState, desired: DesiredState, now_ms: int) -> Need:
     s = state.state
     if s is MirrorState.STOPPING:
         return Need.STOP
     if desired is DesiredState.STOP:
         return Need.NOTHING  # entering STOPPING needs no observation
+    if s is MirrorState.FAILED and probe_source(state, desired, now_ms):
+        return Need.SOURCE
     if s is MirrorState.PREPARING:
         return Need.PREPARE
     if s is MirrorState.EPOCH_FENCING:
@@ -111,7 +114,7 @@ def _route(
         return Decision(decide_failed(state, desired, desired_offset, now_ms, config))
     if s is MirrorState.STOPPING:
         assert obs.stop is not None, "STOPPING needs a StopObservation"
-        return decide_stop(state, key, obs.stop, now_ms)
+        return decide_stop(state, key, obs.stop, now_ms, config.stop_group_sync_timeout_ms)
     if desired is DesiredState.STOP:
         if s in (MirrorState.UNKNOWN, MirrorState.STOPPED):
             return unchanged(state)

@@ -1,19 +1,18 @@
 """MIRRORING: what to do with one partition's fetch answer, and how a fetch round is budgeted.
 
-Isolation: the fetcher reads with READ_COMMITTED, i.e. up to the source's LSO (thread RS4 weighed
-this against reading up to the HW). Reasons:
+Isolation: the fetcher reads like a follower replica (the prototype's ``MirrorFetcherThread``):
+READ_UNCOMMITTED, every batch up to the source's high-water mark. Transactional data, COMMIT
+and ABORT markers and aborted data are copied byte for byte, whether or not the transaction is
+decided yet, and the destination rebuilds its own producer state, LSO and aborted-transactions
+index from them, so ``read_committed`` on the destination reads what it reads on the source up
+to the copied offset. Lag is source HW minus destination LEO; it reaches 0 while transactions
+are open on the source.
 
-- a transaction still open on the source is never copied, so a transaction left open on the
-  destination at failover is always one the source had already decided (its marker lies above
-  the LSO because an older transaction held the LSO back). The stop workflow aborts it; failback
-  truncates the source's own marker away (it sits above the LME boundary) and copies the ABORT
-  back, so the two logs agree and no late or duplicate marker survives (thread AS30);
-- read_uncommitted consumers on the destination never read data a failover would abort;
-- the net loss on failover relative to the source is the same either way; the price is more
-  steady-state lag while a long transaction is open on the source.
-
-Aborted batches and markers below the LSO are copied as they are; the destination rebuilds its
-own producer state and transaction index from them.
+Why not up to the LSO (an earlier design in the threads): a transaction whose COMMIT marker
+sits above the source's LSO (held back by an older open transaction) would be on the
+destination without its marker at failover, and the stop workflow would abort a transaction
+the source had committed. Copying to the HW leaves exactly the transactions still open on the
+source open on the destination; STOPPING aborts those, once each.
 
 Memory: a fetch round gives each fetcher one response budget (``fetch_response_max_bytes``) shared
 by all its partitions, each capped at ``fetch_partition_max_bytes``; the round stops when the
@@ -40,7 +39,7 @@ from coordinator.workflows.commands import (
 from coordinator.workflows.config import MirrorConfig
 from coordinator.workflows.fencing import enter_epoch_fencing, proactive_bump
 
-MIRROR_FETCH_ISOLATION = IsolationLevel.READ_COMMITTED
+MIRROR_FETCH_ISOLATION = IsolationLevel.READ_UNCOMMITTED
 
 
 class FetchPosition(msgspec.Struct, frozen=True, gc=False):

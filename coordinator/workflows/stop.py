@@ -19,10 +19,17 @@ The SPEC's order, one persisted step each:
    topic is read-only) already holds one: at most one per stop. The tail is read once the HW has
    reached the LEO (a fetch reads below the HW), so a reset written just before a crash is seen.
 6. STOP_WAIT_ISR: wait until the ISR has everything (HW = LEO on every ISR member).
-7. STOPPED: the topic workflow makes the topic writable once all its partitions are STOPPED.
+7. STOP_GROUP_SYNC: one last consumer- and share-group offset sync, so offsets committed on the
+   source since the last periodic sync are not lost with the failover. The shell tries it at this
+   step (``final_sync``); a failed one is tried again until ``stop_group_sync_timeout_ms`` after
+   the stop began, then the failover goes on without it (a source that is down costs the failover
+   that long at most, a source that blinks loses no offsets).
+8. STOPPED: the topic workflow makes the topic writable once all its partitions are STOPPED.
 """
 
 from __future__ import annotations
+
+import enum
 
 import msgspec
 
@@ -55,6 +62,13 @@ from coordinator.workflows.commands import (
 )
 
 
+class FinalSync(enum.IntEnum):
+    """How STOPPING's last group offset sync went."""
+
+    RAN = 0
+    FAILED = 1  # tried again until the bound
+
+
 class StopObservation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What STOPPING reads from the destination (the source may be gone: a failover needs none of it)."""
 
@@ -65,6 +79,7 @@ class StopObservation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     isr: IsrStatus | None = None
     in_fetcher: bool = False
     source_cluster_id: str = ""
+    final_sync: FinalSync | None = None  # STOP_GROUP_SYNC: how the last sync went; None: not tried
 
 
 def begin_stop(state: MirrorPartitionState, now_ms: int) -> MirrorPartitionState:
@@ -78,7 +93,8 @@ def has_pid_reset(tail: tuple[Batch, ...]) -> bool:
 
 
 def decide_stop(
-    state: MirrorPartitionState, key: MirrorPartitionKey, obs: StopObservation, now_ms: int
+    state: MirrorPartitionState, key: MirrorPartitionKey, obs: StopObservation, now_ms: int,
+    group_sync_timeout_ms: int = 3_000,
 ) -> Decision:
     tp = key.topic_partition
     dle = obs.dest.leader_epoch
@@ -117,9 +133,15 @@ def decide_stop(
         if not has_pid_reset(obs.tail):
             reset = (AppendControl(tp, ControlType.MIRROR_PID_RESET, source_cluster_id=obs.source_cluster_id),)
         return Decision(advance(state, step=Step.STOP_WAIT_ISR), bump + reset)
-    # STOP_WAIT_ISR
-    if obs.isr is None or not obs.isr.isr_caught_up():
-        return unchanged(state)
+    if step is Step.STOP_WAIT_ISR:
+        if obs.isr is None or not obs.isr.isr_caught_up():
+            return unchanged(state)
+        return Decision(advance(state, step=Step.STOP_GROUP_SYNC))
+    # STOP_GROUP_SYNC
+    if obs.final_sync is None:
+        return unchanged(state)  # not tried yet
+    if obs.final_sync is FinalSync.FAILED and now_ms < state.entered_at_ms + group_sync_timeout_ms:
+        return unchanged(state)  # the source did not answer: again next round, within the bound
     stopped = transition(
         state,
         MirrorState.STOPPED,

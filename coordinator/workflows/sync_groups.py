@@ -4,8 +4,10 @@
   comma-separated, as the prototype compiles them).
 - A group with active members on the destination is skipped: its members own their progress.
 - Only partitions whose mirror partition is MIRRORING or EPOCH_FENCING are synced: a paused,
-  stopping, stopped or failed partition keeps whatever the destination has (after a failover the
-  destination's groups are the live ones; a stopped mirror never overwrites them).
+  stopped or failed partition keeps whatever the destination has (after a failover the
+  destination's groups are the live ones; a stopped mirror never overwrites them). The one
+  exception is STOPPING's last sync (``DestPartition.final``): the offsets consumers committed
+  on the source since the last periodic sync, carried over once before the topic turns writable.
 - The offset is double-clamped into what the destination can serve:
   ``synced = max(destLogStart, min(sourceCommitted, destLEO))``. Under lag it cannot point past
   the LEO (no OffsetOutOfRange, no ``auto.offset.reset=latest`` skipping records after failover);
@@ -50,6 +52,7 @@ class DestPartition(msgspec.Struct, frozen=True, gc=False):
     state: MirrorState
     log_start: int
     leo: int
+    final: bool = False  # STOPPING's last sync: synced although no longer mirroring
 
 
 class PlannedOffset(msgspec.Struct, frozen=True, gc=False):
@@ -99,7 +102,7 @@ def plan_group_sync(
         for off in source_offsets.get(group.group_id, ()):
             tp = TopicPartition(off.topic_id, off.partition)
             dest = partitions.get(tp)
-            if dest is None or dest.state not in SYNCED_STATES:
+            if dest is None or (dest.state not in SYNCED_STATES and not dest.final):
                 continue
             synced = clamp(off.offset, dest.log_start, dest.leo)
             if current.get((off.topic_id, off.partition)) == synced:

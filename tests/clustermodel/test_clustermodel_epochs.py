@@ -40,14 +40,17 @@ def test_truncation_from_both_ends() -> None:
     assert cache.epoch_for_offset(3) is None
 
 
-def test_follower_noop_truncation_trims_epoch_entries_at_the_leo() -> None:
+def test_noop_truncation_trims_epoch_entries_at_the_leo() -> None:
+    """As Kafka's UnifiedLog.truncateTo, for followers and for the coordinator's cut alike: an
+    epoch assigned at the LEO with nothing appended would otherwise be the mirror fetcher's
+    last fetched epoch, which the source reports as diverging at the LEO, forever."""
     from clustermodel.log import PartitionLog
     from coordinator.ports import Batch
 
     log = PartitionLog()
     log.append(Batch(base_offset=0, last_offset=3, leader_epoch=1))
     log.epochs.assign(2, 4)  # became leader of epoch 2 at LEO 4, appended nothing
-    log.truncate_to(4, hw=4)  # a leader's no-op keeps its epoch
     assert log.epochs.entries() == [(1, 0), (2, 4)]
-    log.truncate_to(4, hw=4, follower=True)  # Kafka trims a follower's cache at the LEO
+    log.truncate_to(5, hw=4)  # above the LEO: nothing to cut, the empty epoch goes all the same
     assert log.epochs.entries() == [(1, 0)]
+    assert log.leo == 4

@@ -16,6 +16,7 @@ from coordinator.admin import (
     create_cluster_mirror,
     delete_cluster_mirror,
     describe_cluster_mirrors,
+    discover_mirror_topics,
     list_cluster_mirrors,
     pause_mirror_topics,
     redact_config,
@@ -175,6 +176,44 @@ def test_a_regex_start_does_not_rediscover_a_stopped_topic() -> None:
     assert commit(img, result).mirror_topic(A).desired_state is DesiredState.STOP  # type: ignore[union-attr]
     by_name = start_mirror_topics(img, "a-to-b", ["a"])  # failback by name works
     assert commit(img, by_name).mirror_topic(A).desired_state is DesiredState.START  # type: ignore[union-attr]
+
+
+def source_ids(img: MetadataImage) -> dict[str, uuid.UUID]:
+    return {t.name: t.topic_id for t in img.topics.by_id.values()}
+
+
+def test_discovery_starts_new_topics_a_started_pattern_selects() -> None:
+    img = base()
+    img = commit(img, start_mirror_topics(img, "a-to-b", include_patterns=["a|pay.*"], exclude_patterns=["pay-internal"]))
+    assert {img.topics.by_id[t].name for t in img.mirrors.topics} == {"a"}
+    assert discover_mirror_topics(img, "a-to-b", source_ids(img)).records == ()  # nothing new yet
+    new, internal = tid_(20), tid_(21)
+    img = commit(img, AdminResult(tuple(R.topic("pay-new", new, 3) + R.topic("pay-internal", internal)), None))  # type: ignore[arg-type]
+    found = discover_mirror_topics(img, "a-to-b", source_ids(img))
+    assert [t.name for t in found.response.topics] == ["pay-new"]
+    after = commit(img, found)
+    assert after.mirror_topic(new) is not None and after.mirror_topic(new).desired_state is DesiredState.START  # type: ignore[union-attr]
+    assert after.mirror_topic(internal) is None  # excluded
+    assert local_changes(img, after).start == tuple(MirrorPartitionKey("a-to-b", new, p) for p in range(3))
+    assert discover_mirror_topics(after, "a-to-b", source_ids(after)).records == ()  # once
+    # a source topic only known locally under another topic ID is not this one: left alone
+    assert discover_mirror_topics(img, "a-to-b", {"pay-new": tid_(99)}).records == ()
+    assert discover_mirror_topics(img, "no-such-mirror", source_ids(img)).records == ()
+
+
+def test_discovery_never_restarts_a_stopped_topic_nor_another_mirrors_topic() -> None:
+    img = base()
+    img = commit(img, create_cluster_mirror(img, "other", {"bootstrap.servers": "x:9092"}))
+    img = commit(img, start_mirror_topics(img, "other", ["c.x"]))
+    img = commit(img, start_mirror_topics(img, "a-to-b", include_patterns=[".*"]))
+    assert {img.topics.by_id[m.topic_id].name for m in img.mirrors.topics_of("a-to-b")} == {"a", "b"}
+    img = commit(img, stop_mirror_topics(img, "a-to-b", ["a"]))  # stopped by name: .* still includes it
+    assert discover_mirror_topics(img, "a-to-b", source_ids(img)).records == ()
+    # a topic with a partition still STOPPING under this mirror is not started behind the stop's back
+    d = tid_(30)
+    img = commit(img, AdminResult(tuple(R.topic("d", d)), None))  # type: ignore[arg-type]
+    assert discover_mirror_topics(img, "a-to-b", source_ids(img), states={("a-to-b", d, 0): S.STOPPING}).records == ()
+    assert [t.name for t in discover_mirror_topics(img, "a-to-b", source_ids(img)).response.topics] == ["d"]
 
 
 # -------------------------------------------------------------------------------- stop

@@ -26,7 +26,7 @@ from clustermodel.client import ClusterClient
 from coordinator import admin
 from coordinator.delta import Replayer
 from coordinator.ports import TopicPartition
-from coordinator.states import MirrorState
+from coordinator.states import DesiredState, MirrorState
 from records.registry import default_schemas
 from streams import controller as controller_module
 from streams.controller import MirrorStateChangelogView, PartitionStatus
@@ -199,8 +199,18 @@ async def test_states_only_and_one_mirror_only(model_port: int, topics: dict[str
     assert all(st.source_hw == st.destination_leo == -1 for k, st in some.items() if k[0] == "a-to-b")
 
 
+class _NoStates:
+    async def statuses(self, offsets: bool = True, mirrors: Any = None) -> dict[Any, PartitionStatus]:
+        return {}
+
+
 class _Controller:
-    """What _register_topics uses of the controller: the image, the command lock and append."""
+    """What _register_topics uses of the controller: the image, the command lock, append, and
+    the controller's own discovery (no partition has a state yet)."""
+
+    discover = controller_module.ClusterMirrorController.discover
+    status = _NoStates()
+    schemas = default_schemas()
 
     def __init__(self, mirror: str, configs: dict[str, str]) -> None:
         self.replayer = Replayer(schemas=default_schemas())
@@ -265,6 +275,70 @@ async def test_register_topics_adds_new_source_topics_and_backs_off_while_nothin
         c.add_topic("second", 2)
         await registered("second", 2, within=3.0)  # within the refresh interval, plus slack
         assert len(controller.appended) == count + 1 + 2  # a TopicRecord and its PartitionRecords, once
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5.0)
+        c.close()
+
+
+async def test_unreachable_source_says_why_in_the_error_column(model_port: int, topics: dict[str, uuid.UUID]) -> None:
+    tid = topics["orders-0"]
+    failed = PartitionStatus(MirrorState.FAILED, 2, "NETWORK_EXCEPTION: source cluster A unavailable: unreachable")
+    states = _states(topics) | {("a-to-b", tid, 1): failed}
+    view = _view(model_port, states)
+    view.offsets_max_age = view.offsets_cost_factor = 0.0
+    with ClusterClient(model_port, "A") as a:
+        a.set_unreachable(True)
+        try:
+            got = await view.statuses()
+        finally:
+            a.set_unreachable(False)
+    plain = got[("a-to-b", tid, 0)]
+    assert plain.source_hw == -1 and plain.error_message is not None
+    assert plain.error_message.startswith("source A: ") and "unreachable" in plain.error_message
+    assert plain.destination_leo == _truth(model_port, "B", tid, 0).leo  # B still answers
+    assert got[("a-to-b", tid, 1)].error_message == failed.error_message  # the state's own error comes first
+    again = await view.statuses()  # A back: no error left over
+    assert again[("a-to-b", tid, 0)].error_message is None
+    assert again[("a-to-b", tid, 0)].source_hw == _truth(model_port, "A", tid, 0).hw
+
+
+async def test_register_topics_starts_new_topics_a_pattern_selects_and_never_a_stopped_one(model_port: int) -> None:
+    with ClusterClient(model_port, "A") as c:
+        c.add_cluster("D")
+    c = ClusterClient(model_port, "D")
+    c.add_topic("orders", 1)
+    controller = _Controller("d-to-b", {"bootstrap.servers": "model://D", "metadata.refresh.interval.ms": "300",
+                                        "mirror.topics.include": "pay-.*", "mirror.topics.exclude": "pay-internal"})  # fmt: skip
+
+    def desired(name: str) -> Any:
+        t = controller.image.topics.get_by_name(name)
+        m = controller.image.mirror_topic(t.topic_id) if t is not None else None
+        return None if m is None else m.desired_state
+
+    async def until(what: str, predicate: Any, within: float) -> float:
+        started = time.monotonic()
+        while not predicate():
+            assert time.monotonic() - started < within, what
+            await asyncio.sleep(0.02)
+        return time.monotonic() - started
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(_register_topics(controller, model_port, stop, tick=0.05))
+    try:
+        await until("orders registered", lambda: controller.image.topics.get_by_name("orders") is not None, 5.0)
+        await asyncio.sleep(1.0)  # the describe period backs off to the refresh interval
+        c.add_topic("pay-eu", 2)
+        c.add_topic("pay-internal", 1)
+        took = await until("pay-eu started", lambda: desired("pay-eu") is DesiredState.START, 3.0)
+        assert took < 1.0, took  # one refresh interval (0.3 s), plus slack for a loaded machine
+        assert desired("orders") is None and desired("pay-internal") is None
+        who = admin.Principal("User:admin", "127.0.0.1", frozenset({"User:admin"}))
+        await controller.append(admin.stop_mirror_topics(controller.image, "d-to-b", ["pay-eu"], principal=who).records)
+        assert desired("pay-eu") is DesiredState.STOP
+        count = len(controller.appended)
+        await asyncio.sleep(1.0)  # three refresh intervals
+        assert desired("pay-eu") is DesiredState.STOP and len(controller.appended) == count  # not rediscovered
     finally:
         stop.set()
         await asyncio.wait_for(task, 5.0)

@@ -4,8 +4,10 @@ One cluster-model server (clusters A and B), and per destination cluster a contr
 number of ``kip1279-worker`` processes, all on the session's noida-db broker. It reuses the
 demo's process management (``streams.demo.Processes``: every child is stopped on close and dies
 with its parent), its CLI runner and its log helpers, and adds what the tests need: SIGKILL a
-worker, restart it on the same (or a wiped) data directory, read the ``__mirror_state``
-changelog history of every mirror partition and check it, and compare the two clusters' logs.
+worker, restart it with the same arguments (its data directory kept, or its state wiped), read
+the ``__mirror_state`` changelog history of every mirror partition and check it, and compare the
+two clusters' logs. It never touches the workers' group: a dead member is the product's business
+(static membership, see ``streams.membership``).
 
 The topic prefixes (``--cluster-name``) are unique per rig, so rigs share the broker; the model
 cluster is passed with ``--model-cluster``.
@@ -33,16 +35,17 @@ from coordinator.ports import PortError, TopicPartition
 from coordinator.states import MirrorState, is_legal_transition
 from streams.config import WorkerConfig
 from streams.demo import PY, Clock, DemoError, Processes, log_batches, read_changelog, run_cli, shape, wait_for
+from streams.membership import IDENTITY_FILE
 from streams.mirror_state_store import RecordType
 
 # The workers' group timing (worker.session.timeout.ms etc.). noida-db 0.2.3 never expires a dead
-# member (the harness does it: ``evict_dead_members``, ``Rig.reap_ghosts``), so a short session buys
-# nothing there; it only checks a session when that member's own heartbeat arrives (engine.rs
+# member (a restarted worker takes its member over by its group.instance.id), so a short session
+# buys nothing there; it only checks a session when that member's own heartbeat arrives (engine.rs
 # handle_heartbeat), so a live member whose JoinGroup waited longer than the session is thrown out.
 # And a round that reaches its rebalance timeout completes without its slow members; with 8 s,
 # under load, a worker once got an empty assignment that aiokafka cannot decode (its coordinator
-# died, the worker stayed up outside the group). Hence a rebalance timeout a loaded machine does
-# not reach, and a session above it plus a heartbeat.
+# died: the worker now exits, see ``CoordinatorWorker._watch_membership``). Hence a rebalance
+# timeout a loaded machine does not reach, and a session above it plus a heartbeat.
 GROUP_TIMING = {"--session-timeout-ms": "45000", "--heartbeat-interval-ms": "500", "--rebalance-timeout-ms": "30000"}
 FAUST_ENV: dict[str, str] = {}
 PROPS = "bootstrap.servers=model://{src}\nmetadata.refresh.interval.ms=1000\n"
@@ -63,7 +66,6 @@ class Rig:
         self.clients: dict[str, ClusterClient] = {}
         self.ids: dict[str, uuid.UUID] = {}
         self.tps: list[TopicPartition] = []
-        self.seen: dict[str, int] = {}  # group member id -> the order the harness first saw it in
 
     # ------------------------------------------------------------------------- processes
 
@@ -104,7 +106,7 @@ class Rig:
         data_dir = data_dir or self.data_dir(cluster, "")
         argv = [PY, "-m", "streams.worker", "--tick-interval", str(self.tick), *self.common(cluster, data_dir),
                 *(x for kv in GROUP_TIMING.items() for x in kv)]  # fmt: skip
-        # A client id per worker names its group member, so that only a dead worker's is evicted.
+        # A client id per worker names its group member (``owners``, ``group_members``).
         env = dict(FAUST_ENV, BROKER_CLIENT_ID=self.client_id(name),
                    **json.loads(os.environ.get("KIP1279_TEST_FAUST_ENV", "{}")))  # fmt: skip
         saved = {k: os.environ.get(k) for k in env}
@@ -123,47 +125,17 @@ class Rig:
     def client_id(self, worker: str) -> str:
         return f"kip1279-{self.tag}-{worker}"
 
-    def kill_worker(self, name: str, evict: bool = True) -> list[str]:
-        """SIGKILL: no clean shutdown, nothing flushed that was not already acknowledged. With
-        ``evict``, its group membership (and only its) is expired as Kafka would after the session
-        timeout (see ``evict_dead_members``); returns the evicted member ids."""
-        cluster, proc = self.workers.pop(name)
+    def kill_worker(self, name: str) -> None:
+        """SIGKILL: no clean shutdown, no LeaveGroup, nothing flushed that was not already acknowledged."""
+        _, proc = self.workers.pop(name)
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         self.procs.procs = [(n, p) for n, p in self.procs.procs if p is not proc]
-        if evict:
-            return evict_dead_members(self.bootstrap, self.config(cluster).faust_app_id, self.client_id(name))
-        return []
 
     def group_members(self, cluster: str) -> list[tuple[str, str, bytes]]:
         """(member id, client id, assignment) of every member of the cluster's worker group."""
-        members = asyncio.run(_group_members(self.bootstrap, self.config(cluster).faust_app_id))
-        for member_id, _, _ in members:
-            self.seen.setdefault(member_id, len(self.seen))
-        return members
-
-    def reap_ghosts(self, cluster: str) -> list[str]:
-        """Evicts the members no running worker uses any more (Kafka expires them after the session
-        timeout; noida-db 0.2.3 never does): those of workers that are gone, and every member of a
-        running worker but the one seen last. Returns the evicted member ids.
-
-        How a live worker leaves a ghost on noida-db: the broker bumps the generation when a round
-        *starts* (Kafka bumps it when the round completes), so the OffsetCommit a consumer sends
-        while its partitions are revoked (Faust always has tick offsets to commit) is refused with
-        ILLEGAL_GENERATION; aiokafka then drops its member id and joins again as a new member
-        (its log: "OffsetCommit failed ... IllegalGenerationError, will rejoin"), and the old
-        member stays in the group: the round waits for it, then completes around it, and never
-        settles if it was the leader."""
-        running = {self.client_id(n) for n, (c, p) in self.workers.items() if c == cluster and p.poll() is None}
-        mine: dict[str, list[str]] = {}
-        for member_id, client, _ in self.group_members(cluster):
-            mine.setdefault(client, []).append(member_id)
-        ghosts = [m for client, ids in mine.items() if client.startswith(self.client_id(""))
-                  for m in (sorted(ids, key=self.seen.__getitem__)[:-1] if client in running else ids)]  # fmt: skip
-        if ghosts:
-            evict_members(self.bootstrap, self.config(cluster).faust_app_id, ghosts)
-        return ghosts
+        return asyncio.run(_group_members(self.bootstrap, self.config(cluster).faust_app_id))
 
     def owners(self, cluster: str) -> dict[str, set[int]]:
         """Worker name -> the desired-state topic partitions (so table partitions) the group gives it."""
@@ -208,8 +180,13 @@ class Rig:
         return code
 
     def wipe(self, cluster: str, worker: str = "") -> None:
-        """Removes RocksDB and the metadata snapshots: state comes back from the changelog and the log."""
-        shutil.rmtree(self.data_dir(cluster, worker), ignore_errors=True)
+        """Removes RocksDB and the metadata snapshots: state comes back from the changelog and the
+        log. The worker's identity (its group.instance.id) stays, as a restart with the same
+        arguments keeps it (``streams.membership``)."""
+        for d in self.data_dir(cluster, worker).glob("*"):
+            for item in d.iterdir() if d.is_dir() else ():
+                if item.name != IDENTITY_FILE:
+                    shutil.rmtree(item) if item.is_dir() else item.unlink()
 
     def worker_alive(self, name: str) -> bool:
         return name in self.workers and self.workers[name][1].poll() is None
@@ -359,56 +336,15 @@ async def read_history(bootstrap: str, topic: str, timeout: float) -> dict[tuple
     return out
 
 
-async def _describe(admin: Any, group: str) -> tuple[int, list[tuple[str, str, bytes]]]:
-    node = await admin.find_coordinator(group)
-    (resp,) = await admin.describe_consumer_groups([group], group_coordinator_id=node)
-    # DescribeGroups v0-v3 members: member id, client id, host, metadata, assignment
-    return node, [(m[0], m[1], m[4]) for g in resp.groups for m in g[5]]
-
-
 async def _group_members(bootstrap: str, group: str) -> list[tuple[str, str, bytes]]:
     from aiokafka.admin import AIOKafkaAdminClient
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="kip1279-test-describe")
     await admin.start()
     try:
-        return (await _describe(admin, group))[1]
+        node = await admin.find_coordinator(group)
+        (resp,) = await admin.describe_consumer_groups([group], group_coordinator_id=node)
+        # DescribeGroups v0-v3 members: member id, client id, host, metadata, assignment
+        return [(m[0], m[1], m[4]) for g in resp.groups for m in g[5]]
     finally:
         await admin.close()
-
-
-async def _evict_members(bootstrap: str, group: str, client_id: str | None, only: Sequence[str] | None = None) -> list[str]:
-    from aiokafka.admin import AIOKafkaAdminClient
-    from aiokafka.protocol.group import LeaveGroupRequest
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="kip1279-test-evict")
-    await admin.start()
-    try:
-        node, members = await _describe(admin, group)
-        evicted = [m for m, c, _ in members if (client_id is None or c == client_id) and (only is None or m in only)]
-        for member_id in evicted:
-            await admin._send_request_to_node(node, LeaveGroupRequest(group, member_id))
-        return evicted
-    finally:
-        await admin.close()
-
-
-def evict_dead_members(bootstrap: str, group: str, client_id: str | None = None) -> list[str]:
-    """Removes the members of ``group`` with ``client_id`` (every member if None), with LeaveGroup.
-
-    Works around noida-db 0.2.3, which never expires a SIGKILLed member: it checks a member's
-    session only when that member's own Heartbeat arrives (engine.rs ``handle_heartbeat``), and
-    nothing sweeps silent members. So the dead member keeps its partitions; the next rebalance
-    waits the rebalance timeout for it, then completes with the dead member still in the group
-    and, if it was the leader, still leader: the live members wait for a SyncGroup that never
-    comes and rejoin forever. Kafka removes the member itself after ``session.timeout.ms`` (and
-    rebalances); LeaveGroup for that member id does exactly that on noida-db. Only the dead
-    worker's member is evicted (each worker has its own client id): evicting a live member too
-    made it rejoin under a new member id in the middle of the next round.
-    """
-    return asyncio.run(_evict_members(bootstrap, group, client_id))
-
-
-def evict_members(bootstrap: str, group: str, member_ids: Sequence[str]) -> list[str]:
-    """LeaveGroup for each of ``member_ids`` still in ``group``."""
-    return asyncio.run(_evict_members(bootstrap, group, None, member_ids))

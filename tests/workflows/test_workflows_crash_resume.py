@@ -21,11 +21,11 @@ def _mirroring_with_open_txn():
     a.produce_transactional("t1", "x", 0, [(b"k", b"t1")])
     a.begin_transaction("t2")
     a.produce_transactional("t2", "x", 0, [(b"k", b"t2")])
-    a.commit_transaction("t1")  # copied without its marker: open on B at failover
+    a.commit_transaction("t1")  # copied with its marker; t2 stays open on B at failover
     m = w.mirror("a", "b")
     m.set_desired(topic.topic_id, DesiredState.START)
     tp = a.tp("x", 0)
-    run_until(w, lambda: all_in(m, MirrorState.MIRRORING) and w["b"].list_offsets(tp).leo == 2)
+    run_until(w, lambda: all_in(m, MirrorState.MIRRORING) and w["b"].list_offsets(tp).leo == a.list_offsets(tp).hw == 4)
     return w, topic, tp, m
 
 
@@ -51,7 +51,8 @@ def test_stop_resumes_after_a_crash_at_every_step():
     w, topic, tp, m = _mirroring_with_open_txn()
     m.set_desired(topic.topic_id, DesiredState.STOP)
     expected = _stop_outcome(w, m, tp)
-    assert [x[7] for x in expected[0] if x[7] is not None] == [ControlType.ABORT, ControlType.MIRROR_PID_RESET]
+    assert [x[7] for x in expected[0] if x[7] is not None] == [ControlType.COMMIT, ControlType.ABORT,
+                                                               ControlType.MIRROR_PID_RESET]
     crashes = 0
     for after_call in (False, True):
         for calls in range(0, 8):
@@ -75,7 +76,7 @@ def test_failback_resumes_after_a_crash_at_every_step():
 
     def outcome(w, tp, ba):
         run_until(w, lambda: all_in(ba, MirrorState.MIRRORING)
-                  and w["a"].list_offsets(tp).leo == w["b"].list_offsets(tp).lso)
+                  and w["a"].list_offsets(tp).leo == w["b"].list_offsets(tp).hw)
         hw = w["b"].list_offsets(tp).hw
         assert prefix(w["a"], tp, hw) == prefix(w["b"], tp, hw)
         return shape(batches(w["a"], tp)), ba.runner.state(tp).truncation_offset

@@ -36,7 +36,7 @@ def _start(world, src, dst, topic_id):
 def _converged(world, m, src, dst, tps):
     def ok():
         return all_in(m, MirrorState.MIRRORING) and all(
-            world[dst].list_offsets(tp).leo == world[src].list_offsets(tp).lso for tp in tps)
+            world[dst].list_offsets(tp).leo == world[src].list_offsets(tp).hw for tp in tps)
     return ok
 
 

@@ -1,7 +1,8 @@
 """A Hypothesis state machine over two model clusters and both mirror directions.
 
 Rules: produce on whichever side takes writes, transactions, clean leader elections, source
-broker crashes and restarts, destination broker bounces, source retention, stop (failover), start (failback, or a restart of the
+broker crashes and restarts, destination broker bounces, source retention, the source unreachable
+for a while, stop (failover), start (failback, or a restart of the
 same direction), pause and resume, a coordinator killed in the middle of a round, and a plain
 coordinator restart from persisted state only. Every rule ends with one coordinator round.
 
@@ -11,7 +12,11 @@ After every step:
 - DLE >= SLE for every mirroring partition, and no destination batch has an epoch above its DLE;
 - offsets are preserved and nothing is lost below the mirrored point: for a mirroring partition,
   the destination's batches in the range both logs retain are exactly the source's batches there;
-- a stop writes at most one MIRROR_PID_RESET after the point where it removed the fetcher.
+- a stop writes at most one MIRROR_PID_RESET after the point where it removed the fetcher;
+- a stop aborts exactly the transactions open on the destination at the stop point, once each:
+  a transaction whose COMMIT was copied is never aborted (the fetcher copies up to the HW).
+- while the source is unreachable no partition mirrors, and once it answers again none stays
+  FAILED for it (checked in the rule).
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from workflow_harness import Crash, CrashingPort, World, batches, dle, shape
 
 from coordinator.ports import ControlType, PortError
+from coordinator.retry import SOURCE_ERROR_CODES
 from coordinator.states import DesiredState, MirrorState, is_legal_transition
 from clustermodel import ModelError
+from clustermodel.producers import ProducerStateManager
 
 OTHER = {"a": "b", "b": "a"}
 PARTITIONS = 2
@@ -99,8 +106,8 @@ class MirrorMachine(RuleBasedStateMachine):
 
     @rule(side=st.sampled_from("ab"), p=st.integers(0, PARTITIONS - 1))
     def interleaved_transactions(self, side, p):
-        """T1 commits while T2, begun after T1's data, stays open: the mirror copies T1's data
-        (below the LSO) but not its marker (above it), so T1 is open on the destination."""
+        """T1 commits while T2, begun after T1's data, stays open: T1's COMMIT sits above the
+        source LSO. The mirror copies both (up to the HW), so only T2 is open on the destination."""
         c = self.w[side]
         if c.topic("s").read_only:
             return
@@ -168,9 +175,43 @@ class MirrorMachine(RuleBasedStateMachine):
             pass
         self.round()
 
+    @rule(rounds=st.integers(1, 6))
+    def source_outage(self, rounds):
+        event("source unreachable")
+        c, m = self.w[self.src], self.mirror()
+        c.set_unreachable(True)
+        try:
+            self.w.step(rounds=rounds)
+            for tp in self.tps:
+                s = m.runner.state(tp)
+                assert s.state is not MirrorState.MIRRORING, (tp, s)
+                if s.state is MirrorState.FAILED and s.error_code in SOURCE_ERROR_CODES:
+                    assert s.retryable and s.error_message, s
+        finally:
+            c.set_unreachable(False)
+        # FAST backs off 1 s at most: after 2.5 s every partition the source can serve has retried
+        self.w.step(rounds=25)
+        for tp in self.tps:
+            s = m.runner.state(tp)
+            if c.partition(tp).online:
+                assert not (s.state is MirrorState.FAILED and s.error_code in SOURCE_ERROR_CODES), (tp, s)
+
     @rule(rounds=st.integers(1, 5))
     def time_passes(self, rounds):
         self.w.step(rounds=rounds)
+
+    @rule()
+    def quiet_source_catches_up(self):
+        """With nothing produced, a mirroring partition reaches the source HW (lag 0), open
+        transactions or not: the fetcher copies what a follower would."""
+        self.w.step(rounds=30)  # 3 s: past the fetch backoff and a first FAILED retry
+        m = self.mirror()
+        if self.desired is not DesiredState.START:
+            return
+        for tp in self.tps:
+            src, dst = m.source.partition(tp), m.dest.partition(tp)
+            if m.runner.state(tp).state is MirrorState.MIRRORING and src.online and dst.online:
+                assert dst.leader_log.leo == src.hw, (m.name, tp, dst.leader_log.leo, src.hw, src.lso())
 
     # ------------------------------------------------------------------ operator rules
 
@@ -290,6 +331,29 @@ class MirrorMachine(RuleBasedStateMachine):
                 resets = [x for x in batches(m.dest, tp)
                           if x.base_offset >= s.stop_offset and x.control_type == ControlType.MIRROR_PID_RESET]
                 assert len(resets) <= 1, (m.name, tp)
+
+    @invariant()
+    def stop_aborts_exactly_the_open_transactions(self):
+        for m in self.w.mirrors.values():
+            for tp in self.tps:
+                s = m.runner.state(tp)
+                part = m.dest.partition(tp)
+                if s.state is not MirrorState.STOPPED or s.stop_offset < 0 or not part.online:
+                    continue
+                if part.leader_log.log_start > 0:
+                    continue  # retention took the evidence: where the open transactions began
+                log = batches(m.dest, tp)
+                below = [x for x in log if x.base_offset < s.stop_offset]
+                was_open = sorted(t.producer_id for t in ProducerStateManager.rebuild(below, s.stop_offset).open_transactions())
+                tail = []
+                for x in log:
+                    if x.base_offset < s.stop_offset:
+                        continue
+                    if x.control_type == ControlType.MIRROR_PID_RESET:
+                        break  # the coordinator's own writes end with the reset
+                    tail.append(x)
+                aborted = sorted(x.producer_id for x in tail if x.control_type == ControlType.ABORT)
+                assert aborted == was_open, (m.name, tp, aborted, was_open)
 
 
 MirrorMachine.TestCase.settings = settings(

@@ -127,3 +127,46 @@ def test_acl_sync_narrow_scope_leaves_local_acls_alone():
     run_until(w, lambda: all_in(m, MirrorState.MIRRORING))
     w.step()
     assert set(b.describe_acls()) == {_acl("TOPIC", "s", "User:alice"), local}
+
+
+def test_stopping_runs_a_last_group_sync_for_consumer_and_share_groups():
+    """The observed loss: offsets committed on A after the last periodic sync, then a stop. STOPPING
+    syncs them once more (clamped, active groups skipped) before the topic turns writable."""
+    w = World("a", "b")
+    a, b = w["a"], w["b"]
+    topic = a.add_topic("g", partitions=1)
+    tp = a.tp("g", 0)
+    for i in range(12):
+        a.produce("g", 0, [(b"k", f"v{i}".encode())])
+    slow_sync = MirrorConfig(metadata_refresh_interval_ms=3_600_000, fetch_backoff_ms=0)
+    m = w.mirror("a", "b", slow_sync)
+    a.commit_offset("app", "g", 0, 6)
+    a.commit_offset("shared", "g", 0, 6, group_type=GroupType.SHARE)
+    a.commit_offset("live", "g", 0, 6)
+    m.set_desired(topic.topic_id, DesiredState.START)
+    run_until(w, lambda: all_in(m, MirrorState.MIRRORING) and b.list_offsets(tp).leo == 12)
+    w.step(rounds=2)
+    assert _offsets(b, "app")[0][0] == _offsets(b, "shared")[0][0] == 6, "the periodic sync ran once"
+    b.join_group("live", "consumer-1")  # someone already consumes on B
+    for g in ("app", "shared", "live"):
+        a.commit_offset(g, "g", 0, 11, group_type=GroupType.SHARE if g == "shared" else GroupType.CONSUMER)
+    w.step(rounds=3)
+    assert _offsets(b, "app")[0][0] == 6, "no periodic sync due for an hour"
+
+    m.set_desired(topic.topic_id, DesiredState.STOP)
+    run_until(w, lambda: all_in(m, MirrorState.STOPPED))
+    assert _offsets(b, "app")[0][0] == 11 and _offsets(b, "shared")[0][0] == 11
+    assert [g.group_type for g in b.list_groups() if g.group_id == "shared"] == [GroupType.SHARE]
+    assert _offsets(b, "live")[0][0] == 6, "a group active on B is still skipped"
+    assert not b.topic("g").read_only
+
+
+def test_last_group_sync_is_clamped_to_what_the_destination_has():
+    w, topic, tp, m = _lagging_mirror()
+    a, b = w["a"], w["b"]
+    m.set_desired(topic.topic_id, DesiredState.STOP)
+    a.commit_offset("app", "g", 0, 10)  # the source is ahead of what was mirrored
+    run_until(w, lambda: all_in(m, MirrorState.STOPPED))
+    state = m.runner.state(tp)
+    assert state.stop_offset < 10
+    assert state.stop_offset <= _offsets(b, "app")[0][0] <= b.list_offsets(tp).leo

@@ -1,0 +1,119 @@
+"""End to end, real processes: the source A unreachable while B mirrors it (issue 11, section 3).
+
+The model server, B's controller and a ``kip1279-worker`` on the session's broker, driven through
+the CLI, with producers writing on A all along (they are not behind the faulty link):
+
+1. mirroring, then A unreachable: ``--describe`` shows every partition FAILED with the error and
+   its RetryAttempt counting up, ``--describe --failed`` lists them;
+2. A back: every partition returns to MIRRORING by itself, and B ends with exactly A's batches
+   (nothing lost, nothing twice); the changelog holds one write per state or retry attempt;
+3. A unreachable again, and ``--stop`` during the outage: every partition STOPPED, B writable.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from worker_harness import Rig, history_problems
+
+from clustermodel.workload import Workload
+from coordinator.states import MirrorState
+from streams.broker import LocalBroker
+
+MIRROR = "a-to-b"
+# Short FAILED backoffs so that a retry lands within a few seconds of A coming back.
+PROPS = ("bootstrap.servers=model://A\nmetadata.refresh.interval.ms=1000\nfailed.retry.initial.backoff.ms=300\n"
+         "failed.retry.max.backoff.ms=1500\n")  # fmt: skip
+
+
+def produce_on_a(rig: Rig, seed: int) -> None:
+    """A's producers, from now until ``quiet_a`` (made while A answers: the workload reads its topics)."""
+    assert rig.clock is not None
+    with rig.clock.lock:
+        rig.clock.workload = Workload(rig.clients["A"], list(rig.topics), seed=seed, records_per_s=300, batch_size=5,
+                                      transactional_ratio=0.3, abort_ratio=0.3, leave_open_ratio=0.15)  # fmt: skip
+
+
+def quiet_a(rig: Rig) -> None:
+    assert rig.clock is not None
+    rig.clock.quiet()
+    a = rig.clients["A"]
+    for txn in a.open_transactional_ids():
+        a.abort_transaction(txn)
+
+
+def describe(rig: Rig, *extra: str) -> list[dict[str, Any]]:
+    return json.loads(rig.cli("B", "--describe", "--mirror", MIRROR, "--json", *extra))["partitions"]
+
+
+@pytest.mark.slow
+def test_source_outage_fails_partitions_then_they_mirror_again_and_a_stop_works_without_the_source(
+        broker: LocalBroker, tmp_path: Path) -> None:  # fmt: skip
+    rig = Rig(tmp_path, broker.bootstrap, {"orders": 2, "audit": 1}, tick=0.1, seed=31)
+    try:
+        rig.start(("B",))
+        rig.spawn_worker("B")
+        a = rig.clients["A"]
+        (tmp_path / "m.properties").write_text(PROPS)
+        rig.cli("B", "--create", "--mirror", MIRROR, "--mirror-config", str(tmp_path / "m.properties"))
+        rig.produce("A", 0.8, 31)
+        rig.start_topics("B", MIRROR)
+        rig.wait("every partition MIRRORING", lambda: rig.all_in("B", MIRROR, MirrorState.MIRRORING))
+        rig.wait("B to match A", lambda: rig.in_sync("A", "B"))
+        assert describe(rig, "--failed") == []
+
+        # 1. A unreachable; A's producers go on.
+        produce_on_a(rig, 32)
+        a.set_unreachable(True)
+        rig.wait("every partition FAILED, retried twice",
+                 lambda: len(rows := describe(rig)) == len(rig.tps)
+                 and all(r["state"] == "FAILED" and r["retry_attempt"] >= 2 for r in rows), 60)  # fmt: skip
+        rows = describe(rig)
+        for r in rows:
+            assert r["error"].startswith("NETWORK_EXCEPTION") and "unreachable" in r["error"], r
+        failed = describe(rig, "--failed")
+        assert {(r["topic"], r["partition"]) for r in failed} == {(r["topic"], r["partition"]) for r in rows}
+        table = rig.cli("B", "--describe", "--mirror", MIRROR)
+        assert table.count("FAILED") == len(rig.tps) and "NETWORK_EXCEPTION" in table, table
+
+        # 2. A back: MIRRORING by itself, the data count right.
+        b_leo = {tp: rig.clients["B"].list_offsets(tp).leo for tp in rig.tps}
+        a.set_unreachable(False)
+        time.sleep(0.5)  # A's producers go on for a moment while the partitions come back
+        quiet_a(rig)
+        rig.wait("every partition MIRRORING again", lambda: rig.all_in("B", MIRROR, MirrorState.MIRRORING), 60)
+        rig.wait("B to match A", lambda: rig.in_sync("A", "B"), 60)
+        assert rig.log_problems("A", "B") == []
+        for tp in rig.tps:
+            assert a.list_offsets(tp).hw == rig.clients["B"].list_offsets(tp).hw
+        assert any(a.list_offsets(tp).hw > b_leo[tp] for tp in rig.tps), "what A took during the outage came after"
+        assert describe(rig, "--failed") == []
+        history = rig.history("B")
+        assert history_problems(history) == [], history
+        for key, states in history.items():
+            seq = [s.state for s in states]
+            first = seq.index(MirrorState.FAILED)
+            last = len(seq) - 1 - seq[::-1].index(MirrorState.FAILED)
+            assert set(seq[first : last + 1]) == {MirrorState.FAILED}, (key, seq)  # no flapping back meanwhile
+            attempts = [s.retry_attempt for s in states[first : last + 1]]
+            assert attempts == list(range(len(attempts))), (key, attempts)  # one write per attempt
+            assert seq[last + 1] is MirrorState.MIRRORING, (key, seq)
+
+        # 3. A unreachable again; a failover needs nothing from it.
+        a.set_unreachable(True)
+        rig.wait("every partition FAILED", lambda: all(r["state"] == "FAILED" for r in describe(rig)), 60)
+        rig.stop_topics("B", MIRROR)
+        rig.wait("every partition STOPPED", lambda: rig.all_in("B", MIRROR, MirrorState.STOPPED), 60)
+        rig.wait("B's topics writable", lambda: not any(rig.read_only("B").values()), 30)
+        assert describe(rig, "--failed") == []
+        assert history_problems(rig.history("B")) == []
+    finally:
+        try:
+            rig.clients["A"].set_unreachable(False)
+        except Exception:  # noqa: BLE001 - the rig may not have started
+            pass
+        rig.close()

@@ -1,0 +1,175 @@
+"""The worker's group membership (``streams.membership``) against the session's noida-db broker:
+its kept identity, static members replacing a killed process, the watchdog, leaving the group."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from streams.app import EXIT_GROUP_LOST, CoordinatorWorker
+from streams.broker import LocalBroker
+from streams.config import ConfigError, WorkerConfig, ensure_topics
+from streams.membership import IDENTITY_FILE, coordination_failure, instance_id, leave_group, member_id
+
+UNKNOWN_MEMBER_ID = 25
+
+
+def test_the_identity_is_made_once_and_kept_in_the_data_directory(tmp_path: Path) -> None:
+    first = instance_id(tmp_path / "w1", "B")
+    assert first.startswith("B-worker-")
+    assert instance_id(tmp_path / "w1", "B") == first  # a restart with the same data directory
+    assert (tmp_path / "w1" / IDENTITY_FILE).read_text().strip() == first
+    assert instance_id(tmp_path / "w2", "B") != first  # another worker
+
+
+def test_a_bad_instance_id_is_refused_clearly(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"worker.group.instance.id 'a b' is illegal"):
+        WorkerConfig(group_instance_id="a b")
+    with pytest.raises(ConfigError, match="illegal"):
+        WorkerConfig(group_instance_id="x" * 250)
+    (tmp_path / IDENTITY_FILE).write_text("not/legal\n")
+    with pytest.raises(ValueError, match="'not/legal' is illegal"):
+        instance_id(tmp_path, "B")
+    assert WorkerConfig(group_instance_id="B-worker-1").group_instance_id == "B-worker-1"
+
+
+async def _members(bootstrap: str, group: str) -> list[str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        node = await admin.find_coordinator(group)
+        (resp,) = await admin.describe_consumer_groups([group], group_coordinator_id=node)
+        return [m[0] for g in resp.groups for m in g[5]]
+    finally:
+        await admin.close()
+
+
+async def _joined(bootstrap: str, topic: str, group: str, instance: str | None) -> AIOKafkaConsumer:
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, group_instance_id=instance,
+                                enable_auto_commit=False, session_timeout_ms=10000, heartbeat_interval_ms=500)  # fmt: skip
+    await consumer.start()
+    deadline = time.monotonic() + 20
+    while not consumer.assignment():
+        assert time.monotonic() < deadline, "no assignment within 20 s"
+        await asyncio.sleep(0.1)
+    return consumer
+
+
+def _names(broker: LocalBroker) -> tuple[str, str]:
+    tag = uuid.uuid4().hex[:6]
+    asyncio.run(ensure_topics(broker.bootstrap, [NewTopic(f"m{tag}", 2, 1)]))
+    return f"m{tag}", f"g{tag}"
+
+
+def test_the_watchdog_sees_a_dead_coordination_task(broker: LocalBroker) -> None:
+    topic, group = _names(broker)
+
+    async def scenario() -> tuple[Any, ...]:
+        consumer = await _joined(broker.bootstrap, topic, group, None)
+        alive = coordination_failure(consumer)
+        held = member_id(consumer)
+        task = consumer._coordinator._coordination_task
+        task.cancel()  # the group protocol of this consumer ends, as an unexpected error ends it
+        await asyncio.gather(task, return_exceptions=True)
+        dead = coordination_failure(consumer)
+        await consumer.stop()
+        return alive, held, dead, coordination_failure(consumer)
+
+    alive, held, dead, closed = asyncio.run(scenario())
+    assert alive is None and held
+    assert dead == "its group coordination task was cancelled"
+    assert closed is None  # a consumer being closed is not a failure
+
+
+def test_the_worker_exits_once_out_of_its_group(broker: LocalBroker, tmp_path: Path) -> None:
+    """``_watch_membership`` on a real consumer whose coordination task ended: the exit code is
+    set and the stop requested, once."""
+    topic, group = _names(broker)
+    stops: list[int] = []
+
+    class Worker(CoordinatorWorker):
+        consumer: Any = None
+
+        def group_consumer(self) -> Any:
+            return self.consumer
+
+    worker = Worker(WorkerConfig(bootstrap_servers=broker.bootstrap, cluster_name=f"w{group}", state_partitions=2,
+                                 data_dir=str(tmp_path)), ports=lambda *_: (None, None))  # fmt: skip
+    worker.on_fatal = lambda: stops.append(worker.exit_code)
+
+    async def scenario() -> None:
+        worker.consumer = await _joined(broker.bootstrap, topic, group, "w-1")
+        await worker._watch_membership()
+        assert (worker.exit_code, stops, worker.member_id) == (0, [], member_id(worker.consumer))
+        worker.consumer._coordinator._coordination_task.cancel()
+        await asyncio.sleep(0.1)
+        await worker._watch_membership()
+        await worker._watch_membership()
+        await worker.consumer.stop()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        worker.close()
+    assert worker.exit_code == EXIT_GROUP_LOST and stops == [EXIT_GROUP_LOST]
+    assert worker.member_id  # kept: the worker leaves the group with it on its way out
+
+
+def test_stop_self_exits_even_if_the_stop_hangs() -> None:
+    """The backstop: a worker whose SIGTERM stop does not finish still exits, non-zero."""
+    code = ("import signal, time\nfrom streams.worker import _stop_self\n"
+            "signal.signal(signal.SIGTERM, lambda *_: print('SIGTERM', flush=True))\n"
+            "_stop_self(0.5)\ntime.sleep(30)\n")  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "SIGTERM"
+    assert done.returncode == EXIT_GROUP_LOST and time.monotonic() - started < 20
+
+
+def test_a_restarted_static_member_replaces_the_killed_one_and_leaves_cleanly(broker: LocalBroker) -> None:
+    """A SIGKILLed static member is taken over by its restart at once (noida-db never expires it);
+    a static member's own close does not leave, ``leave_group`` does."""
+    topic, group = _names(broker)
+    child = ("import asyncio, sys\nfrom aiokafka import AIOKafkaConsumer\n"
+             "async def main():\n"
+             f"    c = AIOKafkaConsumer({topic!r}, bootstrap_servers={broker.bootstrap!r}, group_id={group!r},\n"
+             "                         group_instance_id='w-1', enable_auto_commit=False)\n"
+             "    await c.start()\n"
+             "    while not c.assignment():\n        await asyncio.sleep(0.1)\n"
+             "    print(c._coordinator.member_id, flush=True)\n    await asyncio.sleep(600)\n"
+             "asyncio.run(main())\n")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        dead = proc.stdout.readline().strip()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    assert asyncio.run(_members(broker.bootstrap, group)) == [dead]  # never expired
+
+    async def scenario() -> tuple[Any, ...]:
+        started = time.monotonic()
+        consumer = await _joined(broker.bootstrap, topic, group, "w-1")
+        took = time.monotonic() - started
+        live = member_id(consumer)
+        after_join = await _members(broker.bootstrap, group)
+        await consumer.stop()
+        after_close = await _members(broker.bootstrap, group)
+        left = await leave_group(broker.bootstrap, group, live, "test-leave")
+        again = await leave_group(broker.bootstrap, group, live, "test-leave")
+        return took, live, after_join, after_close, left, again, await _members(broker.bootstrap, group)
+
+    took, live, after_join, after_close, left, again, after_leave = asyncio.run(scenario())
+    assert after_join == [live] and live != dead and took < 10
+    assert after_close == [live]  # aiokafka does not leave for a static member
+    assert (left, again, after_leave) == (0, UNKNOWN_MEMBER_ID, [])
