@@ -12,10 +12,8 @@ the CLI, with producers writing on A all along (they are not behind the faulty l
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from worker_harness import Rig, history_problems
@@ -26,8 +24,7 @@ from streams.broker import LocalBroker
 
 MIRROR = "a-to-b"
 # Short FAILED backoffs so that a retry lands within a few seconds of A coming back.
-PROPS = ("bootstrap.servers=model://A\nmetadata.refresh.interval.ms=1000\nfailed.retry.initial.backoff.ms=300\n"
-         "failed.retry.max.backoff.ms=1500\n")  # fmt: skip
+BACKOFF = "failed.retry.initial.backoff.ms=300\nfailed.retry.max.backoff.ms=1500\n"
 
 
 def produce_on_a(rig: Rig, seed: int) -> None:
@@ -46,10 +43,6 @@ def quiet_a(rig: Rig) -> None:
         a.abort_transaction(txn)
 
 
-def describe(rig: Rig, *extra: str) -> list[dict[str, Any]]:
-    return json.loads(rig.cli("B", "--describe", "--mirror", MIRROR, "--json", *extra))["partitions"]
-
-
 @pytest.mark.slow
 def test_source_outage_fails_partitions_then_they_mirror_again_and_a_stop_works_without_the_source(
         broker: LocalBroker, tmp_path: Path) -> None:  # fmt: skip
@@ -58,24 +51,23 @@ def test_source_outage_fails_partitions_then_they_mirror_again_and_a_stop_works_
         rig.start(("B",))
         rig.spawn_worker("B")
         a = rig.clients["A"]
-        (tmp_path / "m.properties").write_text(PROPS)
-        rig.cli("B", "--create", "--mirror", MIRROR, "--mirror-config", str(tmp_path / "m.properties"))
+        rig.create_mirror("B", MIRROR, "A", BACKOFF)
         rig.produce("A", 0.8, 31)
         rig.start_topics("B", MIRROR)
         rig.wait("every partition MIRRORING", lambda: rig.all_in("B", MIRROR, MirrorState.MIRRORING))
         rig.wait("B to match A", lambda: rig.in_sync("A", "B"))
-        assert describe(rig, "--failed") == []
+        assert rig.describe("B", MIRROR, "--failed") == []
 
         # 1. A unreachable; A's producers go on.
         produce_on_a(rig, 32)
         a.set_unreachable(True)
         rig.wait("every partition FAILED, retried twice",
-                 lambda: len(rows := describe(rig)) == len(rig.tps)
+                 lambda: len(rows := rig.describe("B", MIRROR)) == len(rig.tps)
                  and all(r["state"] == "FAILED" and r["retry_attempt"] >= 2 for r in rows), 60)  # fmt: skip
-        rows = describe(rig)
+        rows = rig.describe("B", MIRROR)
         for r in rows:
             assert r["error"].startswith("NETWORK_EXCEPTION") and "unreachable" in r["error"], r
-        failed = describe(rig, "--failed")
+        failed = rig.describe("B", MIRROR, "--failed")
         assert {(r["topic"], r["partition"]) for r in failed} == {(r["topic"], r["partition"]) for r in rows}
         table = rig.cli("B", "--describe", "--mirror", MIRROR)
         assert table.count("FAILED") == len(rig.tps) and "NETWORK_EXCEPTION" in table, table
@@ -91,7 +83,7 @@ def test_source_outage_fails_partitions_then_they_mirror_again_and_a_stop_works_
         for tp in rig.tps:
             assert a.list_offsets(tp).hw == rig.clients["B"].list_offsets(tp).hw
         assert any(a.list_offsets(tp).hw > b_leo[tp] for tp in rig.tps), "what A took during the outage came after"
-        assert describe(rig, "--failed") == []
+        assert rig.describe("B", MIRROR, "--failed") == []
         history = rig.history("B")
         assert history_problems(history) == [], history
         for key, states in history.items():
@@ -105,11 +97,11 @@ def test_source_outage_fails_partitions_then_they_mirror_again_and_a_stop_works_
 
         # 3. A unreachable again; a failover needs nothing from it.
         a.set_unreachable(True)
-        rig.wait("every partition FAILED", lambda: all(r["state"] == "FAILED" for r in describe(rig)), 60)
+        rig.wait("every partition FAILED", lambda: all(r["state"] == "FAILED" for r in rig.describe("B", MIRROR)), 60)
         rig.stop_topics("B", MIRROR)
         rig.wait("every partition STOPPED", lambda: rig.all_in("B", MIRROR, MirrorState.STOPPED), 60)
         rig.wait("B's topics writable", lambda: not any(rig.read_only("B").values()), 30)
-        assert describe(rig, "--failed") == []
+        assert rig.describe("B", MIRROR, "--failed") == []
         assert history_problems(rig.history("B")) == []
     finally:
         try:

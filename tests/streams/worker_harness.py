@@ -34,7 +34,7 @@ from coordinator.partition_state import MirrorPartitionState
 from coordinator.ports import PortError, TopicPartition
 from coordinator.states import MirrorState, is_legal_transition
 from streams.config import WorkerConfig
-from streams.demo import PY, Clock, DemoError, Processes, log_batches, read_changelog, run_cli, shape, wait_for
+from streams.demo import ADMIN, PY, Clock, DemoError, Processes, log_batches, read_changelog, run_cli, shape, wait_for
 from streams.membership import IDENTITY_FILE
 from streams.mirror_state_store import RecordType
 
@@ -49,6 +49,15 @@ from streams.mirror_state_store import RecordType
 GROUP_TIMING = {"--session-timeout-ms": "45000", "--heartbeat-interval-ms": "500", "--rebalance-timeout-ms": "30000"}
 FAUST_ENV: dict[str, str] = {}
 PROPS = "bootstrap.servers=model://{src}\nmetadata.refresh.interval.ms=1000\n"
+
+
+def run_cli_process(endpoint: str, *argv: str, timeout: float = 120.0) -> tuple[int, str]:
+    """``kafka-cluster-mirrors`` as a process of its own (``streams.cli:main``, the console script's
+    entry point, run from the working directory as the workers are): exit code and output."""
+    env = dict(os.environ, KIP1279_PRINCIPAL=ADMIN)
+    done = subprocess.run([PY, "-m", "streams.cli", "--bootstrap-server", endpoint, *argv], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=os.getcwd())  # fmt: skip
+    return done.returncode, done.stdout + done.stderr
 
 
 class Rig:
@@ -66,6 +75,9 @@ class Rig:
         self.clients: dict[str, ClusterClient] = {}
         self.ids: dict[str, uuid.UUID] = {}
         self.tps: list[TopicPartition] = []
+        # True: every command runs ``kafka-cluster-mirrors`` as its own process (scenario tests);
+        # False: its ``main`` in this process, with captured output (cheaper to poll).
+        self.cli_process = False
 
     # ------------------------------------------------------------------------- processes
 
@@ -204,22 +216,31 @@ class Rig:
 
     # ------------------------------------------------------------------------- commands
 
+    def run_cli(self, cluster: str, *argv: str) -> tuple[int, str]:
+        return (run_cli_process if self.cli_process else run_cli)(self.endpoints[cluster], *argv)
+
     def cli(self, cluster: str, *argv: str) -> str:
-        code, text = run_cli(self.endpoints[cluster], *argv)
+        code, text = self.run_cli(cluster, *argv)
         if code != 0:
             raise DemoError(f"kafka-cluster-mirrors {' '.join(argv)} on {cluster} failed ({code}): {text.strip()}")
         return text
 
-    def create_mirror(self, cluster: str, mirror: str, src: str) -> None:
+    def describe(self, cluster: str, mirror: str, *extra: str) -> list[dict[str, Any]]:
+        """``--describe --json`` rows (``extra``: e.g. ``--failed``)."""
+        return json.loads(self.cli(cluster, "--describe", "--mirror", mirror, "--json", *extra))["partitions"]  # type: ignore[no-any-return]
+
+    def create_mirror(self, cluster: str, mirror: str, src: str, extra: str = "") -> None:
+        """``--create`` with the mirror's properties: the source, a 1 s refresh, then ``extra`` lines
+        (a later line of the same key wins)."""
         path = self.workdir / f"{mirror}.properties"
-        path.write_text(PROPS.format(src=src))
+        path.write_text(PROPS.format(src=src) + extra)
         self.cli(cluster, "--create", "--mirror", mirror, "--mirror-config", str(path))
 
     def start_topics(self, cluster: str, mirror: str, timeout: float = 30.0) -> None:
         """``--start`` once the controller has registered the source's topics."""
         deadline = time.monotonic() + timeout
         while True:
-            code, text = run_cli(self.endpoints[cluster], "--start", "--mirror", mirror, "--topics", ",".join(self.topics))
+            code, text = self.run_cli(cluster, "--start", "--mirror", mirror, "--topics", ",".join(self.topics))
             if code == 0:
                 return
             if time.monotonic() > deadline:
