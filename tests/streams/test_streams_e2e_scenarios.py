@@ -155,6 +155,7 @@ def test_stop_with_txns_aborts_exactly_the_open_ones_and_b_takes_new_transaction
     assert {(x.producer_id, x.producer_epoch) for x in tail[:2]} == open_on_a
     assert b.open_transactions(txp) == [] and b_end[txp].lso == b_end[txp].hw
     assert read_committed_values(b, txp) == committed
+    assert rig.log_problems("A", "B", offsets=False) == []  # A's batches, leader epochs too, below A's HW
 
     # A's transaction coordinator aborts its open ones in time (transaction.timeout.ms): then
     # read_committed reads the same on A as on B, whose log is one batch (the PID reset) longer.

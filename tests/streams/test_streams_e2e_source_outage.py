@@ -18,29 +18,12 @@ from pathlib import Path
 import pytest
 from worker_harness import Rig, history_problems
 
-from clustermodel.workload import Workload
 from coordinator.states import MirrorState
 from streams.broker import LocalBroker
 
 MIRROR = "a-to-b"
 # Short FAILED backoffs so that a retry lands within a few seconds of A coming back.
 BACKOFF = "failed.retry.initial.backoff.ms=300\nfailed.retry.max.backoff.ms=1500\n"
-
-
-def produce_on_a(rig: Rig, seed: int) -> None:
-    """A's producers, from now until ``quiet_a`` (made while A answers: the workload reads its topics)."""
-    assert rig.clock is not None
-    with rig.clock.lock:
-        rig.clock.workload = Workload(rig.clients["A"], list(rig.topics), seed=seed, records_per_s=300, batch_size=5,
-                                      transactional_ratio=0.3, abort_ratio=0.3, leave_open_ratio=0.15)  # fmt: skip
-
-
-def quiet_a(rig: Rig) -> None:
-    assert rig.clock is not None
-    rig.clock.quiet()
-    a = rig.clients["A"]
-    for txn in a.open_transactional_ids():
-        a.abort_transaction(txn)
 
 
 @pytest.mark.slow
@@ -58,8 +41,8 @@ def test_source_outage_fails_partitions_then_they_mirror_again_and_a_stop_works_
         rig.wait("B to match A", lambda: rig.in_sync("A", "B"))
         assert rig.describe("B", MIRROR, "--failed") == []
 
-        # 1. A unreachable; A's producers go on.
-        produce_on_a(rig, 32)
+        # 1. A unreachable; A's producers go on (started while A answers: the workload reads its topics).
+        rig.start_producers("A", 32)
         a.set_unreachable(True)
         rig.wait("every partition FAILED, retried twice",
                  lambda: len(rows := rig.describe("B", MIRROR)) == len(rig.tps)
@@ -76,7 +59,7 @@ def test_source_outage_fails_partitions_then_they_mirror_again_and_a_stop_works_
         b_leo = {tp: rig.clients["B"].list_offsets(tp).leo for tp in rig.tps}
         a.set_unreachable(False)
         time.sleep(0.5)  # A's producers go on for a moment while the partitions come back
-        quiet_a(rig)
+        rig.quiet_producers("A")
         rig.wait("every partition MIRRORING again", lambda: rig.all_in("B", MIRROR, MirrorState.MIRRORING), 60)
         rig.wait("B to match A", lambda: rig.in_sync("A", "B"), 60)
         assert rig.log_problems("A", "B") == []

@@ -252,12 +252,23 @@ class Rig:
 
     def produce(self, cluster: str, seconds: float, seed: int) -> None:
         """Keyed records and transactions (committed, aborted, left open), then closes the open ones."""
+        self.start_producers(cluster, seed)
+        time.sleep(seconds)
+        self.quiet_producers(cluster)
+
+    def start_producers(self, cluster: str, seed: int) -> None:
+        """The clock's producers on ``cluster``, from now until ``quiet_producers``. They use the
+        clock's own client: a ClusterClient is one blocking connection, not to be shared between
+        threads (a call of the test's thread would read the reply to one of the clock's)."""
         assert self.clock is not None
         with self.clock.lock:
-            self.clock.workload = Workload(self.clients[cluster], list(self.topics), seed=seed, records_per_s=300,
-                                           batch_size=5, transactional_ratio=0.3, abort_ratio=0.3,
-                                           leave_open_ratio=0.15)  # fmt: skip
-        time.sleep(seconds)
+            self.clock.workload = Workload(self.clock.clients[cluster], list(self.topics), seed=seed,
+                                           records_per_s=300, batch_size=5, transactional_ratio=0.3,
+                                           abort_ratio=0.3, leave_open_ratio=0.15)  # fmt: skip
+
+    def quiet_producers(self, cluster: str) -> None:
+        """Stops the clock's producers and aborts the transactions they left open."""
+        assert self.clock is not None
         self.clock.quiet()
         c = self.clients[cluster]
         for txn in c.open_transactional_ids():
