@@ -10,8 +10,8 @@ process of its own, and A and B are read and written with the model's clients.
   (+1 on a partition without transactions), ``read_committed`` on B reads what it reads on A once
   A aborts its open ones, and producers on B with the same transactional IDs commit.
 - the last group offset sync: consumer- and share-group offsets committed on A after the last
-  periodic sync reach B during STOPPING; with A unreachable the stop still ends, within
-  ``stop.group.sync.timeout.ms``, and the worker logs the failed sync.
+  periodic sync reach B during STOPPING (a group active on B is left alone); with A unreachable
+  the stop still ends, within ``stop.group.sync.timeout.ms``, and the worker logs the failed sync.
 """
 
 from __future__ import annotations
@@ -185,7 +185,8 @@ def test_the_last_group_offset_sync_carries_consumer_and_share_group_offsets_com
     for p in range(2):
         a.produce("orders", p, [(None, f"r-{p}-{i}".encode()) for i in range(12)])
     groups = {"my-group": GroupType.CONSUMER, "my-share-group": GroupType.SHARE}
-    for group, kind in groups.items():
+    everyone = {**groups, "my-active-group": GroupType.CONSUMER}  # a consumer of it runs on B by the stop
+    for group, kind in everyone.items():
         for p in range(2):
             a.commit_offset(group, "orders", p, 6, group_type=kind)
     start_mirror(rig, NO_PERIODIC_SYNC)
@@ -194,18 +195,24 @@ def test_the_last_group_offset_sync_carries_consumer_and_share_group_offsets_com
     # partitions MIRRORING; the next is ten minutes away.
     rig.leave_worker("worker-B")
     rig.spawn_worker("B")
-    rig.wait("the periodic sync to bring 6 to B", lambda: group_offsets(b, *groups) == group_offsets(a, *groups), 60)
-    assert {off for off, _ in group_offsets(b, *groups).values()} == {6}
+    rig.wait("the periodic sync to bring 6 to B",
+             lambda: group_offsets(b, *everyone) == group_offsets(a, *everyone), 60)  # fmt: skip
+    synced = group_offsets(b, *everyone)
+    assert {off for off, _ in synced.values()} == {6} and len(synced) == 2 * len(everyone)
 
-    # Consumers go on on A after that sync; B does not see it before the stop.
-    for group, kind in groups.items():
+    # Consumers go on on A after that sync; B does not see it before the stop. A consumer of
+    # my-active-group starts on B: its group is B's own from now on.
+    b.join_group("my-active-group", "consumer-on-b")
+    for group, kind in everyone.items():
         a.commit_offset(group, "orders", 0, 11, group_type=kind)
         a.commit_offset(group, "orders", 1, 9, group_type=kind)
     latest = group_offsets(a, *groups)
-    assert {off for off, _ in group_offsets(b, *groups).values()} == {6}
+    assert group_offsets(b, *everyone) == synced
 
     stop_mirror(rig)
     assert group_offsets(b, *groups) == latest
+    # skipped, as a periodic sync skips a group active on the destination: B keeps its own offsets
+    assert group_offsets(b, "my-active-group") == {k: v for k, v in synced.items() if k[0] == "my-active-group"}
     assert {g.group_id: g.group_type for g in b.list_groups() if g.group_id in groups} == groups
     ran = re.findall(rf"mirror {MIRROR}: last group offset sync before the stop ran for (\d+) partition\(s\) of orders",
                      rig.worker_log("worker-B"))  # fmt: skip

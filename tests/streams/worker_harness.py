@@ -3,7 +3,8 @@
 One cluster-model server (clusters A and B), and per destination cluster a controller and any
 number of ``kip1279-worker`` processes, all on the session's noida-db broker. It reuses the
 demo's process management (``streams.demo.Processes``: every child is stopped on close and dies
-with its parent), its CLI runner and its log helpers, and adds what the tests need: SIGKILL a
+with its parent), its CLI runner (or, with ``cli_process``, ``kafka-cluster-mirrors`` as a process
+of its own) and its log helpers, and adds what the tests need: SIGKILL a
 worker, restart it with the same arguments (its data directory kept, or its state wiped), read
 the ``__mirror_state`` changelog history of every mirror partition and check it, and compare the
 two clusters' logs. It never touches the workers' group: a dead member is the product's business
@@ -227,7 +228,8 @@ class Rig:
 
     def describe(self, cluster: str, mirror: str, *extra: str) -> list[dict[str, Any]]:
         """``--describe --json`` rows (``extra``: e.g. ``--failed``)."""
-        return json.loads(self.cli(cluster, "--describe", "--mirror", mirror, "--json", *extra))["partitions"]  # type: ignore[no-any-return]
+        rows: list[dict[str, Any]] = json.loads(self.cli(cluster, "--describe", "--mirror", mirror, "--json", *extra))["partitions"]
+        return rows
 
     def create_mirror(self, cluster: str, mirror: str, src: str, extra: str = "") -> None:
         """``--create`` with the mirror's properties: the source, a 1 s refresh, then ``extra`` lines
