@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--group-instance-id",
                    help="worker.group.instance.id: this worker's static group membership (default: an id "
                         "made at its first start and kept in --data-dir)")
+    p.add_argument("--metrics-listener",
+                   help="metrics.listener: serve /metrics, /healthz and /readyz on loopback HOST:PORT (off by default)")
     p.add_argument("--tick-interval", type=float, default=0.25, help="seconds between ticks per table partition")
     p.add_argument("--threads", type=int, default=4, help="port-call thread pool size")
     p.add_argument("--controller", action="store_true", help="run the controller of this cluster instead")
@@ -83,7 +85,8 @@ def load_config(args: argparse.Namespace) -> WorkerConfig:
                              controller_listener=args.listener, session_timeout_ms=args.session_timeout_ms,
                              heartbeat_interval_ms=args.heartbeat_interval_ms,
                              rebalance_timeout_ms=args.rebalance_timeout_ms,
-                             group_instance_id=args.group_instance_id)  # fmt: skip
+                             group_instance_id=args.group_instance_id,
+                             metrics_listener=args.metrics_listener)  # fmt: skip
     extra = dict(cfg.extra)
     if args.model_port:
         extra["cluster.model.port"] = str(args.model_port)
@@ -108,6 +111,20 @@ def run_worker(cfg: WorkerConfig, args: argparse.Namespace) -> int:
     loop.run_until_complete(ensure_topics(cfg.bootstrap_servers, worker_topic_specs(cfg)))
     coordinator = CoordinatorWorker(cfg, tick_interval=args.tick_interval, threads=args.threads)
     coordinator.on_fatal = _stop_self
+    if cfg.metrics_address is not None:
+        from streams.metrics import MetricsServer, WorkerMetrics
+
+        metrics = WorkerMetrics(coordinator)
+        metrics.attach()
+        server = MetricsServer(cfg.metrics_address, metrics.registry, health=metrics.health,
+                               ready=metrics.readiness, refresh=metrics.refresh)  # fmt: skip
+        host, port = loop.run_until_complete(server.start())
+        print(f"METRICS {host}:{port}", flush=True)
+
+        async def stop_metrics(sender: Any = None, **_: Any) -> None:
+            await server.stop()
+
+        coordinator.app.on_before_shutdown.connect(stop_metrics)
     fw = faust.Worker(coordinator.app, loop=loop, loglevel=args.loglevel.upper(), quiet=True,
                       redirect_stdouts=False, override_logging=False)  # fmt: skip
     log.info("worker %s for cluster %r starting (model port %s)", cfg.group_instance_id, cfg.cluster_name,
@@ -320,6 +337,16 @@ async def run_controller_role(cfg: WorkerConfig, args: argparse.Namespace) -> in
     await controller.start()
     assert controller.address is not None
     print(f"LISTENING {controller.address[0]}:{controller.address[1]}", flush=True)
+    server = metrics = None
+    if cfg.metrics_address is not None:
+        from streams.metrics import ControllerMetrics, MetricsServer
+
+        metrics = ControllerMetrics(controller)
+        metrics.attach()
+        server = MetricsServer(cfg.metrics_address, metrics.registry, health=metrics.health,
+                               ready=metrics.readiness, refresh=metrics.refresh)  # fmt: skip
+        host, mport = await server.start()
+        print(f"METRICS {host}:{mport}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -332,6 +359,9 @@ async def run_controller_role(cfg: WorkerConfig, args: argparse.Namespace) -> in
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if server is not None and metrics is not None:
+            await server.stop()
+            await metrics.close()
         await controller.stop()
     return 0
 
