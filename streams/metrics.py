@@ -161,8 +161,8 @@ class WorkerCollector(Collector):
             progress = m.runner.progress.copy() if m is not None else {}
             mine = by_mirror.get(n, {})
             lags[n] = {tp: lag(hw, leo) for tp, (hw, leo) in progress.items() if mine.get(tp) is MirrorState.MIRRORING}
-        per = GaugeMetricFamily("kip1279_mirror_partition_lag", "Source HW minus destination LEO, per mirror partition "
-                                "(the largest metrics.partition.lag.max.series)", labels=["mirror", "topic", "partition"])  # fmt: skip
+        per = GaugeMetricFamily("kip1279_mirror_partition_lag", "Source HW minus destination LEO at the partition's "
+                                "last fetch (the largest metrics.partition.lag.max.series)", labels=["mirror", "topic", "partition"])  # fmt: skip
         every = ((v, n, tp) for n, ls in lags.items() for tp, v in ls.items())
         total = sum(len(ls) for ls in lags.values())
         cap = self.m.lag_max_series
