@@ -64,7 +64,7 @@ class WorkerMetrics:
         self.worker = worker
         self.lag_max_series = cfg.metrics_lag_max_series if lag_max_series is None else lag_max_series
         self.ready_max_lag = cfg.failover_ready_max_lag if ready_max_lag is None else ready_max_lag
-        self.metadata_end = -1  # the metadata log's end offset, refreshed before each scrape
+        self.metadata_lag = -1  # refreshed before each scrape (-1: unknown)
         self.registry = CollectorRegistry(auto_describe=False)
         self.stop_seconds = Histogram("kip1279_mirror_partition_stop_seconds",
                                       "Time a mirror partition took from STOPPING to STOPPED",
@@ -91,15 +91,9 @@ class WorkerMetrics:
             self.retries.labels(key.mirror_name).inc()  # a newer command (a restart) is no retry
 
     async def refresh(self) -> None:
-        """What the scrape needs from the network: the metadata log's end offset."""
+        """What the scrape needs from the network: the metadata log's lag."""
         loader = self.worker.loader
-        if loader is None:
-            return
-        try:
-            self.metadata_end = await asyncio.wait_for(loader.reader.high_watermark(), 2.0)
-        except Exception as e:  # noqa: BLE001 - the lag shows -1 rather than failing the scrape
-            log.debug("metadata log end offset unavailable: %r", e)
-            self.metadata_end = -1
+        self.metadata_lag = await _metadata_lag(loader.reader) if loader is not None else -1
 
     def health(self) -> tuple[bool, str]:
         """The event loop answers (this runs on it), and the group membership is alive."""
@@ -208,11 +202,7 @@ class WorkerCollector(Collector):
                                     "in the published image")  # fmt: skip
         applied.add_metric([], image.offset)
         yield applied
-        loader = w.loader
-        behind = GaugeMetricFamily("kip1279_metadata_log_lag", "Metadata records not replayed yet (-1: unknown)")
-        end = self.m.metadata_end
-        behind.add_metric([], max(0, end - loader.next_offset) if end >= 0 and loader is not None else -1)
-        yield behind
+        yield _lag_family(self.m.metadata_lag)
 
 
 def failover_ready(states: dict[MirrorState, int], lags: dict[Any, int], stats: Any, interval_ms: int, now_ms: int,
@@ -242,7 +232,7 @@ class ControllerMetrics:
         self.controller = controller
         self.poll_s = poll_s
         self.applied = -1
-        self.metadata_end = -1
+        self.metadata_lag = -1
         self.registry = CollectorRegistry(auto_describe=False)
         self.stop_request_seconds = Histogram("kip1279_mirror_stop_request_seconds",
                                               "Time from a stop request until every partition it named is STOPPED",
@@ -286,12 +276,8 @@ class ControllerMetrics:
 
     async def refresh(self) -> None:
         c = self.controller
-        self.applied = c.loader.next_offset - 1
-        try:
-            self.metadata_end = await asyncio.wait_for(c.reader.high_watermark(), 2.0)
-        except Exception as e:  # noqa: BLE001
-            log.debug("metadata log end offset unavailable: %r", e)
-            self.metadata_end = -1
+        self.applied = c.metadata_offset  # on the loop: the image is built here
+        self.metadata_lag = await _metadata_lag(c.reader)
 
     def health(self) -> tuple[bool, str]:
         follow = self.controller._follow
@@ -316,13 +302,26 @@ class ControllerCollector(Collector):
         self.m = metrics
 
     def collect(self) -> Iterator[Any]:
-        applied = GaugeMetricFamily("kip1279_metadata_log_applied_offset", "Offset of the last metadata record applied")
+        applied = GaugeMetricFamily("kip1279_metadata_log_applied_offset", "Offset of the last metadata record "
+                                    "in the committed image")  # fmt: skip
         applied.add_metric([], self.m.applied)
         yield applied
-        behind = GaugeMetricFamily("kip1279_metadata_log_lag", "Metadata records not replayed yet (-1: unknown)")
-        end = self.m.metadata_end
-        behind.add_metric([], max(0, end - self.m.applied - 1) if end >= 0 else -1)
-        yield behind
+        yield _lag_family(self.m.metadata_lag)
+
+
+async def _metadata_lag(reader: Any) -> int:
+    try:
+        return int(await asyncio.wait_for(reader.lag(), 2.0))
+    except Exception as e:  # noqa: BLE001 - the lag shows -1 rather than failing the scrape
+        log.debug("metadata log lag unavailable: %r", e)
+        return -1
+
+
+def _lag_family(value: int) -> GaugeMetricFamily:
+    fam = GaugeMetricFamily("kip1279_metadata_log_lag", "Metadata log offsets up to its high-water mark not read "
+                            "yet (-1: unknown)")  # fmt: skip
+    fam.add_metric([], value)
+    return fam
 
 
 # ------------------------------------------------------------------------------ the server
