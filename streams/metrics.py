@@ -378,3 +378,39 @@ class MetricsServer:
             return web.Response(status=200 if ok else 503, text=why + "\n")
 
         return handler
+
+
+# ------------------------------------------------------------------------------ wiring
+
+
+async def serve_worker(worker: Any) -> MetricsServer:
+    """Serves the worker's metrics and health on ``metrics.listener`` until its app shuts down;
+    prints ``METRICS HOST:PORT`` once it listens."""
+    metrics = WorkerMetrics(worker)
+    metrics.attach()
+    server = MetricsServer(worker.config.metrics_address, metrics.registry, health=metrics.health,
+                           ready=metrics.readiness, refresh=metrics.refresh)  # fmt: skip
+    host, port = await server.start()
+    print(f"METRICS {host}:{port}", flush=True)
+
+    async def stop(sender: Any = None, **_: Any) -> None:
+        await server.stop()
+
+    worker.app.on_before_shutdown.connect(stop)
+    return server
+
+
+async def serve_controller(controller: Any) -> Callable[[], Awaitable[None]]:
+    """Serves the controller's metrics and health; returns what stops them."""
+    metrics = ControllerMetrics(controller)
+    metrics.attach()
+    server = MetricsServer(controller.config.metrics_address, metrics.registry, health=metrics.health,
+                           ready=metrics.readiness, refresh=metrics.refresh)  # fmt: skip
+    host, port = await server.start()
+    print(f"METRICS {host}:{port}", flush=True)
+
+    async def stop() -> None:
+        await server.stop()
+        await metrics.close()
+
+    return stop

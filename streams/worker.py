@@ -112,19 +112,9 @@ def run_worker(cfg: WorkerConfig, args: argparse.Namespace) -> int:
     coordinator = CoordinatorWorker(cfg, tick_interval=args.tick_interval, threads=args.threads)
     coordinator.on_fatal = _stop_self
     if cfg.metrics_address is not None:
-        from streams.metrics import MetricsServer, WorkerMetrics
+        from streams.metrics import serve_worker
 
-        metrics = WorkerMetrics(coordinator)
-        metrics.attach()
-        server = MetricsServer(cfg.metrics_address, metrics.registry, health=metrics.health,
-                               ready=metrics.readiness, refresh=metrics.refresh)  # fmt: skip
-        host, port = loop.run_until_complete(server.start())
-        print(f"METRICS {host}:{port}", flush=True)
-
-        async def stop_metrics(sender: Any = None, **_: Any) -> None:
-            await server.stop()
-
-        coordinator.app.on_before_shutdown.connect(stop_metrics)
+        loop.run_until_complete(serve_worker(coordinator))
     fw = faust.Worker(coordinator.app, loop=loop, loglevel=args.loglevel.upper(), quiet=True,
                       redirect_stdouts=False, override_logging=False)  # fmt: skip
     log.info("worker %s for cluster %r starting (model port %s)", cfg.group_instance_id, cfg.cluster_name,
@@ -337,16 +327,11 @@ async def run_controller_role(cfg: WorkerConfig, args: argparse.Namespace) -> in
     await controller.start()
     assert controller.address is not None
     print(f"LISTENING {controller.address[0]}:{controller.address[1]}", flush=True)
-    server = metrics = None
+    served = None
     if cfg.metrics_address is not None:
-        from streams.metrics import ControllerMetrics, MetricsServer
+        from streams.metrics import serve_controller
 
-        metrics = ControllerMetrics(controller)
-        metrics.attach()
-        server = MetricsServer(cfg.metrics_address, metrics.registry, health=metrics.health,
-                               ready=metrics.readiness, refresh=metrics.refresh)  # fmt: skip
-        host, mport = await server.start()
-        print(f"METRICS {host}:{mport}", flush=True)
+        served = await serve_controller(controller)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -359,9 +344,8 @@ async def run_controller_role(cfg: WorkerConfig, args: argparse.Namespace) -> in
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if server is not None and metrics is not None:
-            await server.stop()
-            await metrics.close()
+        if served is not None:
+            await served()
         await controller.stop()
     return 0
 
