@@ -21,6 +21,9 @@ first, less often while the source shows nothing new, at least once per
 ``metadata.refresh.interval.ms`` (see ``_register_topics``). New source topics that a started
 pattern selects are started then (discovery).
 Describe shows source HW and destination LEO from the model clusters unless ``--no-offsets``.
+
+``--metrics-listener HOST:PORT`` (``metrics.listener``, loopback) serves ``/metrics``, ``/healthz``
+and ``/readyz`` from either role (``streams.metrics``) and prints ``METRICS HOST:PORT``.
 """
 
 from __future__ import annotations
