@@ -75,7 +75,7 @@ from streams.config import (
     ensure_topics,
     metadata_topic_spec,
 )
-from streams.effects import MirrorRunner
+from streams.effects import MirrorRunner, MirrorStats
 from streams.membership import coordination_failure, member_id
 from streams.metadata_log import (
     DeadLetterQueue,
@@ -244,6 +244,8 @@ class WorkerStateStore:
         self._partition: dict[MirrorPartitionKey, int] = {}
         self.transitions = 0
         self.writes = 0
+        # Told of each acknowledged change of state and write out of FAILED (``streams.metrics``).
+        self.on_landed: Callable[[MirrorPartitionKey, MirrorPartitionState | None, MirrorPartitionState], None] | None = None
 
     def partition_of(self, key: MirrorPartitionKey) -> int:
         p = self._partition.get(key)
@@ -372,6 +374,10 @@ class WorkerStateStore:
                 before = self.durable.get(key)
                 if before is None or before.state != state.state:
                     self.transitions += 1
+                    if self.on_landed is not None:
+                        self.on_landed(key, before, state)
+                elif self.on_landed is not None and before.state is MirrorState.FAILED:
+                    self.on_landed(key, before, state)
                 self.durable[key] = state
             self.writes += len(written)
 
@@ -464,6 +470,8 @@ class CoordinatorWorker:
         self.image: MetadataImage = EMPTY_IMAGE
         self.event_desired: dict[tuple[str, uuid.UUID], tuple[DesiredState, int]] = {}
         self.mirrors: dict[str, _Mirror] = {}
+        self.stats: dict[str, MirrorStats] = {}  # per mirror, across its runners (``streams.metrics``)
+        self.on_changelog_write: Callable[[float], None] = lambda seconds: None
         self.caught_up = asyncio.Event()
         self.loader: MetadataLogLoader | None = None
         self.replayer = Replayer()
@@ -764,7 +772,9 @@ class CoordinatorWorker:
             writes.append((codec.lme_key(key.mirror_name, key.topic_id, key.partition), codec.encode_value(value)))
         try:
             # durable before the next step's commands run
+            started = time.perf_counter()
             await self.table.write_durably(partition, writes, await self._changelog_producer())
+            self.on_changelog_write(time.perf_counter() - started)
         except BaseException:
             self.store.requeue(partition, taken, lmes)  # not acknowledged: the next round writes them again
             self.store.requeue_deletes(partition, deletes)
@@ -818,7 +828,8 @@ class CoordinatorWorker:
         def build() -> _Mirror:
             ports = self.ports(name, image)
             runner = MirrorRunner(name, ports[0], ports[1], MirrorConfig.from_properties(dict(image.configs)),
-                                  store=self.store, metadata=_DesiredView(self, name))  # type: ignore[arg-type]
+                                  store=self.store, metadata=_DesiredView(self, name),  # type: ignore[arg-type]
+                                  stats=self.stats.setdefault(name, MirrorStats()))  # fmt: skip
             return _Mirror(runner, ports)
 
         m = self.mirrors[name] = await loop.run_in_executor(self.pool, build)

@@ -64,6 +64,9 @@ _KEYS: dict[str, str] = {
     "worker.heartbeat.interval.ms": "heartbeat_interval_ms",
     "worker.rebalance.timeout.ms": "rebalance_timeout_ms",
     "worker.group.instance.id": "group_instance_id",
+    "metrics.listener": "metrics_listener",
+    "metrics.partition.lag.max.series": "metrics_lag_max_series",
+    "metrics.failover.ready.max.lag": "failover_ready_max_lag",
 }
 
 
@@ -95,6 +98,12 @@ class WorkerConfig:
     # The worker's group.instance.id (static membership, see ``streams.membership``); empty:
     # the one kept in its data directory.
     group_instance_id: str = ""
+    # /metrics, /healthz and /readyz on loopback HOST:PORT (port 0: any free one); empty: off.
+    metrics_listener: str = ""
+    # Per-partition lag series a worker exports at most (the max per mirror is always there).
+    metrics_lag_max_series: int = 1000
+    # Failover readiness needs every partition's lag (source HW - destination LEO) at most this.
+    failover_ready_max_lag: int = 1000
     extra: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -114,6 +123,10 @@ class WorkerConfig:
                               f"({self.session_timeout_ms}), not {self.heartbeat_interval_ms}")  # fmt: skip
         if self.rebalance_timeout_ms < 1:
             raise ConfigError(f"worker.rebalance.timeout.ms must be >= 1, not {self.rebalance_timeout_ms}")
+        if self.metrics_listener:
+            self.metrics_address  # noqa: B018 - validates HOST:PORT
+        if self.metrics_lag_max_series < 0 or self.failover_ready_max_lag < 0:
+            raise ConfigError("metrics.partition.lag.max.series and metrics.failover.ready.max.lag must be >= 0")
         if self.group_instance_id:
             try:
                 validate_instance_id(self.group_instance_id)
@@ -159,6 +172,18 @@ class WorkerConfig:
         if not host or not port.isdigit():
             raise ConfigError(f"controller.listener {self.controller_listener!r} is not HOST:PORT")
         return host, int(port)
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """Where /metrics is served, None when off; loopback only (it has no authentication)."""
+        if not self.metrics_listener:
+            return None
+        host, _, port = self.metrics_listener.rpartition(":")
+        if not host or not port.isdigit() or int(port) > 65535:
+            raise ConfigError(f"metrics.listener {self.metrics_listener!r} is not HOST:PORT")
+        if host not in ("127.0.0.1", "localhost", "::1", "[::1]"):
+            raise ConfigError(f"metrics.listener {self.metrics_listener!r}: bind a loopback address")
+        return host.strip("[]"), int(port)
 
     def with_overrides(self, **overrides: Any) -> WorkerConfig:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})

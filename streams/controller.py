@@ -366,6 +366,8 @@ class ClusterMirrorController:
         self.address: tuple[str, int] | None = None
         self._image: MetadataImage | None = None
         self._image_stale = True
+        # Told of the records each request appended (``streams.metrics`` times stop requests).
+        self.on_command: Callable[[str, Sequence[ApiMessageAndVersion]], None] = lambda api, records: None
 
     def _replay(self, offset: int, epoch: int, record: ApiMessageAndVersion) -> None:
         problem = self.replayer.replay(record, offset, epoch)
@@ -516,6 +518,7 @@ class ClusterMirrorController:
                 except Exception as e:  # noqa: BLE001 - the client gets an error, the controller stays up
                     log.error("%s: append to the metadata log failed: %s", api, scrub(str(e), secrets))
                     return _error_response(self.schemas, api, ErrorCode.UNKNOWN_SERVER_ERROR, "metadata log append failed"), self.metadata_offset
+                self.on_command(api, records)
             return response, self.metadata_offset
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -52,6 +52,7 @@ from coordinator.ports import (
     EpochEndOffset,
     FetchResult,
     GroupNotEmpty,
+    GroupType,
     IsolationLevel,
     OffsetOutOfRange,
     PortError,
@@ -284,6 +285,32 @@ class PartitionStatus(msgspec.Struct, frozen=True):
     error: str | None
 
 
+# The sync kinds counted in ``MirrorStats`` (the prototype's <Kind>SyncError / RefreshError meters).
+SYNC_KINDS = ("topic_config", "consumer_group_offset", "share_group_offset", "acl", "topic_metadata_refresh")
+
+
+class MirrorStats:
+    """One mirror's fetch and sync counters, read by ``streams.metrics`` at scrape time.
+
+    Plain ints: only the mirror's one running job writes them, and a scrape reads whole ints.
+    They outlive the runner (the worker keeps one per mirror), so counters never go back.
+    """
+
+    def __init__(self) -> None:
+        self.fetch_bytes = 0
+        self.fetch_records = 0
+        self.fetch_requests = 0  # one per pipelined wave: the batched request a fetcher sends
+        self.fetch_errors = 0  # partitions whose fetch failed
+        self.sync_errors = dict.fromkeys(SYNC_KINDS, 0)
+        self.sync_success_ms = dict.fromkeys(SYNC_KINDS, -1)  # clock of the last sync that ran clean
+
+    def synced(self, kind: str, now_ms: int, error: bool) -> None:
+        if error:
+            self.sync_errors[kind] += 1
+        else:
+            self.sync_success_ms[kind] = now_ms
+
+
 class Executor:
     """Runs commands against the destination port and the fetch sessions, in order."""
 
@@ -381,8 +408,10 @@ class MirrorRunner:
         metadata: DesiredStateLog | None = None,
         jitter: Callable[[], float] | None = None,
         settle_steps: int = _SETTLE_STEPS,
+        stats: MirrorStats | None = None,
     ) -> None:
         self.mirror_name = mirror_name
+        self.stats = stats if stats is not None else MirrorStats()
         self.settle_steps = settle_steps
         self.source = source
         self.dest = dest
@@ -553,6 +582,9 @@ class MirrorRunner:
         for topic_id, _, _ in topics:
             self.ready.discard(topic_id)
         observed = drive_all({t: self._observe_topic(t, want) for t, want, _ in topics})
+        if topics:
+            failed = any(isinstance(o, PortError) for o in observed.values())
+            self.stats.synced("topic_metadata_refresh", self.now_ms, failed)
         for topic_id, want, offset in topics:
             obs = observed[topic_id]
             if isinstance(obs, PortError):
@@ -808,6 +840,7 @@ class MirrorRunner:
                 wave = order[w : w + _FETCH_WAVE]
                 cap = partition_max_bytes(remaining, self.config)
                 fetched = drive_all({tp: self._fetch_observe(tp, cap) for tp in wave})
+                self.stats.fetch_requests += 1
                 commands: dict[TopicPartition, Sequence[c.Command]] = {}
                 decided = []
                 for tp in wave:
@@ -816,6 +849,7 @@ class MirrorRunner:
                     state = self.state(tp)
                     if isinstance(got, PortError):
                         served += 1
+                        self.stats.fetch_errors += 1
                         self._on_port_error(self.key(tp), state, got, offset)
                         continue
                     self.source_errors.pop(tp, None)
@@ -827,6 +861,9 @@ class MirrorRunner:
                     served += 1
                     remaining -= size
                     used += size
+                    if isinstance(result, FetchResult):
+                        self.stats.fetch_bytes += size
+                        self.stats.fetch_records += sum(b.record_count for b in result.batches)
                     decision = decide_fetch(state, tp, pos, result, now, self.config, local_end)
                     commands[tp] = decision.commands
                     decided.append((tp, state, offset, pos, result, decision, size))
@@ -883,11 +920,15 @@ class MirrorRunner:
                     self.executor.run_one(bump)
             except PortError as e:
                 self._note(f"epoch check {tp}: {e}")
+        config_failed = False
         for topic_id in sorted({tp.topic_id for tp in live}):
             try:
                 self._sync_configs(topic_id)
             except PortError as e:
+                config_failed = True
                 self._note(f"config sync {topic_id}: {e}")
+        if live:
+            self.stats.synced("topic_config", self.now_ms, config_failed)
         for step in (self._sync_groups, self._sync_acls):
             if not live:
                 break
@@ -943,6 +984,21 @@ class MirrorRunner:
                         type(error).__name__, error)  # fmt: skip
 
     def _sync_groups(self, live: dict[TopicPartition, MirrorPartitionState], final: bool = False) -> None:
+        """Consumer- and share-group offsets; counted per kind (a failure before the commits, a
+        list of groups say, fails both kinds)."""
+        failed: set[str] = set()
+        try:
+            self._sync_group_offsets(live, final, failed)
+        except PortError:
+            if not failed:  # it failed before any commit
+                failed.update(("consumer_group_offset", "share_group_offset"))
+            raise
+        finally:
+            for kind in ("consumer_group_offset", "share_group_offset"):
+                self.stats.synced(kind, self.now_ms, kind in failed)
+
+    def _sync_group_offsets(self, live: dict[TopicPartition, MirrorPartitionState], final: bool,
+                            failed: set[str]) -> None:  # fmt: skip
         inc, exc = name_pattern(self.config.groups_include), name_pattern(self.config.groups_exclude)
         groups = [g for g in self.source.list_groups() if group_selected(g.group_id, inc, exc)]
         if not groups:
@@ -964,6 +1020,10 @@ class MirrorRunner:
                 self.executor.run_one(cmd)
             except GroupNotEmpty:
                 pass  # a member joined meanwhile: its group is its own now
+            except PortError:
+                share = isinstance(cmd, c.CommitGroupOffsets) and cmd.group_type is GroupType.SHARE
+                failed.add("share_group_offset" if share else "consumer_group_offset")
+                raise
 
     def _epoch_before(self, tp: TopicPartition, offset: int) -> int:
         """The epoch a consumer would commit with ``offset``: that of the record before it, from the
@@ -978,7 +1038,12 @@ class MirrorRunner:
         return -1 if latest is None else latest
 
     def _sync_acls(self, live: dict[TopicPartition, MirrorPartitionState]) -> None:
-        self.executor.run(plan_acl_sync(self.source.describe_acls(), self.dest.describe_acls(), self.config.acls_include))
+        try:
+            self.executor.run(plan_acl_sync(self.source.describe_acls(), self.dest.describe_acls(), self.config.acls_include))
+        except PortError:
+            self.stats.synced("acl", self.now_ms, True)
+            raise
+        self.stats.synced("acl", self.now_ms, False)
 
 
 def latest_epoch(port: DestinationCluster, tp: TopicPartition, dle: int) -> Observer:

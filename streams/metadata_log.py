@@ -292,6 +292,14 @@ class MetadataLogReader:
             raise MetadataLogError("the metadata log reader is not started")
         return int((await self._consumer.end_offsets([self.tp]))[self.tp])
 
+    async def lag(self) -> int:
+        """Offsets up to the high-water mark not read yet (control markers included, which
+        ``MetadataLogLoader.next_offset`` never passes while following)."""
+        if self._consumer is None:
+            raise MetadataLogError("the metadata log reader is not started")
+        end = await self.high_watermark()
+        return max(0, end - await self._consumer.position(self.tp))
+
     def decode(self, offset: int, raw: bytes | None, headers: Sequence[tuple[str, bytes]]) -> LogEntry:
         epoch = _epoch_of(headers)
         if raw is None:

@@ -21,6 +21,9 @@ first, less often while the source shows nothing new, at least once per
 ``metadata.refresh.interval.ms`` (see ``_register_topics``). New source topics that a started
 pattern selects are started then (discovery).
 Describe shows source HW and destination LEO from the model clusters unless ``--no-offsets``.
+
+``--metrics-listener HOST:PORT`` (``metrics.listener``, loopback) serves ``/metrics``, ``/healthz``
+and ``/readyz`` from either role (``streams.metrics``) and prints ``METRICS HOST:PORT``.
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--group-instance-id",
                    help="worker.group.instance.id: this worker's static group membership (default: an id "
                         "made at its first start and kept in --data-dir)")
+    p.add_argument("--metrics-listener",
+                   help="metrics.listener: serve /metrics, /healthz and /readyz on loopback HOST:PORT (off by default)")
     p.add_argument("--tick-interval", type=float, default=0.25, help="seconds between ticks per table partition")
     p.add_argument("--threads", type=int, default=4, help="port-call thread pool size")
     p.add_argument("--controller", action="store_true", help="run the controller of this cluster instead")
@@ -83,7 +88,8 @@ def load_config(args: argparse.Namespace) -> WorkerConfig:
                              controller_listener=args.listener, session_timeout_ms=args.session_timeout_ms,
                              heartbeat_interval_ms=args.heartbeat_interval_ms,
                              rebalance_timeout_ms=args.rebalance_timeout_ms,
-                             group_instance_id=args.group_instance_id)  # fmt: skip
+                             group_instance_id=args.group_instance_id,
+                             metrics_listener=args.metrics_listener)  # fmt: skip
     extra = dict(cfg.extra)
     if args.model_port:
         extra["cluster.model.port"] = str(args.model_port)
@@ -108,6 +114,10 @@ def run_worker(cfg: WorkerConfig, args: argparse.Namespace) -> int:
     loop.run_until_complete(ensure_topics(cfg.bootstrap_servers, worker_topic_specs(cfg)))
     coordinator = CoordinatorWorker(cfg, tick_interval=args.tick_interval, threads=args.threads)
     coordinator.on_fatal = _stop_self
+    if cfg.metrics_address is not None:
+        from streams.metrics import serve_worker
+
+        loop.run_until_complete(serve_worker(coordinator))
     fw = faust.Worker(coordinator.app, loop=loop, loglevel=args.loglevel.upper(), quiet=True,
                       redirect_stdouts=False, override_logging=False)  # fmt: skip
     log.info("worker %s for cluster %r starting (model port %s)", cfg.group_instance_id, cfg.cluster_name,
@@ -320,6 +330,11 @@ async def run_controller_role(cfg: WorkerConfig, args: argparse.Namespace) -> in
     await controller.start()
     assert controller.address is not None
     print(f"LISTENING {controller.address[0]}:{controller.address[1]}", flush=True)
+    served = None
+    if cfg.metrics_address is not None:
+        from streams.metrics import serve_controller
+
+        served = await serve_controller(controller)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -332,6 +347,8 @@ async def run_controller_role(cfg: WorkerConfig, args: argparse.Namespace) -> in
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if served is not None:
+            await served()
         await controller.stop()
     return 0
 

@@ -201,6 +201,16 @@ class Rig:
                 if item.name != IDENTITY_FILE:
                     shutil.rmtree(item) if item.is_dir() else item.unlink()
 
+    def printed(self, name: str, prefix: str) -> str:
+        """The rest of the next line that process ``name`` prints on stdout starting with ``prefix``
+        (e.g. ``METRICS HOST:PORT``, printed once its metrics endpoint listens)."""
+        proc = next(p for n, p in self.procs.procs if n == name)
+        assert proc.stdout is not None
+        while line := proc.stdout.readline():
+            if line.startswith(prefix):
+                return line[len(prefix) :].strip()
+        raise DemoError(f"{name} exited ({proc.poll()}) without printing {prefix!r}; see {self.workdir / (name + '.log')}")
+
     def worker_alive(self, name: str) -> bool:
         return name in self.workers and self.workers[name][1].poll() is None
 
