@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from test_streams_e2e_source_outage import MIRROR, PROPS, produce_on_a
+from test_streams_e2e_source_outage import BACKOFF, MIRROR
 from worker_harness import Rig
 
 from coordinator.states import MirrorState
@@ -73,8 +73,7 @@ def test_metrics_and_health_over_http_after_a_start_an_outage_and_a_failover(
 
         # 1. A start: every partition MIRRORING, caught up; the fetched figures are B's log.
         a, b = rig.clients["A"], rig.clients["B"]
-        (tmp_path / "m.properties").write_text(PROPS)
-        rig.cli("B", "--create", "--mirror", MIRROR, "--mirror-config", str(tmp_path / "m.properties"))
+        rig.create_mirror("B", MIRROR, "A", BACKOFF)
         rig.produce("A", 0.8, 41)
         rig.start_topics("B", MIRROR)
         rig.wait("every partition MIRRORING", lambda: rig.all_in("B", MIRROR, MirrorState.MIRRORING))
@@ -101,7 +100,7 @@ def test_metrics_and_health_over_http_after_a_start_an_outage_and_a_failover(
                  == value(w, "kip1279_metadata_log_applied_offset") > 0, 30)  # fmt: skip
 
         # 2. A unreachable: FAILED, retried; the retries counted are the changelog's FAILED -> FAILED writes.
-        produce_on_a(rig, 42)
+        rig.start_producers("A", 42)
         a.set_unreachable(True)
         rig.wait("every partition FAILED, retried twice",
                  lambda: all(len(h) > 2 and h[-1].state is MirrorState.FAILED and h[-1].retry_attempt >= 2
