@@ -383,15 +383,20 @@ class MetricsServer:
 # ------------------------------------------------------------------------------ wiring
 
 
+async def _listen(address: tuple[str, int], metrics: WorkerMetrics | ControllerMetrics) -> MetricsServer:
+    """Attaches ``metrics``, serves them on ``address`` and prints ``METRICS HOST:PORT``."""
+    metrics.attach()
+    server = MetricsServer(address, metrics.registry, health=metrics.health, ready=metrics.readiness,
+                           refresh=metrics.refresh)  # fmt: skip
+    host, port = await server.start()
+    print(f"METRICS {host}:{port}", flush=True)
+    return server
+
+
 async def serve_worker(worker: Any) -> MetricsServer:
     """Serves the worker's metrics and health on ``metrics.listener`` until its app shuts down;
     prints ``METRICS HOST:PORT`` once it listens."""
-    metrics = WorkerMetrics(worker)
-    metrics.attach()
-    server = MetricsServer(worker.config.metrics_address, metrics.registry, health=metrics.health,
-                           ready=metrics.readiness, refresh=metrics.refresh)  # fmt: skip
-    host, port = await server.start()
-    print(f"METRICS {host}:{port}", flush=True)
+    server = await _listen(worker.config.metrics_address, WorkerMetrics(worker))
 
     async def stop(sender: Any = None, **_: Any) -> None:
         await server.stop()
@@ -403,11 +408,7 @@ async def serve_worker(worker: Any) -> MetricsServer:
 async def serve_controller(controller: Any) -> Callable[[], Awaitable[None]]:
     """Serves the controller's metrics and health; returns what stops them."""
     metrics = ControllerMetrics(controller)
-    metrics.attach()
-    server = MetricsServer(controller.config.metrics_address, metrics.registry, health=metrics.health,
-                           ready=metrics.readiness, refresh=metrics.refresh)  # fmt: skip
-    host, port = await server.start()
-    print(f"METRICS {host}:{port}", flush=True)
+    server = await _listen(controller.config.metrics_address, metrics)
 
     async def stop() -> None:
         await server.stop()

@@ -16,13 +16,19 @@ def _offsets(cluster, group):
     return {(o.partition): (o.offset, o.leader_epoch) for o in cluster.group_offsets(group)}
 
 
-def _lagging_mirror():
+def _topic_g(records: int):
+    """Clusters a and b, and topic g on a with one partition holding ``records`` records."""
     w = World("a", "b")
-    a, b = w["a"], w["b"]
+    a = w["a"]
     topic = a.add_topic("g", partitions=1)
-    tp = a.tp("g", 0)
-    for i in range(3):
+    for i in range(records):
         a.produce("g", 0, [(b"k", f"v{i}".encode())])
+    return w, topic, a.tp("g", 0)
+
+
+def _lagging_mirror():
+    w, topic, tp = _topic_g(3)
+    a, b = w["a"], w["b"]
     m = w.mirror("a", "b", ONE_BATCH_PER_ROUND)
     m.set_desired(topic.topic_id, DesiredState.START)
     run_until(w, lambda: all_in(m, MirrorState.MIRRORING) and b.list_offsets(tp).leo == 3)
@@ -132,12 +138,8 @@ def test_acl_sync_narrow_scope_leaves_local_acls_alone():
 def test_stopping_runs_a_last_group_sync_for_consumer_and_share_groups():
     """The observed loss: offsets committed on A after the last periodic sync, then a stop. STOPPING
     syncs them once more (clamped, active groups skipped) before the topic turns writable."""
-    w = World("a", "b")
+    w, topic, tp = _topic_g(12)
     a, b = w["a"], w["b"]
-    topic = a.add_topic("g", partitions=1)
-    tp = a.tp("g", 0)
-    for i in range(12):
-        a.produce("g", 0, [(b"k", f"v{i}".encode())])
     slow_sync = MirrorConfig(metadata_refresh_interval_ms=3_600_000, fetch_backoff_ms=0)
     m = w.mirror("a", "b", slow_sync)
     a.commit_offset("app", "g", 0, 6)
