@@ -14,9 +14,9 @@ import pytest
 from records.cli import main
 from records.framing import FrameError, MetadataRecordSerde
 from records.registry import default_schemas
+from reference_data import KRAFT_SEGMENT, kafka_metadata_dir, kip1279_dir, schema_dirs
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
-VECTOR = REFERENCE / "vectors" / "cluster_metadata_00000000000000000000.log"
+VECTOR = KRAFT_SEGMENT
 TOPIC_ID = uuid.UUID("bfd99e5e-3235-4552-81f8-d4af1741970c")
 SERDE = MetadataRecordSerde(default_schemas())
 
@@ -82,7 +82,7 @@ def _run(argv: list[str], stdin: str = "") -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-@pytest.mark.parametrize("schemas", [None, str(REFERENCE / "kafka-metadata")])
+@pytest.mark.parametrize("schemas", [None, str(kafka_metadata_dir())])
 def test_dump_log_of_a_real_kraft_segment(schemas: str | None) -> None:
     code, out, err = _run(["dump-log", str(VECTOR)] + (["--schemas", schemas] if schemas else []))
     assert (code, err) == (0, "")
@@ -142,9 +142,9 @@ def test_dump_log_control_batches(tmp_path: Path) -> None:
     assert payloads[1]["data"] == {"version": 0, "sourceClusterId": "cluster-a"}
 
 
-@pytest.mark.parametrize("folder", [None, "kafka-metadata", "kafka-message", "kip-1279"])
-def test_validate(folder: str | None) -> None:
-    code, out, err = _run(["validate"] + (["--schemas", str(REFERENCE / folder)] if folder else []))
+@pytest.mark.parametrize("folder", [None, *schema_dirs().values()])
+def test_validate(folder: Path | None) -> None:
+    code, out, err = _run(["validate"] + (["--schemas", str(folder)] if folder else []))
     assert (code, err) == (0, "")
     assert "valid, 0 with errors" in out
 
@@ -173,7 +173,7 @@ def test_encode_decode_round_trip_through_the_cli() -> None:
 
 
 def test_decode_with_reference_schemas_unchanged() -> None:
-    code, out, err = _run(["decode", "--schemas", str(REFERENCE / "kip-1279"), "--type", "MirrorPartitionStateKey", "--version", "0", "0002616200000000000000000000000000000001" + "00000003"])
+    code, out, err = _run(["decode", "--schemas", str(kip1279_dir()), "--type", "MirrorPartitionStateKey", "--version", "0", "0002616200000000000000000000000000000001" + "00000003"])
     assert (code, err) == (0, "")
     assert json.loads(out) == {"mirrorName": "ab", "topicId": "AAAAAAAAAAAAAAAAAAAAAQ", "partition": 3}
 

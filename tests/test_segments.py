@@ -48,7 +48,7 @@ from records.segments import (
 )
 from records.varint import read_uvarint
 
-VECTOR = Path("/work/shared/reference/vectors/cluster_metadata_00000000000000000000.log")
+from reference_data import KRAFT_SEGMENT as VECTOR
 BATCH2_POS = 145  # 12-byte frame + 133-byte batchLength of the first batch
 
 
