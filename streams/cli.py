@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from coordinator.admin import redact_config
+from records.redact import redact_config
 from coordinator.states import ErrorCode, MirrorState
 from streams import config as worker_config
 from streams.admin_client import (

@@ -31,6 +31,7 @@ from coordinator.delta import ProblemKind, Replayer
 from coordinator.image import AclOperation, AclPermissionType, AclResourceType, MetadataImage, PatternType
 from coordinator.states import ErrorCode, MirrorState
 from records.framing import ApiMessageAndVersion
+from records.redact import redact_config
 from records.registry import SchemaSet, default_schemas
 from streams.admin_client import (  # noqa: F401 - scrub/secret_values re-exported
     API_NAMES,
@@ -559,7 +560,7 @@ def _describe_config(body: Any) -> str:
     config = getattr(body, "config", None)
     if not config:
         return ""
-    return f", config {admin.redact_config({c.name: c.value for c in config})}"
+    return f", config {redact_config({c.name: c.value for c in config})}"
 
 
 async def run_controller(config: WorkerConfig, super_users: frozenset[str] = frozenset()) -> None:

@@ -17,6 +17,7 @@ from aiokafka import AIOKafkaProducer
 from coordinator.image import AclOperation
 from coordinator.states import ErrorCode, MirrorState
 from records.framing import ApiMessageAndVersion
+from records.redact import REDACTED
 from records.registry import default_schemas
 from streams import cli
 from streams import mirror_state_store as mss
@@ -93,7 +94,7 @@ async def test_create_redacts_credentials_everywhere(controller: ClusterMirrorCo
     caplog.set_level(logging.DEBUG)
     code, out, err = await run_cli(controller, "--verbose", "--create", "--mirror", "a-to-b",
                                    "--mirror-config", str(mirror_config(tmp_path)))
-    assert code == 0 and "Created cluster mirror a-to-b" in out and "[hidden]" in out
+    assert code == 0 and "Created cluster mirror a-to-b" in out and REDACTED in out
     again = await run_cli(controller, "--create", "--mirror", "a-to-b", "--mirror-config", str(mirror_config(tmp_path)))
     assert again[0] == 1 and "CLUSTER_MIRROR_ALREADY_EXISTS" in again[1]
     listed = await run_cli(controller, "--list")
