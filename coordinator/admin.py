@@ -75,6 +75,7 @@ class AdminResponse(msgspec.Struct, frozen=True):
     error_code: ErrorCode = ErrorCode.NONE
     error_message: str | None = None
     topics: tuple[TopicResult, ...] = ()
+    skipped: tuple[tuple[str, str], ...] = ()  # (topic, reason): pattern matches left out of a start
 
     def first_error(self) -> tuple[ErrorCode, str | None]:
         """The request-level error, else the first topic's error (what a CLI reports)."""
@@ -453,7 +454,10 @@ def start_mirror_topics(
     w = _Writer(schemas)
     literals = [literal_pattern(t.name) for t in found if t.name in names]
     head = _pattern_records(image, mirror_name, w, literals + list(include_patterns), exclude_patterns)
-    return _topic_op(image, mirror_name, found, errors, _start_verdict, states, w, state_validation_offset, head)
+    result = _topic_op(image, mirror_name, found, errors, _start_verdict, states, w, state_validation_offset, head)
+    if not sel.skipped or result.response.error_code != ErrorCode.NONE:
+        return result
+    return result._replace(response=msgspec.structs.replace(result.response, skipped=sel.skipped))
 
 
 def discover_mirror_topics(

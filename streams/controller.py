@@ -123,8 +123,12 @@ def _topic_response(schemas: SchemaSet, api: str, result: admin.AdminResponse, s
     topic_cls = schemas.nested(f"{api}Response", "TopicResult")
     topics = [topic_cls(name=t.name, error_code=int(t.error_code), error_message=scrub(t.error_message, secrets))
               for t in result.topics]  # fmt: skip
+    extra: dict[str, Any] = {}
+    if result.skipped:  # only StartMirrorTopics has them
+        skipped_cls = schemas.nested(f"{api}Response", "SkippedTopic")
+        extra["skipped_topics"] = [skipped_cls(name=n, reason=scrub(why, secrets)) for n, why in result.skipped]
     return cls(throttle_time_ms=0, error_code=int(result.error_code),
-               error_message=scrub(result.error_message, secrets), topics=topics)  # fmt: skip
+               error_message=scrub(result.error_message, secrets), topics=topics, **extra)  # fmt: skip
 
 
 def _names(body: Any) -> list[str]:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from record_strategies import message_values
 from records.codec import CodecError, UnsupportedVersionError
+from records.registry import PROJECT_SCHEMAS as PROJECT_SCHEMAS_DIR
 from records.registry import SchemaSet
 from records.varint import (
     VarintError,
@@ -260,3 +261,21 @@ def test_out_of_range_and_wrong_types_name_the_field() -> None:
 def test_unknown_version_is_an_error() -> None:
     with pytest.raises(UnsupportedVersionError, match="TopicRecord has no version 3"):
         PROJECT.decode("TopicRecord", b"", 3)
+
+
+def test_start_response_skipped_topics_are_tagged_so_old_clients_read_it() -> None:
+    import json as _json
+
+    from records.schema import parse_schema_text, strip_comments
+
+    text = (PROJECT_SCHEMAS_DIR / "StartMirrorTopicsResponse.json").read_text()
+    prototype = _json.loads(strip_comments(text))
+    prototype["fields"] = [f for f in prototype["fields"] if f["name"] != "SkippedTopics"]
+    old = SchemaSet([parse_schema_text(_json.dumps(prototype), "prototype")], "prototype")
+    cls = PROJECT.struct("StartMirrorTopicsResponse")
+    skipped = PROJECT.nested("StartMirrorTopicsResponse", "SkippedTopic")(name="payments", reason="start it by name")
+    wire = PROJECT.encode(cls(skipped_topics=(skipped,)), 0)
+    assert PROJECT.decode("StartMirrorTopicsResponse", wire, 0).skipped_topics == (skipped,)
+    seen_by_old = old.decode("StartMirrorTopicsResponse", wire, 0)
+    assert seen_by_old.topics == () and [tag for tag, _ in seen_by_old.unknown_tagged_fields] == [0]
+    assert PROJECT.encode(cls(), 0) == old.encode(old.struct("StartMirrorTopicsResponse")(), 0)  # nothing skipped: same bytes
