@@ -3,7 +3,7 @@
 Two rules, applied column-wise with Arrow compute (so 10M-row tables stay fast):
 
 - a config whose *name* is sensitive (``sasl.jaas.config``, anything with password, secret,
-  credential(s), token, private key, api key) has its *values* replaced by ``[REDACTED]``;
+  credential(s), token, private key, api key) has its *values* replaced by ``(redacted)`` (``records.redact.REDACTED``);
 - free text (error messages, transition reasons, config values under harmless names) has
   ``name=value`` pairs with a sensitive name and whole JAAS login-module clauses scrubbed,
   because exceptions from SASL clients quote their config.
@@ -19,11 +19,9 @@ from typing import Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from coordinator.admin import SENSITIVE_CONFIG_NAME, is_sensitive
+from records.redact import REDACTED, SENSITIVE_CONFIG_NAME, is_sensitive
 
-REDACTED: Final = "[REDACTED]"
-
-# Config names whose values are secret: the coordinator's definition, shared with the CLI.
+# Config names whose values are secret: the one definition, shared with the CLI and records tools.
 SENSITIVE_NAME: Final = SENSITIVE_CONFIG_NAME
 # `name=value` / `name: value` / `"name": "value"` with a sensitive name, in free text.
 _KV: Final = (
@@ -71,7 +69,7 @@ def scrub_column(col: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray:
 
 
 def redact_by_name(names: pa.ChunkedArray, values: pa.ChunkedArray) -> tuple[pa.ChunkedArray, pa.ChunkedArray]:
-    """Values under a sensitive name become ``[REDACTED]`` (nulls stay null). Returns (values, mask)."""
+    """Values under a sensitive name become ``REDACTED`` (nulls stay null). Returns (values, mask)."""
     names = names.cast(pa.string())
     mask = pc.fill_null(pc.match_substring_regex(names, pattern=SENSITIVE_NAME), False)
     values = values.cast(pa.string())

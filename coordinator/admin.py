@@ -24,7 +24,6 @@ offset, or if the offset is ahead of this image (the caller saw metadata we have
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
@@ -55,6 +54,7 @@ from coordinator.topic_filter import (
     split_patterns,
 )
 from records.framing import ApiMessageAndVersion
+from records.redact import REDACTED, SENSITIVE_CONFIG_NAME, is_sensitive, redact_config  # noqa: F401  (re-exported)
 from records.registry import SchemaSet, default_schemas
 
 StateView = Mapping[tuple[str, uuid.UUID, int], MirrorState]
@@ -62,25 +62,6 @@ TopicRef = str | uuid.UUID  # a topic name, or a topic ID
 
 BOOTSTRAP_CONFIG = "bootstrap.servers"
 SOURCE_CLUSTER_ID_CONFIG = "mirror.source.cluster.id"
-REDACTED = "[hidden]"  # what Kafka prints for a Password value
-# Config names whose values are credentials: the one definition the CLI, logs and the audit
-# export share (RE2-compatible, so Arrow can apply it column-wise too).
-SENSITIVE_CONFIG_NAME = (
-    r"(?i)(jaas|passw(or)?d|secret|credential|token|private[._-]?key|api[._-]?key|"
-    r"basic\.auth\.user\.info|\.key$|sasl\.client\.callback)"
-)
-_SENSITIVE = re.compile(SENSITIVE_CONFIG_NAME)
-
-
-def is_sensitive(key: str) -> bool:
-    return _SENSITIVE.search(key) is not None
-
-
-def redact_config(config: Mapping[str, str | None]) -> dict[str, str | None]:
-    """A copy of a mirror config safe to print, export or log: credentials are hidden."""
-    return {k: (REDACTED if v is not None and is_sensitive(k) else v) for k, v in config.items()}
-
-
 # ------------------------------------------------------------------------------- results
 
 
@@ -94,6 +75,7 @@ class AdminResponse(msgspec.Struct, frozen=True):
     error_code: ErrorCode = ErrorCode.NONE
     error_message: str | None = None
     topics: tuple[TopicResult, ...] = ()
+    skipped: tuple[tuple[str, str], ...] = ()  # (topic, reason): pattern matches left out of a start
 
     def first_error(self) -> tuple[ErrorCode, str | None]:
         """The request-level error, else the first topic's error (what a CLI reports)."""
@@ -472,7 +454,10 @@ def start_mirror_topics(
     w = _Writer(schemas)
     literals = [literal_pattern(t.name) for t in found if t.name in names]
     head = _pattern_records(image, mirror_name, w, literals + list(include_patterns), exclude_patterns)
-    return _topic_op(image, mirror_name, found, errors, _start_verdict, states, w, state_validation_offset, head)
+    result = _topic_op(image, mirror_name, found, errors, _start_verdict, states, w, state_validation_offset, head)
+    if not sel.skipped or result.response.error_code != ErrorCode.NONE:
+        return result
+    return result._replace(response=msgspec.structs.replace(result.response, skipped=sel.skipped))
 
 
 def discover_mirror_topics(

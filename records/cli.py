@@ -15,10 +15,12 @@ from typing import Any, Sequence, TextIO
 from records.codec import CodecError
 from records.framing import FrameError, MetadataRecordSerde
 from records.jsonform import JsonFormError
+from records.redact import redact_message_json
 from records.registry import PROJECT_SCHEMAS, SchemaSet
 from records.schema import SchemaError, load_schema_dir
 
 EXIT_BAD_INPUT = 2
+SECRETS_HELP = "print sensitive config values (passwords, JAAS configs, keys) instead of (redacted)"
 
 
 class UsageError(Exception):
@@ -101,14 +103,18 @@ def cmd_decode(args: argparse.Namespace, out: TextIO) -> int:
         record = serde.decode(data)
         if args.type and type(record.message).__name__ != args.type:
             raise UsageError(f"the frame holds {type(record.message).__name__}, not {args.type}")
-        _json(serde.to_json(record), out)
+        framed = serde.to_json(record)
+        if not args.include_secrets:
+            framed["data"] = redact_message_json(type(record.message).__name__, framed["data"])
+        _json(framed, out)
         return 0
     if not args.type or args.version is None:
         raise UsageError("decode needs --type and --version (or --frame)")
     if args.type not in schemas.specs:
         raise UsageError(f"no message named {args.type!r} in {schemas.source}")
     value = schemas.decode(args.type, data, args.version)
-    _json(schemas.to_json(value, args.version), out)
+    obj = schemas.to_json(value, args.version)
+    _json(obj if args.include_secrets else redact_message_json(args.type, obj), out)
     return 0
 
 
@@ -121,7 +127,9 @@ def cmd_dump_log(args: argparse.Namespace, out: TextIO) -> int:
         data = path.read_bytes()
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror}") from None
-    errors = dump_segment(data, MetadataRecordSerde(schemas), out, decode_payloads=not args.raw)
+    errors = dump_segment(
+        data, MetadataRecordSerde(schemas), out, decode_payloads=not args.raw, include_secrets=args.include_secrets
+    )
     for e in errors:
         sys.stderr.write(f"error: {path}: {e}\n")
     return EXIT_BAD_INPUT if errors else 0
@@ -147,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--type")
     d.add_argument("--version", type=int)
     d.add_argument("--frame", action="store_true", help="the input is a framed KRaft metadata record")
+    d.add_argument("--include-secrets", action="store_true", help=SECRETS_HELP)
     d.add_argument("hex", nargs="?")
     d.set_defaults(run=cmd_decode)
 
@@ -154,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("file")
     dl.add_argument("--schemas")
     dl.add_argument("--raw", action="store_true", help="print payloads as base64 instead of decoding them")
+    dl.add_argument("--include-secrets", action="store_true", help=SECRETS_HELP)
     dl.set_defaults(run=cmd_dump_log)
     return p
 

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import struct as _struct
 import uuid
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import msgspec
 
@@ -347,7 +348,26 @@ class _VersionCodegen:
         w.depth -= 1
         return unknown
 
+    @contextmanager
+    def lengths_of(self, f: FieldSpec) -> Iterator[None]:
+        """Compact or fixed lengths as the field's own flexibleVersions says, if it has one."""
+        saved = self.flexible
+        if f.flexible_versions is not None:
+            self.flexible = self.version in f.flexible_versions
+        try:
+            yield
+        finally:
+            self.flexible = saved
+
     def dec_value(self, w: _Writer, f: FieldSpec, var: str, path: str) -> None:
+        with self.lengths_of(f):
+            self._dec_value(w, f, var, path)
+
+    def enc_value(self, w: _Writer, f: FieldSpec, expr: str, path: str) -> None:
+        with self.lengths_of(f):
+            self._enc_value(w, f, expr, path)
+
+    def _dec_value(self, w: _Writer, f: FieldSpec, var: str, path: str) -> None:
         t = f.type
         nullable = self.nullable(f)
         if t.is_array:
@@ -546,7 +566,7 @@ class _VersionCodegen:
         with w.indent():
             w("ap(b'\\x00')")
 
-    def enc_value(self, w: _Writer, f: FieldSpec, expr: str, path: str) -> None:
+    def _enc_value(self, w: _Writer, f: FieldSpec, expr: str, path: str) -> None:
         t = f.type
         nullable = self.nullable(f)
         if t.is_array:

@@ -6,7 +6,9 @@ the record's own, with the value decoded. Metadata records print as
 type, with KRaft and KIP-1279 control values decoded from their schemas. A corrupt or
 truncated batch is reported with its byte position after every good batch before it.
 A record whose value does not decode is printed with the error and its raw bytes: the dump
-goes on, and the error is returned.
+goes on, and the error is returned. Sensitive config values and key material are printed as
+``(redacted)``, as Kafka's ``RecordRedactor`` does, unless ``include_secrets``; with ``--raw``
+the whole payload of such a record is.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, TextIO
 
 from records.codec import CodecError
 from records.framing import FrameError, MetadataRecordSerde
+from records.redact import REDACTED, needs_redaction, redact_message_json
 from records.segments import ControlType, Record, RecordBatch, SegmentError, control_type, iter_segment
 
 # Control values that have a schema: control type -> message name.
@@ -76,7 +79,29 @@ def control_payload(record: Record, serde: MetadataRecordSerde) -> dict[str, Any
     return {"type": name, "version": version, "data": serde.schemas.to_json(data, version)}
 
 
-def dump_segment(data: bytes, serde: MetadataRecordSerde, out: TextIO, *, decode_payloads: bool = True) -> list[str]:
+def metadata_payload(value: bytes, serde: MetadataRecordSerde, decode: bool, include_secrets: bool) -> Any:
+    """A metadata record value as dump-log prints it: decoded JSON, or base64 when not ``decode``."""
+    if decode:
+        record = serde.decode(value)
+        payload = serde.to_json(record)
+        if not include_secrets:
+            payload["data"] = redact_message_json(type(record.message).__name__, payload["data"])
+        return payload
+    if not include_secrets:
+        try:
+            record = serde.decode(value)
+        except (CodecError, FrameError, ValueError):
+            pass  # not a record we know: nothing to recognise a secret by
+        else:
+            name = type(record.message).__name__
+            if needs_redaction(name, serde.schemas.to_json(record.message, record.version)):
+                return REDACTED
+    return base64.b64encode(value).decode("ascii")
+
+
+def dump_segment(
+    data: bytes, serde: MetadataRecordSerde, out: TextIO, *, decode_payloads: bool = True, include_secrets: bool = False
+) -> list[str]:
     """Writes one JSON line per record; returns the errors met (the segment's last, if corrupt)."""
     errors: list[str] = []
     position = 0
@@ -89,8 +114,7 @@ def dump_segment(data: bytes, serde: MetadataRecordSerde, out: TextIO, *, decode
             continue
         batch = item
         size = batch.size_in_bytes
-        crc = int.from_bytes(data[position + 17 : position + 21], "big")
-        header = batch_json(batch, position, size, crc)
+        header = batch_json(batch, position, size, batch.crc)
         for record in batch.records:
             line: dict[str, Any] = dict(header)
             line["offset"] = batch.base_offset + record.offset_delta
@@ -98,14 +122,12 @@ def dump_segment(data: bytes, serde: MetadataRecordSerde, out: TextIO, *, decode
             line["valueSize"] = -1 if record.value is None else len(record.value)
             line["headerKeys"] = [h.key for h in record.headers]
             try:
-                if not decode_payloads:
-                    line["payload"] = None if record.value is None else base64.b64encode(record.value).decode("ascii")
-                elif batch.is_control:
-                    line["payload"] = control_payload(record, serde)
-                elif record.value is None:
+                if record.value is None:
                     line["payload"] = None
+                elif batch.is_control:
+                    line["payload"] = control_payload(record, serde) if decode_payloads else base64.b64encode(record.value).decode("ascii")
                 else:
-                    line["payload"] = serde.to_json(serde.decode(record.value))
+                    line["payload"] = metadata_payload(record.value, serde, decode_payloads, include_secrets)
             except (CodecError, FrameError, SegmentError, ValueError) as e:
                 message = f"offset {line['offset']} (batch at byte {position}): cannot decode the value: {e}"
                 errors.append(message)

@@ -151,6 +151,9 @@ class FieldSpec:
     entity_type: str | None
     map_key: bool
     struct: "StructSpec | None" = None  # for struct and []struct types
+    # A string or bytes field's own flexibleVersions (RequestHeader's ClientId: "none"): where its
+    # length is compact, overriding the message's. None: as the message.
+    flexible_versions: "Versions | None" = None
 
     @property
     def attr(self) -> str:
@@ -437,6 +440,11 @@ class _Parser:
         elif sub is not None:
             raise self.fail(f"type {ftype} cannot have fields", path)
         default = self.default(raw.get("default"), ftype, versions, nullable, path)
+        field_flexible = None
+        if "flexibleVersions" in raw:
+            if ftype.is_array or ftype.name not in ("string", "bytes"):
+                raise self.fail(f"flexibleVersions can only be set on a string or bytes field, not {ftype}", path)
+            field_flexible = self.versions(raw["flexibleVersions"], "flexibleVersions", path)
         return FieldSpec(
             name=name,
             type=ftype,
@@ -450,6 +458,7 @@ class _Parser:
             entity_type=raw.get("entityType"),
             map_key=bool(raw.get("mapKey", False)),
             struct=struct,
+            flexible_versions=field_flexible,
         )
 
     def default(self, raw: object, ftype: FieldType, versions: Versions, nullable: Versions, path: str) -> object:

@@ -189,13 +189,17 @@ class Record(msgspec.Struct, frozen=True, gc=False):
     attributes: int = 0  # int8, unused by Kafka but kept for exact round-trips
 
 
-class RecordBatch(msgspec.Struct, frozen=True):
+_STORED = "_stored_length_and_crc"  # a decoded batch's (batchLength, crc) as read; not a field
+
+
+class RecordBatch(msgspec.Struct, frozen=True, dict=True):
     """A v2 record batch. ``magic``, ``batch_length`` and ``crc`` are derived.
 
-    ``crc`` and ``batch_length`` are computed from the encoding rather than stored,
-    so a batch built in memory equals the same batch read back from disk.
-    :func:`decode_batch` verifies the stored CRC and length, so for a decoded batch
-    they are the values on disk (Kafka's writers encode varints canonically).
+    ``crc`` and ``batch_length`` are not fields, so a batch built in memory equals the
+    same batch read back from disk. For a batch built in memory they are computed from
+    its encoding; a decoded batch keeps the ones it was read with (verified by
+    :func:`decode_batch`), since a valid batch need not encode its varints canonically
+    and a re-encoding would then be shorter.
     ``last_offset_delta`` is a real field: compaction can remove the last records
     of a batch but keeps its offset range (and may leave a batch with no records).
     """
@@ -248,6 +252,9 @@ class RecordBatch(msgspec.Struct, frozen=True):
     @property
     def batch_length(self) -> int:
         """The on-disk batchLength field: bytes after baseOffset and batchLength."""
+        stored = self.__dict__.get(_STORED)
+        if stored is not None:
+            return stored[0]
         return _MIN_BATCH_LENGTH + len(_encode_records(self.records))
 
     @property
@@ -256,7 +263,10 @@ class RecordBatch(msgspec.Struct, frozen=True):
 
     @property
     def crc(self) -> int:
-        """CRC32C of attributes through the end, as encode_batch writes it."""
+        """The stored CRC32C of attributes through the end, or the one encode_batch writes."""
+        stored = self.__dict__.get(_STORED)
+        if stored is not None:
+            return stored[1]
         (crc,) = _UINT32.unpack_from(encode_batch(self), _CRC_OFFSET)
         return crc
 
@@ -466,6 +476,7 @@ def _decode_batch(buf: bytes, pos: int) -> tuple[RecordBatch, int]:
         base_sequence=base_sequence,
         records=records,
     )
+    msgspec.structs.force_setattr(batch, _STORED, (length, stored_crc))
     return batch, end
 
 

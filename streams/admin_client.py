@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from coordinator.admin import REDACTED, is_sensitive
+from records.redact import REDACTED, is_sensitive
 from records.registry import SchemaSet, default_schemas
 from records.varint import read_uvarint, uvarint_bytes
 

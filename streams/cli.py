@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from coordinator.admin import redact_config
+from records.redact import redact_config
 from coordinator.states import ErrorCode, MirrorState
 from streams import config as worker_config
 from streams.admin_client import (
@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mirror-config", help="properties file of the mirror (bootstrap.servers, security, ...)")
     p.add_argument("--topics", help="comma-separated topic names, or a regex ('.*' for all)")
     p.add_argument("--exclude", action="append", default=[], help="regex of topics to leave out (repeatable)")
-    p.add_argument("--json", action="store_true", help="describe: print JSON")
+    p.add_argument("--json", action="store_true", help="describe, start, stop, pause, resume: print JSON")
     p.add_argument("--failed", action="store_true", help="describe: only FAILED partitions")
     p.add_argument("--validate-states", action="store_true",
                    help="refuse the change if a topic's mirror state changed since it was described")  # fmt: skip
@@ -103,7 +103,20 @@ async def _topic_selection(admin: ClusterMirrorAdmin, args: argparse.Namespace) 
     return [t for t in members if regex.fullmatch(t) and not any(e.fullmatch(t) for e in excludes)], []
 
 
-def _print_topic_results(out: TextIO, verb: str, mirror: str, response: Any) -> int:
+def _print_topic_results(out: TextIO, verb: str, mirror: str, response: Any, as_json: bool = False) -> int:
+    skipped = sorted((t.name, t.reason) for t in getattr(response, "skipped_topics", None) or ())
+    if as_json:
+        doc: dict[str, Any] = {"mirror": mirror}
+        if response.error_code:
+            doc["error"] = {"code": _code_name(response.error_code), "message": response.error_message}
+        doc["topics"] = [
+            {"topic": t.name, "result": verb} if not t.error_code
+            else {"topic": t.name, "error": _code_name(t.error_code), "message": t.error_message}
+            for t in sorted(response.topics, key=lambda t: t.name)
+        ]
+        doc["skipped"] = [{"topic": n, "reason": why} for n, why in skipped]
+        out.write(json.dumps(doc, indent=1) + "\n")
+        return EXIT_ERROR if response.error_code or any(t.error_code for t in response.topics) else EXIT_OK
     failed = 0
     if response.error_code:
         out.write(f"Error: {_code_name(response.error_code)}: {response.error_message}\n")
@@ -114,8 +127,11 @@ def _print_topic_results(out: TextIO, verb: str, mirror: str, response: Any) -> 
             out.write(f"  {t.name}: {_code_name(t.error_code)}: {t.error_message}\n")
         else:
             out.write(f"  {t.name}: {verb}\n")
+    for name, why in skipped:  # matched by a pattern, not started: say why
+        out.write(f"  {name}: skipped: {why}\n")
     ok = len(response.topics) - failed
-    out.write(f"{verb.capitalize()} {ok} topic(s) of mirror {mirror}" + (f"; {failed} refused\n" if failed else "\n"))
+    tail = "".join(f"; {n} {what}" for n, what in ((failed, "refused"), (len(skipped), "skipped")) if n)
+    out.write(f"{verb.capitalize()} {ok} topic(s) of mirror {mirror}{tail}\n")
     return EXIT_ERROR if failed else EXIT_OK
 
 
@@ -237,7 +253,7 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         else:
             reply = await admin.resume(args.mirror, names, state_validation_offset=svo)
         verb = {"start": "started", "stop": "stopped", "pause": "paused", "resume": "resumed"}[op]
-        code = _print_topic_results(out, verb, args.mirror, reply.response)
+        code = _print_topic_results(out, verb, args.mirror, reply.response, as_json=args.json)
         if code == EXIT_OK and args.wait > 0:
             accepted = {t.name for t in reply.response.topics if not t.error_code}  # type: ignore[attr-defined]
             done = await wait_for_states(admin, args.mirror, accepted or None, _TARGET[op], args.wait, err)

@@ -31,6 +31,7 @@ from coordinator.delta import ProblemKind, Replayer
 from coordinator.image import AclOperation, AclPermissionType, AclResourceType, MetadataImage, PatternType
 from coordinator.states import ErrorCode, MirrorState
 from records.framing import ApiMessageAndVersion
+from records.redact import redact_config
 from records.registry import SchemaSet, default_schemas
 from streams.admin_client import (  # noqa: F401 - scrub/secret_values re-exported
     API_NAMES,
@@ -122,8 +123,12 @@ def _topic_response(schemas: SchemaSet, api: str, result: admin.AdminResponse, s
     topic_cls = schemas.nested(f"{api}Response", "TopicResult")
     topics = [topic_cls(name=t.name, error_code=int(t.error_code), error_message=scrub(t.error_message, secrets))
               for t in result.topics]  # fmt: skip
+    extra: dict[str, Any] = {}
+    if result.skipped:  # only StartMirrorTopics has them
+        skipped_cls = schemas.nested(f"{api}Response", "SkippedTopic")
+        extra["skipped_topics"] = [skipped_cls(name=n, reason=scrub(why, secrets)) for n, why in result.skipped]
     return cls(throttle_time_ms=0, error_code=int(result.error_code),
-               error_message=scrub(result.error_message, secrets), topics=topics)  # fmt: skip
+               error_message=scrub(result.error_message, secrets), topics=topics, **extra)  # fmt: skip
 
 
 def _names(body: Any) -> list[str]:
@@ -562,7 +567,7 @@ def _describe_config(body: Any) -> str:
     config = getattr(body, "config", None)
     if not config:
         return ""
-    return f", config {admin.redact_config({c.name: c.value for c in config})}"
+    return f", config {redact_config({c.name: c.value for c in config})}"
 
 
 async def run_controller(config: WorkerConfig, super_users: frozenset[str] = frozenset()) -> None:

@@ -19,13 +19,15 @@ from records.structs import UNKNOWN_TAGGED_FIELDS
 _MAX_ARRAY = 4
 
 
-def message_values(codec: MessageCodec, version: int) -> st.SearchStrategy[Any]:
-    return _Builder(codec, version).struct(codec.spec.struct)
+def message_values(codec: MessageCodec, version: int, unknown_tags: bool = True) -> st.SearchStrategy[Any]:
+    """``unknown_tags=False`` leaves unknown tagged fields out, for codecs that drop them."""
+    return _Builder(codec, version, unknown_tags).struct(codec.spec.struct)
 
 
 class _Builder:
-    def __init__(self, codec: MessageCodec, version: int) -> None:
+    def __init__(self, codec: MessageCodec, version: int, unknown_tags: bool = True) -> None:
         self.codec = codec
+        self.unknown_tags = unknown_tags
         self.classes = codec.classes
         self.version = version
         self.flexible = codec.spec.is_flexible(version)
@@ -36,7 +38,7 @@ class _Builder:
         for f in struct.fields:
             if self.version in f.versions:
                 kwargs[f.attr] = self.value(f)
-        if self.flexible:
+        if self.flexible and self.unknown_tags:
             known = [f.tag for f in struct.fields if f.tag is not None]
             first_free = max(known, default=-1) + 1
             kwargs[UNKNOWN_TAGGED_FIELDS] = st.dictionaries(

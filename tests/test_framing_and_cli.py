@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import subprocess
@@ -13,10 +14,11 @@ import pytest
 
 from records.cli import main
 from records.framing import FrameError, MetadataRecordSerde
+from records.redact import REDACTED
 from records.registry import default_schemas
+from reference_data import KRAFT_SEGMENT, kafka_metadata_dir, kip1279_dir, schema_dirs
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
-VECTOR = REFERENCE / "vectors" / "cluster_metadata_00000000000000000000.log"
+VECTOR = KRAFT_SEGMENT
 TOPIC_ID = uuid.UUID("bfd99e5e-3235-4552-81f8-d4af1741970c")
 SERDE = MetadataRecordSerde(default_schemas())
 
@@ -82,7 +84,7 @@ def _run(argv: list[str], stdin: str = "") -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-@pytest.mark.parametrize("schemas", [None, str(REFERENCE / "kafka-metadata")])
+@pytest.mark.parametrize("schemas", [None, str(kafka_metadata_dir())])
 def test_dump_log_of_a_real_kraft_segment(schemas: str | None) -> None:
     code, out, err = _run(["dump-log", str(VECTOR)] + (["--schemas", schemas] if schemas else []))
     assert (code, err) == (0, "")
@@ -142,9 +144,9 @@ def test_dump_log_control_batches(tmp_path: Path) -> None:
     assert payloads[1]["data"] == {"version": 0, "sourceClusterId": "cluster-a"}
 
 
-@pytest.mark.parametrize("folder", [None, "kafka-metadata", "kafka-message", "kip-1279"])
-def test_validate(folder: str | None) -> None:
-    code, out, err = _run(["validate"] + (["--schemas", str(REFERENCE / folder)] if folder else []))
+@pytest.mark.parametrize("folder", [None, *schema_dirs().values()])
+def test_validate(folder: Path | None) -> None:
+    code, out, err = _run(["validate"] + (["--schemas", str(folder)] if folder else []))
     assert (code, err) == (0, "")
     assert "valid, 0 with errors" in out
 
@@ -173,7 +175,7 @@ def test_encode_decode_round_trip_through_the_cli() -> None:
 
 
 def test_decode_with_reference_schemas_unchanged() -> None:
-    code, out, err = _run(["decode", "--schemas", str(REFERENCE / "kip-1279"), "--type", "MirrorPartitionStateKey", "--version", "0", "0002616200000000000000000000000000000001" + "00000003"])
+    code, out, err = _run(["decode", "--schemas", str(kip1279_dir()), "--type", "MirrorPartitionStateKey", "--version", "0", "0002616200000000000000000000000000000001" + "00000003"])
     assert (code, err) == (0, "")
     assert json.loads(out) == {"mirrorName": "ab", "topicId": "AAAAAAAAAAAAAAAAAAAAAQ", "partition": 3}
 
@@ -207,3 +209,62 @@ def test_console_entry_point_never_prints_a_traceback(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "records", "dump-log", str(missing)], capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: cannot read") and "Traceback" not in proc.stderr
+
+
+def test_dump_log_positions_follow_the_stored_batch_length(tmp_path: Path) -> None:
+    from test_segments import non_canonical
+
+    path = tmp_path / "non-canonical.log"
+    path.write_bytes(non_canonical(VECTOR.read_bytes()))
+    code, out, err = _run(["dump-log", str(path)])
+    assert (code, err) == (0, "")
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert {(r["position"], r["size"]) for r in lines if r["baseOffset"] == 1} == {(0, 146)}
+    assert {(r["position"], r["crc"]) for r in lines if r["baseOffset"] == 34} == {(146, 161276315)}
+    assert [r["payload"] for r in lines] == [e[4] for e in EXPECTED_DUMP]
+
+
+JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="mirror" password="pw-1279";'
+TOPIC_RESOURCE = 2  # ConfigResource.Type.TOPIC
+
+
+def _config_record(name: str, value: str | None) -> bytes:
+    config = default_schemas().struct("ConfigRecord")
+    return SERDE.encode(config(resource_type=TOPIC_RESOURCE, resource_name="a-to-b", name=name, value=value), 0)
+
+
+@pytest.mark.parametrize(("name", "value"), [("sasl.jaas.config", JAAS), ("ssl.keystore.password", "ks-secret")])
+def test_decode_frame_redacts_a_sensitive_config_value(name: str, value: str) -> None:
+    framed = _config_record(name, value).hex()
+    code, out, err = _run(["decode", "--frame", framed])
+    assert (code, err) == (0, "")
+    assert json.loads(out)["data"] == {"resourceType": TOPIC_RESOURCE, "resourceName": "a-to-b", "name": name, "value": REDACTED}
+    assert value not in out
+    code, out, _ = _run(["decode", "--frame", "--include-secrets", framed])
+    assert code == 0 and json.loads(out)["data"]["value"] == value
+    code, out, _ = _run(["decode", "--type", "ConfigRecord", "--version", "0", framed[6:]])
+    assert code == 0 and json.loads(out)["value"] == REDACTED
+
+
+def test_decode_frame_keeps_harmless_config_values() -> None:
+    code, out, _ = _run(["decode", "--frame", _config_record("retention.ms", "1000").hex()])
+    assert code == 0 and json.loads(out)["data"]["value"] == "1000"
+
+
+def test_dump_log_redacts_sensitive_config_values(tmp_path: Path) -> None:
+    from records.segments import Record, build_batch, encode_segment
+
+    values = [_config_record("sasl.jaas.config", JAAS), _config_record("retention.ms", "1000")]
+    batch = build_batch([Record(i, 0, None, v) for i, v in enumerate(values)], base_offset=0, base_timestamp=0, partition_leader_epoch=1)
+    path = tmp_path / "configs.log"
+    path.write_bytes(encode_segment([batch]))
+
+    code, out, err = _run(["dump-log", str(path)])
+    assert (code, err) == (0, "")
+    assert [json.loads(line)["payload"]["data"]["value"] for line in out.splitlines()] == [REDACTED, "1000"]
+    assert "pw-1279" not in out
+    code, out, _ = _run(["dump-log", "--raw", str(path)])
+    payloads = [json.loads(line)["payload"] for line in out.splitlines()]
+    assert code == 0 and payloads[0] == REDACTED and base64.b64decode(payloads[1]) == values[1]
+    code, out, _ = _run(["dump-log", "--include-secrets", str(path)])
+    assert code == 0 and json.loads(out.splitlines()[0])["payload"]["data"]["value"] == JAAS

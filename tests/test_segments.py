@@ -48,7 +48,7 @@ from records.segments import (
 )
 from records.varint import read_uvarint
 
-VECTOR = Path("/work/shared/reference/vectors/cluster_metadata_00000000000000000000.log")
+from reference_data import KRAFT_SEGMENT as VECTOR
 BATCH2_POS = 145  # 12-byte frame + 133-byte batchLength of the first batch
 
 
@@ -607,3 +607,40 @@ def test_encode_refuses_record_attributes_outside_int8() -> None:
     batch = build_batch([Record(0, 0, None, None, attributes=200)], base_offset=0, base_timestamp=0)
     with pytest.raises(EncodeError, match="record attributes 200 do not fit an int8"):
         encode_batch(batch)
+
+
+def non_canonical(segment: bytes) -> bytes:
+    """The segment with batch 1's record 0 offsetDelta written as two bytes (80 00), CRC fixed.
+
+    Still a valid batch: Kafka's readers accept any varint form, only its writers are canonical.
+    """
+    from records.segments import RECORD_BATCH_OVERHEAD
+    from records.varint import read_varint, write_varint
+
+    data = bytearray(segment)
+    pos = RECORD_BATCH_OVERHEAD  # record 0: length varint, attributes, timestampDelta, offsetDelta
+    length, after_length = read_varint(data, pos)
+    _, after_ts = read_varint(data, after_length + 1)  # timestampDelta 0 fits a varint too
+    assert data[after_ts] == 0x00, "record 0's offsetDelta is 0"
+    data[after_ts : after_ts + 1] = b"\x80\x00"
+    new_length = bytearray()
+    write_varint(new_length, length + 1)
+    assert len(new_length) == after_length - pos
+    data[pos:after_length] = new_length
+    (batch_length,) = struct.unpack_from(">i", data, 8)
+    struct.pack_into(">i", data, 8, batch_length + 1)
+    end = 12 + batch_length + 1
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:end])))
+    return bytes(data)
+
+
+def test_a_non_canonical_batch_keeps_its_stored_length_and_crc(segment: bytes) -> None:
+    data = non_canonical(segment)
+    first, second = decode_segment(data)
+    assert first == decode_segment(segment)[0]  # the same records
+    assert first.batch_length == 134 and first.size_in_bytes == 146  # as stored, not re-encoded (133)
+    assert first.crc == struct.unpack_from(">I", data, 17)[0] != decode_segment(segment)[0].crc
+    assert (second.crc, second.size_in_bytes) == (161276315, 166)
+    # A batch built in memory still computes both from its encoding.
+    rebuilt = msgspec.structs.replace(first)
+    assert rebuilt.batch_length == 133 and rebuilt.crc == 0x9E9240F0

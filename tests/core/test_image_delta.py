@@ -25,11 +25,12 @@ from coordinator.image import (
 )
 from coordinator.states import DesiredState
 from records.framing import MetadataRecordSerde
-from records.registry import default_schemas, schemas_at
+from records.registry import SchemaSet, default_schemas, schemas_at
+from records.schema import parse_schema_text
+from reference_data import REFERENCE
 
 S = default_schemas()
 SERDE = MetadataRecordSerde(S)
-REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference"
 MIRROR = int(ConfigResourceType.CLUSTER_MIRROR)
 
 
@@ -341,9 +342,22 @@ def test_redelivered_and_out_of_order_records_are_skipped() -> None:
     assert d.apply().topics.by_id[t].partitions[0].leader_epoch == 1
 
 
+def kafka_metadata_schemas() -> SchemaSet:
+    """Kafka's metadata record schemas; without the reference folder, the project's plus Kafka's
+    RegisterBrokerRecord v0 (trimmed), a record the delta has no handler for."""
+    if REFERENCE is not None:
+        return schemas_at(str(REFERENCE / "kafka-metadata"))
+    register_broker = parse_schema_text(
+        '{"apiKey": 0, "type": "metadata", "name": "RegisterBrokerRecord", "validVersions": "0", "flexibleVersions": "0+",'
+        ' "fields": [{"name": "BrokerId", "type": "int32", "versions": "0+", "entityType": "brokerId"}]}',
+        "RegisterBrokerRecord.json",
+    )
+    return SchemaSet([*default_schemas().specs.values(), register_broker], "project schemas + RegisterBrokerRecord")
+
+
 def test_dispatch_comes_from_the_schemas_and_unhandled_types_are_reported() -> None:
     assert MetadataDelta.unhandled() == ()
-    kafka = schemas_at(str(REFERENCE / "kafka-metadata"))
+    kafka = kafka_metadata_schemas()
     assert "RegisterBrokerRecord" in MetadataDelta.unhandled(kafka)
     d = MetadataDelta(EMPTY_IMAGE, kafka)
     d.replay(kafka.struct("TopicRecord")(name="a", topic_id=tid_(1)), 0)

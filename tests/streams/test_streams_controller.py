@@ -17,6 +17,7 @@ from aiokafka import AIOKafkaProducer
 from coordinator.image import AclOperation
 from coordinator.states import ErrorCode, MirrorState
 from records.framing import ApiMessageAndVersion
+from records.redact import REDACTED
 from records.registry import default_schemas
 from streams import cli
 from streams import mirror_state_store as mss
@@ -93,7 +94,7 @@ async def test_create_redacts_credentials_everywhere(controller: ClusterMirrorCo
     caplog.set_level(logging.DEBUG)
     code, out, err = await run_cli(controller, "--verbose", "--create", "--mirror", "a-to-b",
                                    "--mirror-config", str(mirror_config(tmp_path)))
-    assert code == 0 and "Created cluster mirror a-to-b" in out and "[hidden]" in out
+    assert code == 0 and "Created cluster mirror a-to-b" in out and REDACTED in out
     again = await run_cli(controller, "--create", "--mirror", "a-to-b", "--mirror-config", str(mirror_config(tmp_path)))
     assert again[0] == 1 and "CLUSTER_MIRROR_ALREADY_EXISTS" in again[1]
     listed = await run_cli(controller, "--list")
@@ -325,3 +326,21 @@ async def test_only_describe_looks_up_offsets_and_polls_reuse_them(worker_config
         assert "partitions MIRRORING" in err
     finally:
         await c.stop()
+
+
+async def test_a_start_that_selects_nothing_says_why(controller: ClusterMirrorController, tmp_path: Path) -> None:
+    await create_mirror(controller, tmp_path)
+    code, out, _ = await run_cli(controller, "--start", "--mirror", "a-to-b", "--topics", "orders,payments")
+    assert code == 0, out
+    code, out, _ = await run_cli(controller, "--start", "--mirror", "a-to-b", "--topics", "pay-eu|payments|orders")
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[-1] == "Started 0 topic(s) of mirror a-to-b; 2 skipped"
+    skipped = [line for line in lines if ": skipped: " in line]
+    assert [line.split(":")[0].strip() for line in skipped] == ["orders", "payments"]
+    assert all("a pattern does not restart it, start it by name" in line for line in skipped)
+    code, out, _ = await run_cli(controller, "--start", "--mirror", "a-to-b", "--topics", "pay-eu|payments", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["topics"] == []
+    assert [s["topic"] for s in doc["skipped"]] == ["payments"] and "start it by name" in doc["skipped"][0]["reason"]
+    assert {int(m.desired_state) for m in controller.image.mirrors.topics.values()} == {0}  # both still started
