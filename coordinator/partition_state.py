@@ -38,8 +38,7 @@ class Step(enum.IntEnum):
     STOP_BUMP_EPOCH = 22
     STOP_ABORT_OPEN = 23
     STOP_PID_RESET = 24
-    STOP_WAIT_ISR = 25
-    STOP_GROUP_SYNC = 26  # one last group offset sync while the source answers, bounded in time
+    STOP_WAIT_ISR = 25  # with the last group offset sync, bounded in time
 
 
 class MirrorPartitionKey(msgspec.Struct, frozen=True, order=True, gc=False, cache_hash=True):

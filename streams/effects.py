@@ -430,7 +430,7 @@ class MirrorRunner:
         self.idle_until: dict[TopicPartition, int] = {}  # caught up: no fetch before (fetch_max_wait_ms)
         self.progress: dict[TopicPartition, tuple[int, int]] = {}  # (source HW, destination LEO)
         self.source_errors: dict[TopicPartition, int] = {}  # source calls failed in a row
-        self.final_sync: dict[TopicPartition, FinalSync] = {}  # STOP_GROUP_SYNC outcomes, read by the next observation
+        self.final_sync: dict[TopicPartition, FinalSync] = {}  # last group sync outcomes at STOP_WAIT_ISR, until STOPPED
         self.peak_round_bytes = 0
         self.warnings: list[str] = []
         self.errors: list[str] = []
@@ -654,7 +654,8 @@ class MirrorRunner:
             states = {key: self.store.get(key) or UNKNOWN_STATE for key, _, _ in active}
             active = [w for w in active if self.store.may_run(w[0], states[w[0]], None)]  # nothing to observe for the rest yet
             self._final_group_sync([key.topic_partition for key, _, _ in active
-                                    if states[key].state is MirrorState.STOPPING and states[key].step is Step.STOP_GROUP_SYNC])
+                                    if states[key].state is MirrorState.STOPPING and states[key].step is Step.STOP_WAIT_ISR
+                                    and self.final_sync.get(key.topic_partition) is not FinalSync.RAN])  # fmt: skip
             observed = drive_all({key: self._observe(key, states[key], want) for key, want, _ in active})
             decisions = {}
             for key, want, offset in active:
@@ -686,6 +687,7 @@ class MirrorRunner:
                 self.source_errors.pop(tp, None)
                 if want is DesiredState.STOP and decision.state.state is MirrorState.STOPPED:
                     self._topic_settled.pop(key.topic_id, None)  # the topic level makes it writable next
+                    self.final_sync.pop(tp, None)
                 nxt.append((key, want, offset))
             active = nxt
 
@@ -755,7 +757,7 @@ class MirrorRunner:
         isr = got[1] if step is Step.STOP_WAIT_ISR else None
         topic = described[0] if described else None
         source_id = (topic.mirror_source_cluster_id if topic is not None else None) or self._source_cluster_id or ""
-        final = self.final_sync.pop(tp, None) if step is Step.STOP_GROUP_SYNC else None
+        final = self.final_sync.get(tp) if step is Step.STOP_WAIT_ISR else None
         return StopObservation(dest=dest, dest_latest_epoch=latest, open_transactions=opens, tail=tail,
                                isr=isr, in_fetcher=in_fetcher, source_cluster_id=source_id, final_sync=final)
 

@@ -18,13 +18,15 @@ The SPEC's order, one persisted step each:
    coordinator's own tail of the log (``[stop_offset, LEO)``, which no producer can write while the
    topic is read-only) already holds one: at most one per stop. The tail is read once the HW has
    reached the LEO (a fetch reads below the HW), so a reset written just before a crash is seen.
-6. STOP_WAIT_ISR: wait until the ISR has everything (HW = LEO on every ISR member).
-7. STOP_GROUP_SYNC: one last consumer- and share-group offset sync, so offsets committed on the
-   source since the last periodic sync are not lost with the failover. The shell tries it at this
-   step (``final_sync``); a failed one is tried again until ``stop_group_sync_timeout_ms`` after
-   the stop began, then the failover goes on without it (a source that is down costs the failover
-   that long at most, a source that blinks loses no offsets).
-8. STOPPED: the topic workflow makes the topic writable once all its partitions are STOPPED.
+6. STOP_WAIT_ISR: wait until the ISR has everything (HW = LEO on every ISR member), and for one
+   last consumer- and share-group offset sync, so offsets committed on the source since the last
+   periodic sync are not lost with the failover. The shell runs that sync while partitions are at
+   this step (``final_sync``): the destination's log is final here, so the clamp to its LEO holds.
+   A failed sync is tried again until ``stop_group_sync_timeout_ms`` after the stop began, then the
+   failover goes on without it (a source that is down costs the failover that long at most, a
+   source that blinks loses no offsets). It is not a step of its own: a persisted step would cost
+   every partition one more durable write, and a sync run again after a crash is harmless.
+7. STOPPED: the topic workflow makes the topic writable once all its partitions are STOPPED.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ class StopObservation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     isr: IsrStatus | None = None
     in_fetcher: bool = False
     source_cluster_id: str = ""
-    final_sync: FinalSync | None = None  # STOP_GROUP_SYNC: how the last sync went; None: not tried
+    final_sync: FinalSync | None = None  # STOP_WAIT_ISR: how the last group sync went; None: not tried
 
 
 def begin_stop(state: MirrorPartitionState, now_ms: int) -> MirrorPartitionState:
@@ -133,11 +135,9 @@ def decide_stop(
         if not has_pid_reset(obs.tail):
             reset = (AppendControl(tp, ControlType.MIRROR_PID_RESET, source_cluster_id=obs.source_cluster_id),)
         return Decision(advance(state, step=Step.STOP_WAIT_ISR), bump + reset)
-    if step is Step.STOP_WAIT_ISR:
-        if obs.isr is None or not obs.isr.isr_caught_up():
-            return unchanged(state)
-        return Decision(advance(state, step=Step.STOP_GROUP_SYNC))
-    # STOP_GROUP_SYNC
+    # STOP_WAIT_ISR
+    if obs.isr is None or not obs.isr.isr_caught_up():
+        return unchanged(state)
     if obs.final_sync is None:
         return unchanged(state)  # not tried yet
     if obs.final_sync is FinalSync.FAILED and now_ms < state.entered_at_ms + group_sync_timeout_ms:

