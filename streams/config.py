@@ -64,6 +64,7 @@ _KEYS: dict[str, str] = {
     "worker.heartbeat.interval.ms": "heartbeat_interval_ms",
     "worker.rebalance.timeout.ms": "rebalance_timeout_ms",
     "worker.group.instance.id": "group_instance_id",
+    "worker.unhealthy.exit.ms": "unhealthy_exit_ms",
     "metrics.listener": "metrics_listener",
     "metrics.partition.lag.max.series": "metrics_lag_max_series",
     "metrics.failover.ready.max.lag": "failover_ready_max_lag",
@@ -98,6 +99,8 @@ class WorkerConfig:
     # The worker's group.instance.id (static membership, see ``streams.membership``); empty:
     # the one kept in its data directory.
     group_instance_id: str = ""
+    # A worker whose event loop answers nothing for this long exits non-zero (0: never).
+    unhealthy_exit_ms: int = 120_000
     # /metrics, /healthz and /readyz on loopback HOST:PORT (port 0: any free one); empty: off.
     metrics_listener: str = ""
     # Per-partition lag series a worker exports at most (the max per mirror is always there).
@@ -123,6 +126,9 @@ class WorkerConfig:
                               f"({self.session_timeout_ms}), not {self.heartbeat_interval_ms}")  # fmt: skip
         if self.rebalance_timeout_ms < 1:
             raise ConfigError(f"worker.rebalance.timeout.ms must be >= 1, not {self.rebalance_timeout_ms}")
+        if self.unhealthy_exit_ms < 0 or 0 < self.unhealthy_exit_ms < 4 * self.heartbeat_interval_ms:
+            raise ConfigError(f"worker.unhealthy.exit.ms must be 0 (never) or at least 4 heartbeat intervals "
+                              f"({4 * self.heartbeat_interval_ms}), not {self.unhealthy_exit_ms}")  # fmt: skip
         if self.metrics_listener:
             self.metrics_address  # noqa: B018 - validates HOST:PORT
         if self.metrics_lag_max_series < 0 or self.failover_ready_max_lag < 0:

@@ -49,6 +49,7 @@ from streams import config as worker_config
 from streams import membership
 from streams.app import CoordinatorWorker, ReconnectingClient, model_cluster_of, worker_topic_specs
 from streams.config import WorkerConfig, ensure_topics
+from streams.liveness import LoopWatchdog
 
 log = logging.getLogger("streams.worker")
 
@@ -114,6 +115,9 @@ def run_worker(cfg: WorkerConfig, args: argparse.Namespace) -> int:
     loop.run_until_complete(ensure_topics(cfg.bootstrap_servers, worker_topic_specs(cfg)))
     coordinator = CoordinatorWorker(cfg, tick_interval=args.tick_interval, threads=args.threads)
     coordinator.on_fatal = _stop_self
+    watchdog = LoopWatchdog(cfg.unhealthy_exit_ms) if cfg.unhealthy_exit_ms else None
+    if watchdog is not None:
+        beats = loop.create_task(watchdog.beat())  # noqa: F841 - held: the loop keeps only weak references
     if cfg.metrics_address is not None:
         from streams.metrics import serve_worker
 
@@ -128,6 +132,8 @@ def run_worker(cfg: WorkerConfig, args: argparse.Namespace) -> int:
     except SystemExit as e:
         code = int(e.code or 0)
     finally:
+        if watchdog is not None:
+            watchdog.stop()  # a slow shutdown is not a stuck loop: _stop_self has its own backstop
         coordinator.close()
         if coordinator.member_id:
             _leave_group(cfg, coordinator.member_id)
