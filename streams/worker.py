@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tick-interval", type=float, default=0.25, help="seconds between ticks per table partition")
     p.add_argument("--threads", type=int, default=4, help="port-call thread pool size")
     p.add_argument("--controller", action="store_true", help="run the controller of this cluster instead")
-    p.add_argument("--listener", help="--controller: admin endpoint HOST:PORT on loopback")
+    p.add_argument("--listener", help="--controller: admin endpoint HOST:PORT; off loopback only with TLS "
+                                      "(admin.listener.ssl.* in --config)")
     p.add_argument("--super-users", default="", help="--controller: comma-separated principals allowed everything")
     p.add_argument("--no-offsets", action="store_true", help="--controller: describe without source HW / dest LEO")
     p.add_argument("--loglevel", default="info")
@@ -369,7 +370,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"error: {e}\n")
         return 2
     if args.controller:
-        return asyncio.run(run_controller_role(cfg, args))
+        try:
+            return asyncio.run(run_controller_role(cfg, args))
+        except worker_config.ConfigError as e:  # a bad admin.listener.ssl.* setting, an unsafe bind
+            sys.stderr.write(f"error: {e}\n")
+            return 2
     return run_worker(cfg, args)
 
 
