@@ -219,6 +219,7 @@ class ClusterMirrorAdmin:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._lock = asyncio.Lock()
+        self._answered = False  # on this connection
 
     async def __aenter__(self) -> ClusterMirrorAdmin:
         await self.connect()
@@ -228,6 +229,7 @@ class ClusterMirrorAdmin:
         await self.close()
 
     async def connect(self) -> None:
+        self._answered = False
         try:
             self._reader, self._writer = await asyncio.wait_for(
                 asyncio.open_connection(self.host, self.port, ssl=self.ssl_context), self.timeout
@@ -261,13 +263,22 @@ class ClusterMirrorAdmin:
                 # TLS 1.3: the server refuses our certificate after our side of the handshake ended.
                 raise AdminError(-1, f"SSL handshake failed: the controller refused this client: {_ssl_reason(e)}") from None
             except (ConnectionError, asyncio.IncompleteReadError) as e:
-                raise AdminError(-1, f"the controller closed the connection: {e}") from None
+                raise self._closed(f": {e}") from None
         if frame is None:
-            raise AdminError(-1, "the controller closed the connection")
+            raise self._closed("")
+        self._answered = True
         rh, response = decode_response(frame, f"{api}Response", version, self.schemas)
         if rh.correlation_id != cid:
             raise AdminError(-1, f"correlation id {rh.correlation_id} does not match the request's {cid}")
         return Reply(response, rh.metadata_offset)
+
+    def _closed(self, why: str) -> AdminError:
+        if self.ssl_context is not None and not self._answered:
+            # TLS 1.3 ends the client's handshake before the server checks the client's
+            # certificate: a refused one shows as a close before the first answer.
+            return AdminError(-1, "SSL handshake failed: the controller closed the connection before answering "
+                                  "(it takes only client certificates its trust store vouches for)")  # fmt: skip
+        return AdminError(-1, f"the controller closed the connection{why}")
 
     def _req(self, name: str, **fields: Any) -> msgspec.Struct:
         return self.schemas.struct(f"{name}Request")(**fields)

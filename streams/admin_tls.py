@@ -266,6 +266,13 @@ def _normalize_pem(text: str, key: str) -> str:
 # ------------------------------------------------------------------------------------ binding
 
 
+def parse_super_users(text: str) -> frozenset[str]:
+    """Kafka's ``super.users``: principals separated by ``;``, since a certificate's principal
+    holds commas (``User:CN=admin,O=acme;User:bob``). A list with no DN in it may use commas."""
+    parts = text.split(";") if ";" in text or "=" in text else text.split(",")
+    return frozenset(p.strip() for p in parts if p.strip())
+
+
 def is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback

@@ -308,7 +308,8 @@ def controller_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--bootstrap-server", help="Kafka bootstrap servers (env KIP1279_BOOTSTRAP)")
     p.add_argument("--listener", help="admin endpoint HOST:PORT (default 127.0.0.1:9393); off loopback only "
                                       "with TLS (admin.listener.ssl.* in --config)")
-    p.add_argument("--super-users", default="", help="comma-separated principals allowed everything")
+    p.add_argument("--super-users", default="",
+                   help="principals allowed everything, ';'-separated as Kafka's super.users (User:CN=admin,O=acme;User:bob)")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
@@ -318,7 +319,7 @@ def controller_main(argv: Sequence[str] | None = None) -> int:
     except worker_config.ConfigError as e:
         sys.stderr.write(f"error: {e}\n")
         return EXIT_USAGE
-    supers = frozenset(s.strip() for s in args.super_users.split(",") if s.strip())
+    supers = admin_tls.parse_super_users(args.super_users)
     try:
         asyncio.run(run_controller(cfg, supers))
     except worker_config.ConfigError as e:  # a bad admin.listener.ssl.* setting, an unsafe bind
