@@ -11,9 +11,10 @@ The response's metadata offset is the offset of the controller's image when it a
 client passes it back as StateValidationOffset so that a request raced by another one is
 refused (INVALID_CLUSTER_MIRROR_STATES) rather than applied to a state it did not see.
 
-The transport is plain TCP on loopback: local mode is a development mode. The principal is
-whatever the client says it is (``--command-config`` / ``KIP1279_PRINCIPAL``), so ACLs there
-guard against mistakes, not attackers; a production deployment authenticates on the broker.
+The transport is TLS with client certificates (``ssl``, see ``streams.admin_tls``): the
+controller takes the principal from the certificate and ignores a claimed one. Without TLS
+(local mode, loopback only) the principal is whatever the client says it is
+(``--command-config`` / ``KIP1279_PRINCIPAL``), so ACLs there guard against mistakes, not attackers.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
+import ssl
 import struct
 import uuid
 from collections.abc import Mapping, Sequence
@@ -186,6 +188,12 @@ class Reply(NamedTuple):
     metadata_offset: int
 
 
+def _ssl_reason(e: ssl.SSLError) -> str:
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return f"the controller's certificate: {e.verify_message}"
+    return str(e.reason or e).replace("_", " ").lower()
+
+
 def looks_like_topic_list(value: str) -> bool:
     """``a,b,c`` of legal topic names is a list; anything else (``.*``, ``orders-\\d+``) is a regex."""
     items = [v.strip() for v in value.split(",")]
@@ -196,12 +204,14 @@ class ClusterMirrorAdmin:
     """Python API of ``kafka-cluster-mirrors``: one connection to the controller."""
 
     def __init__(self, bootstrap: str, *, principal: str | None = None, client_id: str = "kafka-cluster-mirrors",
-                 timeout: float = 30.0, schemas: SchemaSet | None = None) -> None:  # fmt: skip
+                 timeout: float = 30.0, schemas: SchemaSet | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:  # fmt: skip
         host, _, port = bootstrap.rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"--bootstrap-server {bootstrap!r} is not HOST:PORT")
         self.host, self.port = host, int(port)
         self.principal = principal
+        self.ssl_context = ssl_context
         self.client_id = client_id
         self.timeout = timeout
         self.schemas = schemas or default_schemas()
@@ -209,6 +219,7 @@ class ClusterMirrorAdmin:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._lock = asyncio.Lock()
+        self._answered = False  # on this connection
 
     async def __aenter__(self) -> ClusterMirrorAdmin:
         await self.connect()
@@ -218,10 +229,13 @@ class ClusterMirrorAdmin:
         await self.close()
 
     async def connect(self) -> None:
+        self._answered = False
         try:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self.timeout
+                asyncio.open_connection(self.host, self.port, ssl=self.ssl_context), self.timeout
             )
+        except ssl.SSLError as e:
+            raise AdminError(-1, f"SSL handshake with the controller at {self.host}:{self.port} failed: {_ssl_reason(e)}") from None
         except (TimeoutError, OSError) as e:
             raise AdminError(-1, f"cannot reach the controller at {self.host}:{self.port}: {e}") from None
 
@@ -241,15 +255,30 @@ class ClusterMirrorAdmin:
         cid = next(self._ids)
         header = RequestHeader(API_KEYS[api], version, cid, self.client_id, self.principal)
         async with self._lock:
-            self._writer.write(encode_request(header, body, self.schemas))
-            await self._writer.drain()
-            frame = await asyncio.wait_for(read_frame(self._reader), self.timeout)
+            try:
+                self._writer.write(encode_request(header, body, self.schemas))
+                await self._writer.drain()
+                frame = await asyncio.wait_for(read_frame(self._reader), self.timeout)
+            except ssl.SSLError as e:
+                # TLS 1.3: the server refuses our certificate after our side of the handshake ended.
+                raise AdminError(-1, f"SSL handshake failed: the controller refused this client: {_ssl_reason(e)}") from None
+            except (ConnectionError, asyncio.IncompleteReadError) as e:
+                raise self._closed(f": {e}") from None
         if frame is None:
-            raise AdminError(-1, "the controller closed the connection")
+            raise self._closed("")
+        self._answered = True
         rh, response = decode_response(frame, f"{api}Response", version, self.schemas)
         if rh.correlation_id != cid:
             raise AdminError(-1, f"correlation id {rh.correlation_id} does not match the request's {cid}")
         return Reply(response, rh.metadata_offset)
+
+    def _closed(self, why: str) -> AdminError:
+        if self.ssl_context is not None and not self._answered:
+            # TLS 1.3 ends the client's handshake before the server checks the client's
+            # certificate: a refused one shows as a close before the first answer.
+            return AdminError(-1, "SSL handshake failed: the controller closed the connection before answering "
+                                  "(it takes only client certificates its trust store vouches for)")  # fmt: skip
+        return AdminError(-1, f"the controller closed the connection{why}")
 
     def _req(self, name: str, **fields: Any) -> msgspec.Struct:
         return self.schemas.struct(f"{name}Request")(**fields)

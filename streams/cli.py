@@ -8,10 +8,12 @@
     kafka-cluster-mirrors ... --describe [--mirror a-to-b] [--json] [--failed]
     kafka-cluster-mirrors ... --delete --mirror a-to-b
 
-``--bootstrap-server`` is the controller's admin endpoint (env ``KIP1279_CONTROLLER``). The
-caller's principal comes from ``--command-config`` (``principal=User:alice``) or env
-``KIP1279_PRINCIPAL``; local mode trusts it, so it is a development mode. Credentials in
-mirror configs are never printed: every config shown is redacted.
+``--bootstrap-server`` is the controller's admin endpoint (env ``KIP1279_CONTROLLER``).
+``--command-config`` takes Kafka's client keys: with ``security.protocol=SSL`` and the ``ssl.*``
+keys (PEM key and trust stores, see ``streams.admin_tls``) the client authenticates with its
+certificate, whose subject is its principal. Without TLS (local mode, loopback) the principal is
+claimed: ``principal=User:alice`` there or env ``KIP1279_PRINCIPAL``, so it is a development mode.
+Credentials in mirror configs are never printed: every config shown is redacted.
 
 ``kip1279-controller`` runs the controller itself (see ``controller_main``).
 """
@@ -24,6 +26,7 @@ import json
 import logging
 import os
 import re
+import ssl
 import sys
 import time
 from collections.abc import Sequence
@@ -31,6 +34,7 @@ from typing import Any, TextIO
 
 from records.redact import redact_config
 from coordinator.states import ErrorCode, MirrorState
+from streams import admin_tls
 from streams import config as worker_config
 from streams.admin_client import (
     AdminError,
@@ -58,7 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kafka-cluster-mirrors", description="Manage KIP-1279 cluster mirrors.")
     p.add_argument("--bootstrap-server", default=os.environ.get("KIP1279_CONTROLLER"),
                    help="the controller's admin endpoint HOST:PORT (env KIP1279_CONTROLLER)")  # fmt: skip
-    p.add_argument("--command-config", help="properties file: principal=User:NAME, client.id=...")
+    p.add_argument("--command-config",
+                   help="client properties: security.protocol=SSL with Kafka's ssl.* keys (PEM), client.id; "
+                        "local mode only: principal=User:NAME")  # fmt: skip
     ops = p.add_mutually_exclusive_group(required=True)
     for op in ("create", "start", "stop", "pause", "resume", "list", "describe", "delete"):
         ops.add_argument(f"--{op}", action="store_true")
@@ -76,13 +82,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _principal(args: argparse.Namespace) -> tuple[str | None, str]:
+def _client_settings(args: argparse.Namespace, err: TextIO) -> tuple[str | None, str, ssl.SSLContext | None]:
+    """(claimed principal, client.id, TLS context) from ``--command-config`` and the environment."""
     principal, client_id = os.environ.get("KIP1279_PRINCIPAL"), "kafka-cluster-mirrors"
+    props: dict[str, str] = {}
     if args.command_config:
         props = worker_config.load_properties(args.command_config)
         principal = props.get("principal", principal)
         client_id = props.get("client.id", client_id)
-    return principal, client_id
+    context = admin_tls.client_context(props)
+    if context is not None and principal:
+        # The controller takes the certificate's subject; a claim would only mislead the reader.
+        err.write(f"warning: principal {principal} is ignored with security.protocol=SSL: the controller "
+                  f"takes the principal from the client certificate\n")  # fmt: skip
+        principal = None
+    return principal, client_id, context
 
 
 def _need(args: argparse.Namespace, *names: str) -> None:
@@ -203,8 +217,10 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         _need(args, "mirror")
     elif not (args.list or args.describe):
         _need(args, "mirror", "topics")
-    principal, client_id = await asyncio.to_thread(_principal, args)  # file reads stay off the loop
-    async with ClusterMirrorAdmin(args.bootstrap_server, principal=principal, client_id=client_id) as admin:
+    # File reads (and key loading) stay off the loop.
+    principal, client_id, context = await asyncio.to_thread(_client_settings, args, err)
+    async with ClusterMirrorAdmin(args.bootstrap_server, principal=principal, client_id=client_id,
+                                  ssl_context=context) as admin:  # fmt: skip
         if args.create:
             config = await asyncio.to_thread(worker_config.load_properties, args.mirror_config)
             secrets = secret_values(config)
@@ -290,8 +306,10 @@ def controller_main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="kip1279-controller", description=controller_main.__doc__)
     p.add_argument("--config", help="worker properties (bootstrap.servers, cluster.name, controller.listener, ...)")
     p.add_argument("--bootstrap-server", help="Kafka bootstrap servers (env KIP1279_BOOTSTRAP)")
-    p.add_argument("--listener", help="admin endpoint HOST:PORT on loopback (default 127.0.0.1:9393)")
-    p.add_argument("--super-users", default="", help="comma-separated principals allowed everything")
+    p.add_argument("--listener", help="admin endpoint HOST:PORT (default 127.0.0.1:9393); off loopback only "
+                                      "with TLS (admin.listener.ssl.* in --config)")
+    p.add_argument("--super-users", default="",
+                   help="principals allowed everything, ';'-separated as Kafka's super.users (User:CN=admin,O=acme;User:bob)")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
@@ -301,9 +319,12 @@ def controller_main(argv: Sequence[str] | None = None) -> int:
     except worker_config.ConfigError as e:
         sys.stderr.write(f"error: {e}\n")
         return EXIT_USAGE
-    supers = frozenset(s.strip() for s in args.super_users.split(",") if s.strip())
+    supers = admin_tls.parse_super_users(args.super_users)
     try:
         asyncio.run(run_controller(cfg, supers))
+    except worker_config.ConfigError as e:  # a bad admin.listener.ssl.* setting, an unsafe bind
+        sys.stderr.write(f"error: {e}\n")
+        return EXIT_USAGE
     except KeyboardInterrupt:
         pass
     return EXIT_OK

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import logging
 import time
 import uuid
@@ -43,7 +44,7 @@ from streams.admin_client import (  # noqa: F401 - scrub/secret_values re-export
     scrub,
     secret_values,
 )
-from streams.broker import require_loopback
+from streams import admin_tls
 from streams.config import WorkerConfig
 from streams.metadata_log import (
     DeadLetterQueue,
@@ -351,6 +352,10 @@ class ClusterMirrorController:
         self.status = status or MirrorStateChangelogView(
             config.bootstrap_servers, config.mirror_state_topic_name, config.state_partitions)
         self.super_users = super_users
+        # The admin listener's TLS, checked before anything starts: a bad key store or a
+        # non-loopback bind without TLS stops the controller here, with the reason.
+        self.listener_ssl = admin_tls.server_context(admin_tls.admin_listener_ssl(config.extra))
+        admin_tls.check_bind(config.controller_address[0], self.listener_ssl is not None)
         topic = config.metadata_topic_name
         self.writer = MetadataLogWriter(config.bootstrap_servers, topic)
         self.dlq = DeadLetterQueue(config.bootstrap_servers, topic)
@@ -410,10 +415,16 @@ class ClusterMirrorController:
         self._timer = asyncio.create_task(self._snapshot_timer(), name="kip1279-controller-snapshots")
         if listen:
             host, port = c.controller_address
-            self._server = await asyncio.start_server(self._serve, require_loopback(host), port)
+            self._server = await asyncio.start_server(self._serve, host, port, ssl=self.listener_ssl)
             sock = self._server.sockets[0].getsockname()
             self.address = (sock[0], sock[1])
-            log.info("controller for %s listening on %s:%d", c.metadata_topic_name, *self.address)
+            if self.listener_ssl is not None:
+                log.info("controller for %s listening on %s:%d (SSL, client certificates required: the "
+                         "principal is the certificate's subject)", c.metadata_topic_name, *self.address)  # fmt: skip
+            else:
+                log.warning("controller for %s listening on %s:%d (PLAINTEXT, local mode: loopback only, the "
+                            "principal is the one the client claims; set admin.listener.ssl.* for TLS)",
+                            c.metadata_topic_name, *self.address)  # fmt: skip
 
     async def _run_follow(self) -> None:
         try:
@@ -493,10 +504,14 @@ class ClusterMirrorController:
                    for op in operations]  # type: ignore[arg-type]  # fmt: skip
         return await self.append(records)
 
-    async def handle(self, header: RequestHeader, body: msgspec.Struct, peer_host: str = "127.0.0.1") -> tuple[msgspec.Struct, int]:
-        """Validates, appends, answers. Returns the response and the metadata offset it reflects."""
+    async def handle(self, header: RequestHeader, body: msgspec.Struct, peer_host: str = "127.0.0.1", *,
+                     authenticated: str | None = None) -> tuple[msgspec.Struct, int]:  # fmt: skip
+        """Validates, appends, answers. Returns the response and the metadata offset it reflects.
+
+        ``authenticated``: the principal of the connection's client certificate; with it, the
+        principal the request claims is ignored."""
         api = API_NAMES[header.api_key]
-        who = admin.Principal(header.principal or ANONYMOUS, peer_host, self.super_users)
+        who = admin.Principal(authenticated or header.principal or ANONYMOUS, peer_host, self.super_users)
         req = AdminRequest(header, api, body, who)
         describe = api == "DescribeClusterMirrors"
         async with self._lock:
@@ -528,7 +543,12 @@ class ClusterMirrorController:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("?", 0)
+        authenticated = None
         try:
+            tls = writer.get_extra_info("ssl_object")
+            if tls is not None:  # the handshake required a certificate our trust store vouches for
+                authenticated = admin_tls.principal_of(tls.getpeercert(binary_form=True))
+                log.debug("admin connection from %s authenticated as %s", peer[0], authenticated)
             while True:
                 frame = await read_frame(reader)
                 if frame is None:
@@ -544,7 +564,7 @@ class ClusterMirrorController:
                     response, offset = _error_response(self.schemas, api, ErrorCode.INVALID_REQUEST, f"malformed {api} request: {e}"), self.metadata_offset
                 else:
                     try:
-                        response, offset = await self.handle(header, body, peer[0])
+                        response, offset = await self.handle(header, body, peer[0], authenticated=authenticated)
                     except Exception:  # noqa: BLE001 - a validator bug answers an error, never kills the controller
                         log.exception("%s failed", api)
                         response = _error_response(self.schemas, api, ErrorCode.UNKNOWN_SERVER_ERROR, f"{api} failed on the controller")
@@ -555,7 +575,7 @@ class ClusterMirrorController:
                 else:
                     writer.write(encode_response(*args))
                 await writer.drain()
-        except (ProtocolError, asyncio.IncompleteReadError, ConnectionError) as e:
+        except (ProtocolError, asyncio.IncompleteReadError, ConnectionError, ssl.SSLError, ValueError) as e:
             log.warning("admin connection from %s dropped: %s", peer[0], e)
         finally:
             writer.close()

@@ -45,6 +45,7 @@ from typing import Any
 from coordinator.ports import PortError
 from records.framing import ApiMessageAndVersion
 from records.registry import default_schemas
+from streams import admin_tls
 from streams import config as worker_config
 from streams import membership
 from streams.app import CoordinatorWorker, ReconnectingClient, model_cluster_of, worker_topic_specs
@@ -76,8 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tick-interval", type=float, default=0.25, help="seconds between ticks per table partition")
     p.add_argument("--threads", type=int, default=4, help="port-call thread pool size")
     p.add_argument("--controller", action="store_true", help="run the controller of this cluster instead")
-    p.add_argument("--listener", help="--controller: admin endpoint HOST:PORT on loopback")
-    p.add_argument("--super-users", default="", help="--controller: comma-separated principals allowed everything")
+    p.add_argument("--listener", help="--controller: admin endpoint HOST:PORT; off loopback only with TLS "
+                                      "(admin.listener.ssl.* in --config)")
+    p.add_argument("--super-users", default="",
+                   help="--controller: principals allowed everything, ';'-separated as Kafka's super.users")
     p.add_argument("--no-offsets", action="store_true", help="--controller: describe without source HW / dest LEO")
     p.add_argument("--loglevel", default="info")
     return p
@@ -329,7 +332,7 @@ async def run_controller_role(cfg: WorkerConfig, args: argparse.Namespace) -> in
         async def offsets(keys: Sequence[Any]) -> Any:  # bound once the controller exists
             return await holder["offsets"](keys)
     status = MirrorStateChangelogView(cfg.bootstrap_servers, cfg.mirror_state_topic_name, cfg.state_partitions, offsets=offsets)
-    supers = frozenset(s.strip() for s in args.super_users.split(",") if s.strip())
+    supers = admin_tls.parse_super_users(args.super_users)
     controller = ClusterMirrorController(cfg, status=status, super_users=supers)
     holder["offsets"] = _ModelOffsets(controller, port, dest)
     await ensure_topics(cfg.bootstrap_servers, worker_topic_specs(cfg))
@@ -375,7 +378,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"error: {e}\n")
         return 2
     if args.controller:
-        return asyncio.run(run_controller_role(cfg, args))
+        try:
+            return asyncio.run(run_controller_role(cfg, args))
+        except worker_config.ConfigError as e:  # a bad admin.listener.ssl.* setting, an unsafe bind
+            sys.stderr.write(f"error: {e}\n")
+            return 2
     return run_worker(cfg, args)
 
 
