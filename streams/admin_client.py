@@ -322,10 +322,11 @@ class ClusterMirrorAdmin:
     async def list(self, include_topic_names: bool = False) -> Reply:
         return await self.call("ListClusterMirrors", self._req("ListClusterMirrors", include_topic_names=include_topic_names))
 
-    async def describe(self, mirrors: Sequence[str] = (), *, offsets: bool = True) -> Reply:
-        """``offsets=False``: states alone (no source HW / destination LEO lookups), for polling."""
+    async def describe(self, mirrors: Sequence[str] = (), *, offsets: bool = True, max_age_ms: int = 0) -> Reply:
+        """``offsets=False``: states alone (no source HW / destination LEO lookups), for polling.
+        ``max_age_ms``: offsets looked up that long before may be reused (0: looked up for this call)."""
         body = self._req("DescribeClusterMirrors", mirror_names=list(mirrors), include_authorized_operations=False,
-                         include_offsets=offsets)  # fmt: skip
+                         include_offsets=offsets, offsets_max_age_ms=max_age_ms)  # fmt: skip
         return await self.call("DescribeClusterMirrors", body)
 
     async def delete(self, mirror: str, *, state_validation_offset: int = -1) -> Reply:

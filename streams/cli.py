@@ -5,7 +5,7 @@
     kafka-cluster-mirrors ... --stop   --mirror a-to-b --topics '.*' --wait 600      # mass failover
     kafka-cluster-mirrors ... --pause|--resume --mirror a-to-b --topics 'orders-.*' [--exclude 'orders-tmp']
     kafka-cluster-mirrors ... --list
-    kafka-cluster-mirrors ... --describe [--mirror a-to-b] [--json] [--failed]
+    kafka-cluster-mirrors ... --describe [--mirror a-to-b] [--json] [--failed] [--max-age MS]
     kafka-cluster-mirrors ... --delete --mirror a-to-b
 
 ``--bootstrap-server`` is the controller's admin endpoint (env ``KIP1279_CONTROLLER``).
@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exclude", action="append", default=[], help="regex of topics to leave out (repeatable)")
     p.add_argument("--json", action="store_true", help="describe, start, stop, pause, resume: print JSON")
     p.add_argument("--failed", action="store_true", help="describe: only FAILED partitions")
+    p.add_argument("--max-age", type=int, metavar="MS",
+                   help="describe: offsets looked up at most MS ms ago may be shown (default: looked up now)")  # fmt: skip
     p.add_argument("--validate-states", action="store_true",
                    help="refuse the change if a topic's mirror state changed since it was described")  # fmt: skip
     p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
@@ -180,32 +182,74 @@ async def wait_for_states(admin: ClusterMirrorAdmin, mirror: str, topics: set[st
         await asyncio.sleep(min(max(interval, min(2 * took, 1.0)), max(0.0, deadline - time.monotonic())))
 
 
-def _describe_rows(response: Any, failed_only: bool) -> list[dict[str, Any]]:
-    rows = []
+# The prototype's default when the retry limit is not known (ClusterMirrorCommand.getMaxRetryAttempts).
+_DEFAULT_RETRY_MAX = 10
+
+
+def _describe_rows(response: Any, failed_only: bool, metadata_offset: int) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The prototype's PartitionInfo rows, sorted as it sorts them (mirror, topic, partition), its
+    keys first and then ours; and the mirrors that answered with an error."""
+    rows, refused = [], []
     for m in response.mirrors:
         if m.error_code:
-            rows.append({"mirror": m.mirror_name, "error": f"{_code_name(m.error_code)}: {m.error_message}"})
+            refused.append(m)
             continue
+        readiness = {"ready": None if m.failover_ready < 0 else bool(m.failover_ready), "reasons": list(m.not_ready_reasons)}
         for t in m.topics:
             for p in t.partitions:
-                if failed_only and p.state != MirrorState.FAILED:
+                if failed_only and p.state_value != MirrorState.FAILED.name:
                     continue
                 rows.append({
                     "mirror": m.mirror_name, "topic": t.topic_name, "partition": p.partition_index,
-                    "state": p.state_value, "source_hw": p.source_offset, "destination_leo": p.destination_offset,
-                    "lag": p.lag, "retry_attempt": p.retry_attempt, "error": p.error_message,
+                    "sourceOffset": p.source_offset, "destinationOffset": p.destination_offset, "lag": p.lag,
+                    "state": p.state_value, "retryAttempt": p.retry_attempt, "errorMessage": p.error_message,
+                    # ours, after the prototype's:
+                    "offsetsAgeMs": p.offsets_age_ms, "retryMaxAttempts": m.failed_retry_max_attempts,
+                    "metadataOffset": metadata_offset, "failoverReadiness": readiness,
                 })  # fmt: skip
-    return rows
+    rows.sort(key=lambda r: (r["mirror"], r["topic"], r["partition"]))
+    return rows, refused
 
 
-def _print_table(out: TextIO, rows: list[dict[str, Any]]) -> None:
-    cols = ["mirror", "topic", "partition", "state", "source_hw", "destination_leo", "lag", "retry_attempt", "error"]
-    heads = ["MIRROR", "TOPIC", "PARTITION", "STATE", "SOURCE-HW", "DEST-LEO", "LAG", "RETRIES", "ERROR"]
-    cells = [[("" if r.get(c) is None else str(r.get(c))) for c in cols] for r in rows]
-    widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(heads)]
-    out.write("  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)).rstrip() + "\n")
-    for row in cells:
-        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
+def _truncate_left(text: str, width: int) -> str:
+    """The prototype's truncateLeft: keeps the rightmost characters behind '...'."""
+    return text if len(text) <= width else "..." + text[len(text) - (width - 3):]
+
+
+def _offset(value: int) -> str:
+    return "-" if value == -1 else str(value)
+
+
+def _print_partitions(out: TextIO, rows: list[dict[str, Any]]) -> None:
+    """The prototype's printPartitions, then our columns: how old the offsets are, and the error."""
+    line = "%-30s %-40s %-10s %-15s %-18s %-10s %-12s %-14s %s"
+    out.write((line % ("MIRROR", "TOPIC", "PARTITION", "SOURCE-OFFSET", "DESTINATION-OFFSET", "LAG", "STATE",
+                       "OFFSETS-AGE-MS", "ERROR")).rstrip() + "\n")  # fmt: skip
+    for r in rows:
+        out.write((line % (_truncate_left(r["mirror"], 30), _truncate_left(r["topic"], 40), r["partition"],
+                           _offset(r["sourceOffset"]), _offset(r["destinationOffset"]), _offset(r["lag"]), r["state"],
+                           _offset(r["offsetsAgeMs"]), r["errorMessage"] or "")).rstrip() + "\n")  # fmt: skip
+
+
+def _print_failed(out: TextIO, rows: list[dict[str, Any]]) -> None:
+    """The prototype's printFailedPartitions (errors cut at 80 characters)."""
+    out.write("%-30s %-40s %-10s %-7s %s\n" % ("MIRROR", "TOPIC", "PARTITION", "RETRY", "ERROR"))
+    for r in rows:
+        error = r["errorMessage"] or ""
+        if len(error) > 80:
+            error = error[:77] + "..."
+        limit = r["retryMaxAttempts"] if r["retryMaxAttempts"] >= 0 else _DEFAULT_RETRY_MAX
+        retry = "NonRetryable" if r["retryAttempt"] == -1 else f"{r['retryAttempt']}/{limit}"
+        out.write("%-30s %-40s %-10d %-7s %s\n" % (_truncate_left(r["mirror"], 30), _truncate_left(r["topic"], 40),
+                                                   r["partition"], retry, error))  # fmt: skip
+
+
+def _print_readiness(out: TextIO, mirrors: list[Any]) -> None:
+    """Ours, after the prototype's table: a line per mirror, ready for a failover or why not."""
+    out.write("\n%-30s %-14s %s\n" % ("MIRROR", "FAILOVER-READY", "REASONS"))
+    for m in sorted(mirrors, key=lambda m: m.mirror_name):
+        ready = {1: "yes", 0: "no"}.get(m.failover_ready, "unknown")
+        out.write(("%-30s %-14s %s" % (_truncate_left(m.mirror_name, 30), ready, "; ".join(m.not_ready_reasons))).rstrip() + "\n")
 
 
 async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -217,6 +261,8 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         _need(args, "mirror")
     elif not (args.list or args.describe):
         _need(args, "mirror", "topics")
+    if args.max_age is not None and (not args.describe or args.max_age < 0):
+        raise UsageError("--max-age takes MS >= 0 and is only supported for describing mirrors")
     # File reads (and key loading) stay off the loop.
     principal, client_id, context = await asyncio.to_thread(_client_settings, args, err)
     async with ClusterMirrorAdmin(args.bootstrap_server, principal=principal, client_id=client_id,
@@ -238,17 +284,41 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             if r.error_code:
                 out.write(f"Error: {_code_name(r.error_code)}: {r.error_message}\n")
                 return EXIT_ERROR
-            for m in r.mirrors:
-                out.write(f"{m.mirror_name}\tsource={m.source_bootstrap}\ttopics={m.topic_count}\n")
+            if not r.mirrors:
+                out.write("No mirrors found\n")
+                return EXIT_OK
+            # The prototype's listClusterMirrors.
+            out.write("%-30s %-10s %-26s %-50s\n" % ("MIRROR", "TOPICS", "SOURCE-CLUSTER-ID", "SOURCE-BOOTSTRAP-SERVER"))
+            for m in sorted(r.mirrors, key=lambda m: m.mirror_name):
+                out.write("%-30s %-10d %-26s %-50s\n" % (_truncate_left(m.mirror_name, 30), m.topic_count,
+                                                         m.source_cluster_id or "-",
+                                                         _truncate_left(m.source_bootstrap or "-", 50)))  # fmt: skip
             return EXIT_OK
         if args.describe:
-            reply = await admin.describe([args.mirror] if args.mirror else [])
-            rows = _describe_rows(reply.response, args.failed)
+            reply = await admin.describe([args.mirror] if args.mirror else [], max_age_ms=args.max_age or 0)
+            r = reply.response
+            if r.error_code:
+                out.write(f"Error: {_code_name(r.error_code)}: {r.error_message}\n")
+                return EXIT_ERROR
+            rows, refused = _describe_rows(r, args.failed, reply.metadata_offset)
+            for m in refused:  # the prototype's describe fails as a whole on these
+                out.write(f"Error: {_code_name(m.error_code)}: {m.error_message}\n")
+            if refused:
+                return EXIT_ERROR
             if args.json:
-                out.write(json.dumps({"metadata_offset": reply.metadata_offset, "partitions": rows}, indent=1) + "\n")
+                out.write(json.dumps(rows) + "\n")  # the prototype's array of PartitionInfo
+            elif not r.mirrors:
+                out.write("No mirror partitions found\n")
+            elif args.failed:
+                if rows:
+                    _print_failed(out, rows)
+                else:
+                    out.write("No failed partitions found\n")
             else:
-                _print_table(out, rows)
-            return EXIT_ERROR if any("topic" not in r for r in rows) else EXIT_OK
+                if rows:
+                    _print_partitions(out, rows)
+                _print_readiness(out, list(r.mirrors))
+            return EXIT_OK
         if args.delete:
             svo = (await admin.describe([args.mirror])).metadata_offset if args.validate_states else -1
             r = (await admin.delete(args.mirror, state_validation_offset=svo)).response

@@ -10,7 +10,8 @@ The per-partition states come from a ``StatusSource``; the default follows ``__m
 (the Faust table's changelog) with a plain consumer, so describe shows what the workers
 persisted: state, retry attempt and error. Source HW and destination LEO come from an
 optional batched offsets lookup (the cluster ports), -1 until one is given; only describe asks
-for them, and a describe reuses offsets looked up moments before (see ``MirrorStateChangelogView``).
+for them, looked up for the request unless it allows older ones (``OffsetsMaxAgeMs``), and
+each partition's answer says how old its offsets are.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from coordinator import admin
 from coordinator.delta import ProblemKind, Replayer
+from coordinator.readiness import failover_readiness
+from coordinator.workflows.config import MirrorConfig
+from coordinator.workflows.fetcher import lag as fetch_lag
 from coordinator.image import AclOperation, AclPermissionType, AclResourceType, MetadataImage, PatternType
 from coordinator.states import ErrorCode, MirrorState
 from records.framing import ApiMessageAndVersion
@@ -71,6 +75,7 @@ class PartitionStatus(NamedTuple):
     error_message: str | None = None
     source_hw: int = -1
     destination_leo: int = -1
+    offsets_at: float = -1.0  # time.monotonic() of the lookup that gave the offsets; -1: none
 
 
 class AdminRequest(NamedTuple):
@@ -94,10 +99,11 @@ class StatusSource(Protocol):
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
 
-    async def statuses(self, offsets: bool = True, mirrors: Collection[str] | None = None
-                       ) -> Mapping[StateKey, PartitionStatus]:  # fmt: skip
+    async def statuses(self, offsets: bool = True, mirrors: Collection[str] | None = None,
+                       max_age: float = 0.0) -> Mapping[StateKey, PartitionStatus]:  # fmt: skip
         """Every partition's status; source HW / destination LEO only with ``offsets``, and then
-        only for ``mirrors`` (None: all) -- the others keep -1."""
+        only for ``mirrors`` (None: all) -- the others keep -1. Offsets are looked up for this
+        call unless ones at most ``max_age`` seconds old are at hand."""
         ...
 
 
@@ -136,8 +142,9 @@ def _names(body: Any) -> list[str]:
     return [t.topic_name for t in body.topics]
 
 
-def coordinator_validator(schemas: SchemaSet | None = None) -> Validator:
-    """``coordinator.admin`` behind the controller's validator interface."""
+def coordinator_validator(schemas: SchemaSet | None = None, ready_max_lag: int = 1000) -> Validator:
+    """``coordinator.admin`` behind the controller's validator interface; ``ready_max_lag`` is
+    the lag a describe still calls ready for a failover (``metrics.failover.ready.max.lag``)."""
     s = schemas or default_schemas()
 
     def validate(req: AdminRequest, image: MetadataImage, statuses: Mapping[StateKey, PartitionStatus]):  # noqa: ANN202
@@ -167,7 +174,7 @@ def coordinator_validator(schemas: SchemaSet | None = None) -> Validator:
             return (), _list_response(s, admin.list_cluster_mirrors(image, b.include_topic_names, principal=who))
         elif api == "DescribeClusterMirrors":
             described = admin.describe_cluster_mirrors(image, list(b.mirror_names or ()), states=states, principal=who)
-            return (), _describe_response(s, described, statuses)
+            return (), _describe_response(s, described, statuses, ready_max_lag)
         else:
             return (), _error_response(s, api, ErrorCode.INVALID_REQUEST, f"unsupported API {api}")
         return r.records, _topic_response(s, api, r.response, ())
@@ -183,23 +190,47 @@ def _list_response(s: SchemaSet, mirrors: Sequence[admin.ListedMirror]) -> msgsp
 
 
 def _describe_response(s: SchemaSet, described: Sequence[admin.DescribedMirror],
-                       statuses: Mapping[StateKey, PartitionStatus]) -> msgspec.Struct:  # fmt: skip
+                       statuses: Mapping[StateKey, PartitionStatus], ready_max_lag: int = 1000) -> msgspec.Struct:  # fmt: skip
     name = "DescribeClusterMirrorsResponse"
     mcls, tcls, pcls = s.nested(name, "DescribedMirror"), s.nested(name, "TopicPartitions"), s.nested(name, "PartitionDetail")
+    now = time.monotonic()
     mirrors = []
     for m in described:
         topics = []
+        counts = dict.fromkeys(MirrorState, 0)
+        lags: dict[tuple[uuid.UUID, int], int] = {}
         for t in m.topics:
             parts = []
             for p, state in t.partitions:
                 st = statuses.get((m.name, t.topic_id, p), PartitionStatus(state))
-                lag = st.source_hw - st.destination_leo if st.source_hw >= 0 and st.destination_leo >= 0 else -1
+                known = st.source_hw >= 0 and st.destination_leo >= 0
+                lag = st.source_hw - st.destination_leo if known else -1
+                age = int((now - st.offsets_at) * 1000) if st.offsets_at >= 0 else -1
+                counts[st.state] += 1
+                if known and st.state is MirrorState.MIRRORING:
+                    lags[(t.topic_id, p)] = fetch_lag(st.source_hw, st.destination_leo)
                 parts.append(pcls(partition_index=p, source_offset=st.source_hw, destination_offset=st.destination_leo,
                                   lag=lag, state_value=st.state.name, retry_attempt=st.retry_attempt,
-                                  error_message=st.error_message, error_code=0, state=int(st.state)))  # fmt: skip
+                                  error_message=st.error_message, error_code=0, state=int(st.state),
+                                  offsets_age_ms=max(age, 0) if age >= 0 else -1))  # fmt: skip
             topics.append(tcls(topic_name=t.name, partitions=parts))
-        mirrors.append(mcls(error_code=int(m.error_code), mirror_name=m.name, topics=topics, error_message=m.error_message))
+        extra: dict[str, Any] = {}
+        if not m.error_code:
+            # The workers' rule; the syncs' times live in the workers, so None (not known here).
+            ready = failover_readiness(counts, lags, ready_max_lag, None, 0, 0)
+            extra = {"failover_ready": -1 if ready.ready is None else int(ready.ready),
+                     "not_ready_reasons": list(ready.reasons),
+                     "failed_retry_max_attempts": _retry_max_attempts(m.configs)}  # fmt: skip
+        mirrors.append(mcls(error_code=int(m.error_code), mirror_name=m.name, topics=topics, error_message=m.error_message,
+                            **extra))  # fmt: skip
     return s.struct(name)(throttle_time_ms=0, error_code=0, error_message=None, mirrors=mirrors)
+
+
+def _retry_max_attempts(configs: Mapping[str, str | None]) -> int:
+    try:
+        return MirrorConfig.from_properties({k: v for k, v in configs.items() if v is not None}).failed_retry_max_attempts
+    except Exception:  # noqa: BLE001 - a config the mirror could not parse: the CLI shows its default
+        return -1
 
 
 # ---------------------------------------------------------------- states from __mirror_state
@@ -208,27 +239,22 @@ def _describe_response(s: SchemaSet, described: Sequence[admin.DescribedMirror],
 class MirrorStateChangelogView:
     """Follows every partition of ``__mirror_state`` and keeps each mirror partition's latest state.
 
-    Offsets cost up to two cluster lookups per partition (source HW, destination LEO), so at
-    50,000 partitions a describe is 100,000 lookups. DescribeClusterMirrorsRequest has no field to
-    ask for states only, and ``--wait`` polls describe every 0.5 s, so looked-up offsets are
-    reused for ``offsets_max_age`` seconds, or for ``offsets_cost_factor`` times as long as the
-    last lookup took if that is longer: back-to-back polls then spend at most about 1 / factor of
-    the time looking up offsets, however many partitions there are. A describe with no other
-    describe shortly before sees offsets looked up for it.
+    Offsets cost up to two cluster lookups per partition (source HW, destination LEO), batched
+    (at 50,000 partitions a few pipelined calls per cluster). A describe looks them up for itself:
+    offsets older than the request would show a lag that is no longer true. A caller may accept
+    older ones (``max_age``, the CLI's ``--max-age``) and then reuses the last lookup's; progress
+    polls (``--wait``) ask for states alone and cost no lookup at all.
     """
 
-    def __init__(self, bootstrap: str, topic: str, num_partitions: int, offsets: OffsetsLookup | None = None,
-                 offsets_max_age: float = 1.0, offsets_cost_factor: float = 3.0) -> None:  # fmt: skip
+    def __init__(self, bootstrap: str, topic: str, num_partitions: int, offsets: OffsetsLookup | None = None) -> None:
         self.bootstrap, self.topic, self.num_partitions = bootstrap, topic, num_partitions
         self.offsets = offsets
-        self.offsets_max_age, self.offsets_cost_factor = offsets_max_age, offsets_cost_factor
         self.codec = MirrorStateCodec()
         self._states: dict[StateKey, PartitionStatus] = {}
         self._consumer: AIOKafkaConsumer | None = None
         self._catch_up_lock = asyncio.Lock()  # one reader of the consumer at a time
         self._offsets_lock = asyncio.Lock()  # concurrent describes share one lookup
         self._offsets: dict[StateKey, _Offsets] = {}
-        self._offsets_took = 0.0  # seconds the last lookup took
         self.offsets_lookups = 0  # lookups made (each covers many partitions); tests and benches read it
 
     async def start(self) -> None:
@@ -282,27 +308,26 @@ class MirrorStateChangelogView:
             state = MirrorState.UNKNOWN
         self._states[skey] = PartitionStatus(state, v.retry_attempt, v.error_message)
 
-    async def statuses(self, offsets: bool = True, mirrors: Collection[str] | None = None
-                       ) -> Mapping[StateKey, PartitionStatus]:  # fmt: skip
+    async def statuses(self, offsets: bool = True, mirrors: Collection[str] | None = None,
+                       max_age: float = 0.0) -> Mapping[StateKey, PartitionStatus]:  # fmt: skip
+        asked = time.monotonic()  # offsets looked up before this are older than the request
         await self.catch_up()
         states = dict(self._states)
         if self.offsets is None or not offsets:
             return states
         keys = list(states) if mirrors is None else [k for k in states if k[0] in mirrors]
-        known = await self._lookup_offsets(keys)
+        known = await self._lookup_offsets(keys, asked - max(0.0, max_age))
         return await _off_loop(len(keys), _with_offsets, states, known, mirrors)
 
-    async def _lookup_offsets(self, keys: Sequence[StateKey]) -> Mapping[StateKey, _Offsets]:
+    async def _lookup_offsets(self, keys: Sequence[StateKey], oldest: float) -> Mapping[StateKey, _Offsets]:
         assert self.offsets is not None
         async with self._offsets_lock:
-            max_age = max(self.offsets_max_age, self.offsets_cost_factor * self._offsets_took)
             cached = self._offsets  # replaced, never changed in place: safe to read on a thread
-            todo = await _off_loop(len(keys), _stale, keys, cached, time.monotonic() - max_age)
+            todo = await _off_loop(len(keys), _stale, keys, cached, oldest)
             if not todo:
                 return cached
             started = time.monotonic()
             found = await self.offsets(todo)
-            self._offsets_took = time.monotonic() - started
             self.offsets_lookups += 1
             # Keep only partitions that still have a state: deleted mirrors do not pile up here.
             fresh = {k: v for k, v in cached.items() if k in self._states}
@@ -322,19 +347,19 @@ async def _off_loop(n: int, fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def _stale(keys: Sequence[StateKey], cached: Mapping[StateKey, _Offsets], oldest: float) -> list[StateKey]:
-    return [k for k in keys if (c := cached.get(k)) is None or c[2] < oldest]
+    return [k for k in keys if (c := cached.get(k)) is None or c[2] < oldest]  # a lookup started before: stale
 
 
 def _with_offsets(states: Mapping[StateKey, PartitionStatus], known: Mapping[StateKey, _Offsets],
                   mirrors: Collection[str] | None) -> dict[StateKey, PartitionStatus]:  # fmt: skip
     """The states with their offsets; where the state has no error of its own and the source
     could not say its HW (unreachable, say), the error column says why rather than a bare -1."""
-    unknown = (-1, -1, 0.0, None)
+    unknown = (-1, -1, -1.0, None)
     out = {}
     for k, st in states.items():  # one pass and no _replace: it runs for 50k partitions on every describe
         if mirrors is None or k[0] in mirrors:
-            hw, leo, _, why = known.get(k, unknown)
-            st = PartitionStatus(st.state, st.retry_attempt, st.error_message or why, hw, leo)
+            hw, leo, at, why = known.get(k, unknown)
+            st = PartitionStatus(st.state, st.retry_attempt, st.error_message or why, hw, leo, at)
         out[k] = st
     return out
 
@@ -348,7 +373,7 @@ class ClusterMirrorController:
                  schemas: SchemaSet | None = None) -> None:  # fmt: skip
         self.config = config
         self.schemas = schemas or default_schemas()
-        self.validator = validator or coordinator_validator(self.schemas)
+        self.validator = validator or coordinator_validator(self.schemas, config.failover_ready_max_lag)
         self.status = status or MirrorStateChangelogView(
             config.bootstrap_servers, config.mirror_state_topic_name, config.state_partitions)
         self.super_users = super_users
@@ -518,7 +543,11 @@ class ClusterMirrorController:
             # Only describe shows offsets; the commands validate against states alone.
             mirrors = (set(getattr(body, "mirror_names", None) or ()) or None) if describe else None
             with_offsets = describe and getattr(body, "include_offsets", True)
-            statuses = await self.status.statuses(offsets=with_offsets, mirrors=mirrors)
+            if with_offsets:
+                max_age = max(0, getattr(body, "offsets_max_age_ms", 0)) / 1000
+                statuses = await self.status.statuses(offsets=True, mirrors=mirrors, max_age=max_age)
+            else:
+                statuses = await self.status.statuses(offsets=False, mirrors=mirrors)
             image = self.image  # built on the loop; once built it is immutable
             if describe:
                 # A describe of 50k partitions is ~0.2 s of CPU; on a thread the loop keeps serving.

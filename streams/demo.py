@@ -337,8 +337,8 @@ class Demo:
         self.cli("A", "--create", "--mirror", "b-to-a", "--mirror-config", str(cfg_ba))
         self.start_topics("A", "b-to-a")
         self.cli("A", "--describe", "--mirror", "b-to-a", show=False)
-        wait_for("b-to-a to reach MIRRORING", lambda: "PREPARING" not in self.cli("A", "--describe", "--mirror", "b-to-a", show=False)
-                 and "MIRRORING" in self.cli("A", "--describe", "--mirror", "b-to-a", show=False), 60, clock)  # fmt: skip
+        wait_for("b-to-a to reach MIRRORING", lambda: {r["state"] for r in json.loads(
+            self.cli("A", "--describe", "--mirror", "b-to-a", "--json", show=False))} == {"MIRRORING"}, 60, clock)  # fmt: skip
         wait_for("b-to-a to catch up with B's HW", caught_up(b, a), 60, clock)
 
         def in_sync() -> bool:
@@ -388,9 +388,11 @@ class Demo:
             code, text = run_cli(self.endpoints[dst_name], "--describe", "--mirror", mirror, "--json")
             if code != 0:
                 raise DemoError(f"describe {mirror} for the audit failed ({code}): {text.strip()}")
-            described = json.loads(text)
-            offsets.append(int(described["metadata_offset"]))
-            rows = {(r["topic"], r["partition"]): r for r in described["partitions"]}
+            described = json.loads(text)  # the prototype's rows; ours carry the describe's metadata offset
+            if not described:
+                raise DemoError(f"describe {mirror} for the audit shows no partitions")
+            offsets.append(int(described[0]["metadataOffset"]))
+            rows = {(r["topic"], r["partition"]): r for r in described}
 
             topic = WorkerConfig(bootstrap_servers=self.broker.bootstrap, cluster_name=dst_name, state_partitions=8,
                                  data_dir=str(self.workdir / f"data-{dst_name}")).mirror_state_topic_name  # fmt: skip
@@ -426,11 +428,11 @@ class Demo:
                     state=int(MirrorState[d["state"]]),
                     previous_state=int(last.previous_state) if last else int(MirrorState.UNKNOWN),
                     state_entered_ms=last.entered_at_ms if last else 0,
-                    retry_attempt=int(d["retry_attempt"] or 0), error_message=d["error"] or None,
+                    retry_attempt=int(d["retryAttempt"] or 0), error_message=d["errorMessage"] or None,
                     source_leader_epoch=so.leader_epoch, dest_leader_epoch=do.leader_epoch,
                     last_mirrored_epoch=recorded_lme,
-                    source_log_start=so.log_start, source_lso=so.lso, source_hw=int(d["source_hw"]),
-                    dest_log_start=do.log_start, dest_hw=do.hw, dest_leo=int(d["destination_leo"]),
+                    source_log_start=so.log_start, source_lso=so.lso, source_hw=int(d["sourceOffset"]),
+                    dest_log_start=do.log_start, dest_hw=do.hw, dest_leo=int(d["destinationOffset"]),
                     lag=int(d["lag"]) if d["lag"] is not None else None,
                 ))  # fmt: skip
                 before = MirrorState.UNKNOWN  # the first write (registration, UNKNOWN) is no transition

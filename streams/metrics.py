@@ -32,6 +32,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from coordinator.readiness import failover_readiness
 from coordinator.partition_state import MirrorPartitionKey, MirrorPartitionState
 from coordinator.states import DesiredState, MirrorState
 from coordinator.workflows.fetcher import lag
@@ -207,19 +208,9 @@ class WorkerCollector(Collector):
 
 def failover_ready(states: dict[MirrorState, int], lags: dict[Any, int], stats: Any, interval_ms: int, now_ms: int,
                    max_lag: int) -> bool:  # fmt: skip
-    """The issue's rule, over one worker's partitions of a mirror: some partitions, all MIRRORING
-    (none FAILED) with a known lag of at most ``max_lag``; group offsets synced within two sync
-    intervals; the last topic-config and ACL syncs clean (no drift left) and as recent."""
-    total = sum(states.values())
-    if total == 0 or states[MirrorState.MIRRORING] != total or len(lags) != total:
-        return False
-    if any(v > max_lag for v in lags.values()) or stats is None:
-        return False
-    recent = now_ms - 2 * interval_ms
-    for kind in ("consumer_group_offset", "share_group_offset", "topic_config", "acl"):
-        if stats.sync_success_ms[kind] < recent:
-            return False
-    return True
+    """The issue's rule (``coordinator.readiness``), over one worker's partitions of a mirror."""
+    syncs = stats.sync_success_ms if stats is not None else {}
+    return failover_readiness(states, lags, max_lag, syncs, interval_ms, now_ms).ready is True
 
 
 # -------------------------------------------------------------------------- the controller

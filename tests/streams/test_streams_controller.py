@@ -204,11 +204,11 @@ async def test_describe_failed_and_mass_stop_progress(controller: ClusterMirrorC
                                         ("orders", 1): (MirrorState.FAILED, 3, "source unreachable"),
                                         ("payments", 0): (MirrorState.MIRRORING, 0, None)})
     code, out, _ = await run_cli(controller, "--describe", "--mirror", "a-to-b", "--json", "--failed")
-    rows = json.loads(out)["partitions"]
-    assert [(r["topic"], r["partition"], r["state"], r["retry_attempt"], r["error"]) for r in rows] == \
+    rows = json.loads(out)
+    assert [(r["topic"], r["partition"], r["state"], r["retryAttempt"], r["errorMessage"]) for r in rows] == \
         [("orders", 1, "FAILED", 3, "source unreachable")]
     code, table, _ = await run_cli(controller, "--describe")
-    assert "SOURCE-HW" in table and "DEST-LEO" in table and "UNKNOWN" in table  # payments-1 has no state yet
+    assert "SOURCE-OFFSET" in table and "DESTINATION-OFFSET" in table and "UNKNOWN" in table  # payments-1 has no state yet
     await _write_states(worker_config, {("payments", 1): (MirrorState.MIRRORING, 0, None)})
 
     async def workers_stop_partitions() -> None:
@@ -313,16 +313,17 @@ async def test_only_describe_looks_up_offsets_and_polls_reuse_them(worker_config
         code, out, _ = await run_cli(c, "--describe", "--mirror", "a-to-b", "--json")
         assert code == 0, out
         assert view.asked == [{("a-to-b", TOPICS[t], p) for t, p in MIRRORING_ALL}]
-        rows = {(r["topic"], r["partition"]): r for r in json.loads(out)["partitions"]}
+        rows = {(r["topic"], r["partition"]): r for r in json.loads(out)}
         for (t, p), r in rows.items():
-            assert (r["source_hw"], r["destination_leo"], r["lag"]) == (10 * TOPICS[t].int + p, 10 * TOPICS[t].int, p)
-        view.offsets_max_age = 3600.0
-        code, again, _ = await run_cli(c, "--describe", "--mirror", "a-to-b", "--json")
-        assert code == 0 and len(view.asked) == 1  # a poll right after reuses the offsets
-        assert json.loads(again)["partitions"] == json.loads(out)["partitions"]
-        view.offsets_max_age = 0.0
+            assert (r["sourceOffset"], r["destinationOffset"], r["lag"]) == (10 * TOPICS[t].int + p, 10 * TOPICS[t].int, p)
+        code, again, _ = await run_cli(c, "--describe", "--mirror", "a-to-b", "--json", "--max-age", "3600000")
+        assert code == 0 and len(view.asked) == 1  # --max-age: the offsets of a moment ago will do
+        assert [r["sourceOffset"] for r in json.loads(again)] == [r["sourceOffset"] for r in json.loads(out)]
+        assert all(r["offsetsAgeMs"] >= 0 for r in json.loads(again))
+        code, _, _ = await run_cli(c, "--describe", "--mirror", "a-to-b", "--json")
+        assert code == 0 and len(view.asked) == 2  # without it: looked up for this describe
         code, _, err = await run_cli(c, "--resume", "--mirror", "a-to-b", "--topics", "orders", "--wait", "5")
-        assert len(view.asked) == 1, "--wait polls states alone (IncludeOffsets=false): no lookups"
+        assert len(view.asked) == 2, "--wait polls states alone (IncludeOffsets=false): no lookups"
         assert "partitions MIRRORING" in err
     finally:
         await c.stop()

@@ -157,18 +157,18 @@ async def test_describe_offsets_are_batched_off_the_loop_and_right_per_partition
             assert src.hw < src.leo and dst.hw < dst.leo  # HW and LEO differ: the right one is shown
             assert (st.source_hw, st.destination_leo) == (src.hw, dst.leo), (name, p)
             assert st.state is MirrorState.MIRRORING
-    assert got[("a-to-b", missing, 0)][3:] == (-1, -1)  # unknown topic: -1, the rest still answered
+    assert got[("a-to-b", missing, 0)][3:5] == (-1, -1)  # unknown topic: -1, the rest still answered
     assert got[("a-to-b", missing, 0)].state is MirrorState.PREPARING
     elsewhere = got[("elsewhere", topics["orders-0"], 0)]
     assert elsewhere.source_hw == -1  # its source is no model cluster
     assert elsewhere.destination_leo == _truth(model_port, "B", topics["orders-0"], 0).leo
 
 
-async def test_back_to_back_describes_reuse_offsets_for_a_moment(
+async def test_describes_look_offsets_up_unless_a_max_age_allows_older(
         model_port: int, topics: dict[str, uuid.UUID], monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    view = _view(model_port, _states(topics), offsets_max_age=3600.0)
+    view = _view(model_port, _states(topics))
     spy = _Spy(monkeypatch)
-    first = await view.statuses()
+    first = await view.statuses(max_age=3600.0)
     assert view.offsets_lookups == 1 and len(spy.pipelines) == 2  # one pipeline per cluster
     tid = topics["orders-1"]
     with ClusterClient(model_port, "A") as a:
@@ -178,10 +178,9 @@ async def test_back_to_back_describes_reuse_offsets_for_a_moment(
         a.run_replication()  # the followers catch up: the HW moves
     moved = _truth(model_port, "A", tid, 2)
     assert moved.hw != first[("a-to-b", tid, 2)].source_hw
-    second = await view.statuses()  # a --wait poll right after: no lookup
+    second = await view.statuses(max_age=3600.0)  # --max-age allows these: no lookup
     assert second == first and view.offsets_lookups == 1 and len(spy.pipelines) == 2
-    view.offsets_max_age = view.offsets_cost_factor = 0.0  # the moment has passed
-    third = await view.statuses()
+    third = await view.statuses()  # by default, looked up for the call
     assert view.offsets_lookups == 2 and third[("a-to-b", tid, 2)].source_hw == moved.hw
 
 
@@ -286,7 +285,6 @@ async def test_unreachable_source_says_why_in_the_error_column(model_port: int, 
     failed = PartitionStatus(MirrorState.FAILED, 2, "NETWORK_EXCEPTION: source cluster A unavailable: unreachable")
     states = _states(topics) | {("a-to-b", tid, 1): failed}
     view = _view(model_port, states)
-    view.offsets_max_age = view.offsets_cost_factor = 0.0
     with ClusterClient(model_port, "A") as a:
         a.set_unreachable(True)
         try:

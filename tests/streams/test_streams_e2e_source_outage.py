@@ -46,14 +46,16 @@ def test_source_outage_fails_partitions_then_they_mirror_again_and_a_stop_works_
         a.set_unreachable(True)
         rig.wait("every partition FAILED, retried twice",
                  lambda: len(rows := rig.describe("B", MIRROR)) == len(rig.tps)
-                 and all(r["state"] == "FAILED" and r["retry_attempt"] >= 2 for r in rows), 60)  # fmt: skip
+                 and all(r["state"] == "FAILED" and r["retryAttempt"] >= 2 for r in rows), 60)  # fmt: skip
         rows = rig.describe("B", MIRROR)
         for r in rows:
-            assert r["error"].startswith("NETWORK_EXCEPTION") and "unreachable" in r["error"], r
+            assert r["errorMessage"].startswith("NETWORK_EXCEPTION") and "unreachable" in r["errorMessage"], r
         failed = rig.describe("B", MIRROR, "--failed")
         assert {(r["topic"], r["partition"]) for r in failed} == {(r["topic"], r["partition"]) for r in rows}
         table = rig.cli("B", "--describe", "--mirror", MIRROR)
-        assert table.count("FAILED") == len(rig.tps) and "NETWORK_EXCEPTION" in table, table
+        partition_lines = table.split("\n\n")[0].splitlines()[1:]  # the readiness section follows
+        assert [ln.split()[6] for ln in partition_lines] == ["FAILED"] * len(rig.tps) and "NETWORK_EXCEPTION" in table, table
+        assert f"{len(rig.tps)} partition(s) FAILED" in table.split("\n\n")[1], table  # why not ready
 
         # 2. A back: MIRRORING by itself, the data count right.
         b_leo = {tp: rig.clients["B"].list_offsets(tp).leo for tp in rig.tps}

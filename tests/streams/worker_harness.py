@@ -237,8 +237,8 @@ class Rig:
         return text
 
     def describe(self, cluster: str, mirror: str, *extra: str) -> list[dict[str, Any]]:
-        """``--describe --json`` rows (``extra``: e.g. ``--failed``)."""
-        rows: list[dict[str, Any]] = json.loads(self.cli(cluster, "--describe", "--mirror", mirror, "--json", *extra))["partitions"]
+        """``--describe --json`` rows, the prototype's array (``extra``: e.g. ``--failed``)."""
+        rows: list[dict[str, Any]] = json.loads(self.cli(cluster, "--describe", "--mirror", mirror, "--json", *extra))
         return rows
 
     def create_mirror(self, cluster: str, mirror: str, src: str, extra: str = "") -> None:

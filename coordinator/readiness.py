@@ -1,0 +1,64 @@
+"""Failover readiness of a mirror: the one rule behind the worker's ``kip1279_mirror_failover_ready``
+gauge and the readiness line of ``kafka-cluster-mirrors --describe``.
+
+A mirror is ready when a failover now would lose little: it has partitions, all MIRRORING (none
+FAILED), each with a known lag of at most ``max_lag``; consumer and share group offsets were
+synced within two sync intervals; the last topic-config and ACL syncs ran clean as recently (no
+drift left). Pure: the caller passes the clock, and whatever it knows of the syncs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from coordinator.states import MirrorState
+
+# Sync kinds the rule looks at, and how a reason names a stale one.
+SYNC_REASONS: dict[str, str] = {
+    "consumer_group_offset": "consumer group offsets not synced within two sync intervals",
+    "share_group_offset": "share group offsets not synced within two sync intervals",
+    "topic_config": "topic config drift: no clean topic config sync within two sync intervals",
+    "acl": "ACL drift: no clean ACL sync within two sync intervals",
+}
+SYNC_UNKNOWN = "group offset, topic config and ACL sync status is only known to the workers (kip1279_mirror_failover_ready)"
+
+
+class Readiness(NamedTuple):
+    """``ready`` is None when nothing known stands in the way but the syncs were not known."""
+
+    ready: bool | None
+    reasons: tuple[str, ...]
+
+
+def failover_readiness(states: Mapping[MirrorState, int], lags: Mapping[Any, int], max_lag: int,
+                       sync_success_ms: Mapping[str, int] | None, interval_ms: int, now_ms: int) -> Readiness:  # fmt: skip
+    """``states``: partitions per state; ``lags``: source HW - destination LEO of each MIRRORING
+    partition whose lag is known; ``sync_success_ms``: when each sync kind last ran clean (-1:
+    never), or None when the caller cannot know."""
+    reasons = []
+    total = sum(states.values())
+    if total == 0:
+        reasons.append("no mirror partitions")
+    failed = states.get(MirrorState.FAILED, 0)
+    if failed:
+        reasons.append(f"{failed} partition(s) FAILED")
+    others = {s: n for s, n in states.items() if n and s not in (MirrorState.MIRRORING, MirrorState.FAILED)}
+    if others:
+        shown = ", ".join(f"{n} {s.name}" for s, n in sorted(others.items()))
+        reasons.append(f"{sum(others.values())} partition(s) not MIRRORING ({shown})")
+    unknown = states.get(MirrorState.MIRRORING, 0) - len(lags)
+    if unknown > 0:
+        reasons.append(f"{unknown} partition(s) with unknown lag")
+    over = [v for v in lags.values() if v > max_lag]
+    if over:
+        reasons.append(f"{len(over)} partition(s) lag over {max_lag} (max {max(over)})")
+    if sync_success_ms is None:
+        if reasons:
+            return Readiness(False, tuple(reasons))
+        return Readiness(None, (SYNC_UNKNOWN,))
+    recent = now_ms - 2 * interval_ms
+    for kind, why in SYNC_REASONS.items():
+        if sync_success_ms.get(kind, -1) < 0 or sync_success_ms[kind] < recent:
+            reasons.append(why)
+    return Readiness(not reasons, tuple(reasons))

@@ -1,0 +1,35 @@
+"""The failover readiness rule shared by the worker's gauge and describe (coordinator.readiness)."""
+
+from __future__ import annotations
+
+from coordinator.readiness import SYNC_REASONS, SYNC_UNKNOWN, failover_readiness
+from coordinator.states import MirrorState
+
+NOW, INTERVAL = 100_000, 10_000
+FRESH = dict.fromkeys(SYNC_REASONS, NOW - 1_000)
+
+
+def counts(**by_state: int) -> dict[MirrorState, int]:
+    return {MirrorState[s]: n for s, n in by_state.items()}
+
+
+def test_ready_only_when_nothing_stands_in_the_way() -> None:
+    assert failover_readiness(counts(MIRRORING=2), {0: 5, 1: 0}, 5, FRESH, INTERVAL, NOW) == (True, ())
+
+
+def test_each_reason_is_named() -> None:
+    got = failover_readiness(counts(MIRRORING=3, FAILED=1, PAUSED=2), {0: 7, 1: 1}, 5,
+                             FRESH | {"consumer_group_offset": NOW - 2 * INTERVAL - 1, "acl": -1}, INTERVAL, NOW)  # fmt: skip
+    assert got.ready is False
+    assert got.reasons == ("1 partition(s) FAILED", "2 partition(s) not MIRRORING (2 PAUSED)",
+                           "1 partition(s) with unknown lag", "1 partition(s) lag over 5 (max 7)",
+                           SYNC_REASONS["consumer_group_offset"], SYNC_REASONS["acl"])  # fmt: skip
+
+
+def test_no_partitions_is_not_ready() -> None:
+    assert failover_readiness({}, {}, 5, FRESH, INTERVAL, NOW) == (False, ("no mirror partitions",))
+
+
+def test_unknown_syncs_leave_readiness_unknown_unless_another_reason_decides() -> None:
+    assert failover_readiness(counts(MIRRORING=1), {0: 0}, 5, None, 0, 0) == (None, (SYNC_UNKNOWN,))
+    assert failover_readiness(counts(MIRRORING=1), {0: 9}, 5, None, 0, 0) == (False, ("1 partition(s) lag over 5 (max 9)",))
