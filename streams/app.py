@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import random
 import struct
 import threading
 import time
@@ -433,6 +434,12 @@ class _Mirror:
                     close()
                 except Exception:  # noqa: BLE001
                     pass
+
+
+def _full_jitter() -> float:
+    """FAILED retries wait a random share (0, 1] of their backoff, as the prototype's full jitter:
+    partitions failed by one outage do not all retry in the same round."""
+    return 1.0 - random.random()
 
 
 class CoordinatorWorker:
@@ -829,7 +836,8 @@ class CoordinatorWorker:
             ports = self.ports(name, image)
             runner = MirrorRunner(name, ports[0], ports[1], MirrorConfig.from_properties(dict(image.configs)),
                                   store=self.store, metadata=_DesiredView(self, name),  # type: ignore[arg-type]
-                                  stats=self.stats.setdefault(name, MirrorStats()))  # fmt: skip
+                                  stats=self.stats.setdefault(name, MirrorStats()),
+                                  jitter=_full_jitter)  # fmt: skip
             return _Mirror(runner, ports)
 
         m = self.mirrors[name] = await loop.run_in_executor(self.pool, build)

@@ -79,6 +79,10 @@ def test_source_outage_fails_partitions_then_they_mirror_again_and_a_stop_works_
             attempts = [s.retry_attempt for s in states[first : last + 1]]
             assert attempts == list(range(len(attempts))), (key, attempts)  # one write per attempt
             assert seq[last + 1] is MirrorState.MIRRORING, (key, seq)
+        # Full jitter: the first retry waits a random share of failed.retry.initial.backoff.ms (300).
+        waits = [(h := [s for s in states if s.state is MirrorState.FAILED][0]).retry_at_ms - h.entered_at_ms
+                 for states in history.values()]  # fmt: skip
+        assert all(0 <= w <= 300 for w in waits) and len(set(waits)) > 1, waits
 
         # 3. A unreachable again; a failover needs nothing from it.
         a.set_unreachable(True)
