@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from records.codec import CodecError
 from records.framing import FrameError, MetadataRecordSerde
-from records.redact import REDACTED, needs_redaction, redact_message_json
+from records.redact import REDACTED, may_hold_secrets, needs_redaction, redact_message_json
 from records.segments import ControlType, Record, RecordBatch, SegmentError, control_type, iter_segment
 
 # Control values that have a schema: control type -> message name.
@@ -91,11 +91,24 @@ def metadata_payload(value: bytes, serde: MetadataRecordSerde, decode: bool, inc
         try:
             record = serde.decode(value)
         except (CodecError, FrameError, ValueError):
-            pass  # not a record we know: nothing to recognise a secret by
-        else:
-            name = type(record.message).__name__
-            if needs_redaction(name, serde.schemas.to_json(record.message, record.version)):
-                return REDACTED
+            return undecodable_payload(value, serde, include_secrets)
+        name = type(record.message).__name__
+        if needs_redaction(name, serde.schemas.to_json(record.message, record.version)):
+            return REDACTED
+    return base64.b64encode(value).decode("ascii")
+
+
+def undecodable_payload(value: bytes, serde: MetadataRecordSerde, include_secrets: bool) -> str:
+    """The base64 of a metadata record value that does not decode, or the marker when its header
+    names a record type that can carry a secret (a ConfigRecord with a broken body, say)."""
+    if not include_secrets:
+        try:
+            api_key, _, _ = serde.read_header(value)
+            spec = serde.schemas.by_api_key(api_key, serde.message_type)
+        except (CodecError, FrameError, ValueError):
+            spec = None
+        if spec is not None and may_hold_secrets(spec.name):
+            return REDACTED
     return base64.b64encode(value).decode("ascii")
 
 
@@ -132,7 +145,8 @@ def dump_segment(
                 message = f"offset {line['offset']} (batch at byte {position}): cannot decode the value: {e}"
                 errors.append(message)
                 line["payloadError"] = str(e)
-                line["payload"] = None if record.value is None else base64.b64encode(record.value).decode("ascii")
+                line["payload"] = (None if record.value is None else base64.b64encode(record.value).decode("ascii")
+                                   if batch.is_control else undecodable_payload(record.value, serde, include_secrets))  # fmt: skip
             out.write(json.dumps(line, ensure_ascii=False) + "\n")
         position += size
     return errors

@@ -35,6 +35,11 @@ _KEY_MATERIAL: Final = {
 }
 
 
+def may_hold_secrets(message: str) -> bool:
+    """Whether a message of this type can carry a secret (what to hide when it does not decode)."""
+    return message == "ConfigRecord" or message in _KEY_MATERIAL
+
+
 def needs_redaction(message: str, data: Mapping[str, object]) -> bool:
     """Whether a message's JSON data object holds a secret."""
     if message == "ConfigRecord":

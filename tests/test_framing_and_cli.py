@@ -268,3 +268,23 @@ def test_dump_log_redacts_sensitive_config_values(tmp_path: Path) -> None:
     assert code == 0 and payloads[0] == REDACTED and base64.b64decode(payloads[1]) == values[1]
     code, out, _ = _run(["dump-log", "--include-secrets", str(path)])
     assert code == 0 and json.loads(out.splitlines()[0])["payload"]["data"]["value"] == JAAS
+
+
+def test_dump_log_hides_a_config_record_that_does_not_decode(tmp_path: Path) -> None:
+    """A ConfigRecord whose body is broken (a byte of garbage after it) cannot be checked for a
+    secret: its raw bytes are hidden too, unless --include-secrets; other records keep theirs."""
+    from records.segments import Record, build_batch, encode_segment
+
+    broken = _config_record("sasl.jaas.config", JAAS) + b"\x00"
+    unknown_type = b"\x01\x7f\x00"  # frame version 1, apiKey 127 (no such record), version 0
+    batch = build_batch([Record(0, 0, None, broken), Record(1, 0, None, unknown_type)], base_offset=0,
+                        base_timestamp=0, partition_leader_epoch=1)  # fmt: skip
+    path = tmp_path / "broken.log"
+    path.write_bytes(encode_segment([batch]))
+    for raw in ([], ["--raw"]):
+        code, out, _ = _run(["dump-log", *raw, str(path)])
+        lines = [json.loads(line) for line in out.splitlines()]
+        assert lines[0]["payload"] == REDACTED and "pw-1279" not in out, raw
+        assert base64.b64decode(lines[1]["payload"]) == unknown_type, raw
+    code, out, _ = _run(["dump-log", "--include-secrets", str(path)])
+    assert base64.b64decode(json.loads(out.splitlines()[0])["payload"]) == broken
