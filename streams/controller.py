@@ -451,6 +451,11 @@ class ClusterMirrorController:
                             "principal is the one the client claims; set admin.listener.ssl.* for TLS)",
                             c.metadata_topic_name, *self.address)  # fmt: skip
 
+    @property
+    def following(self) -> bool:
+        """False once the metadata log follower has stopped (appends then time out)."""
+        return self._follow is None or not self._follow.done()
+
     async def _run_follow(self) -> None:
         try:
             async for entry in self.reader.read(self.loader.next_offset, follow=True):

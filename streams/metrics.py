@@ -271,8 +271,7 @@ class ControllerMetrics:
         self.metadata_lag = await _metadata_lag(c.reader)
 
     def health(self) -> tuple[bool, str]:
-        follow = self.controller._follow
-        if follow is not None and follow.done():
+        if not self.controller.following:
             return False, "the metadata log follower stopped"
         return True, "ok"
 
