@@ -419,9 +419,10 @@ class _DesiredView:
 
 
 class _Mirror:
-    def __init__(self, runner: MirrorRunner, ports: tuple[Any, Any]) -> None:
+    def __init__(self, runner: MirrorRunner, ports: tuple[Any, Any], configs: Mapping[str, str] | None = None) -> None:
         self.runner = runner
         self.ports = ports
+        self.configs = configs  # the image's configs it was built from: a change rebuilds it
         self.busy: concurrent.futures.Future[Any] | asyncio.Future[Any] | None = None
         self.retired = False  # topics left the mirror (or it was deleted): rebuilt from the store next
 
@@ -815,6 +816,14 @@ class CoordinatorWorker:
     async def _mirror(self, name: str) -> _Mirror | None:
         m = self.mirrors.get(name)
         if m is not None:
+            current = self.image.mirrors.get(name)
+            if not m.retired and current is not None and m.configs is not None and current.configs != m.configs:
+                # An altered config: new connections (bootstrap.servers, security) and settings
+                # from the next round. State is in the table, so the new runner resumes.
+                changed = sorted(k for k in set(current.configs) | set(m.configs)
+                                 if current.configs.get(k) != m.configs.get(k))  # fmt: skip
+                log.info("mirror %s: config changed (%s): rebuilding its runner", name, ", ".join(changed))
+                m.retired = True
             if not m.retired:
                 return m
             if m.busy is not None:
@@ -830,7 +839,7 @@ class CoordinatorWorker:
             runner = MirrorRunner(name, ports[0], ports[1], MirrorConfig.from_properties(dict(image.configs)),
                                   store=self.store, metadata=_DesiredView(self, name),  # type: ignore[arg-type]
                                   stats=self.stats.setdefault(name, MirrorStats()))  # fmt: skip
-            return _Mirror(runner, ports)
+            return _Mirror(runner, ports, image.configs)
 
         m = self.mirrors[name] = await loop.run_in_executor(self.pool, build)
         return m
