@@ -136,8 +136,6 @@ def parse_add_config(text: str) -> dict[str, str]:
 
 
 async def _alter(admin: ClusterMirrorAdmin, args: argparse.Namespace, out: TextIO) -> int:
-    if not (args.add_config or args.delete_config):
-        raise UsageError("--alter needs --add-config or --delete-config")
     sets = parse_add_config(args.add_config or "")
     deletes = [k.strip() for k in (args.delete_config or "").split(",") if k.strip()]
     r: Any = (await admin.alter_configs(args.mirror, sets, deletes)).response
@@ -331,6 +329,12 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         _need(args, "mirror")
     elif not (args.list or args.describe):
         _need(args, "mirror", "topics")
+    if args.alter and not (args.add_config or args.delete_config):
+        raise UsageError("--alter needs --add-config or --delete-config")
+    if (args.add_config or args.delete_config) and not args.alter:
+        raise UsageError("--add-config and --delete-config go with --alter")
+    if args.alter:
+        parse_add_config(args.add_config or "")  # a malformed pair is a usage error, before connecting
     if args.max_age is not None and (not args.describe or args.max_age < 0):
         raise UsageError("--max-age takes MS >= 0 and is only supported for describing mirrors")
     # File reads (and key loading) stay off the loop.
