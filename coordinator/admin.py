@@ -563,6 +563,8 @@ def alter_cluster_mirror_configs(
     refused = _precheck(image, principal, AclOperation.ALTER_CONFIGS, mirror_name)
     if refused is not None:
         return refused
+    if not changes:
+        return _refuse(ErrorCode.INVALID_REQUEST, "no config to alter")
     wanted: dict[str, str | None] = {}
     problems: dict[str, str] = {}
     for key, op, value in changes:
@@ -578,8 +580,6 @@ def alter_cluster_mirror_configs(
     order = list(dict.fromkeys(k for k, _, _ in changes))
     results = tuple(TopicResult(k, ErrorCode.INVALID_CONFIG, problems[k]) if k in problems else TopicResult(k)
                     for k in order)  # fmt: skip
-    if not changes:
-        return _refuse(ErrorCode.INVALID_REQUEST, "no config to alter")
     if problems or validate_only:
         return AdminResult((), AdminResponse(topics=results))
     current = image.mirrors.mirrors[mirror_name].configs
