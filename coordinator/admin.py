@@ -24,6 +24,7 @@ offset, or if the offset is ahead of this image (the caller saw metadata we have
 
 from __future__ import annotations
 
+import enum
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
@@ -53,6 +54,7 @@ from coordinator.topic_filter import (
     select_topics,
     split_patterns,
 )
+from coordinator.workflows.config import config_problems
 from records.framing import ApiMessageAndVersion
 from records.redact import REDACTED, SENSITIVE_CONFIG_NAME, is_sensitive, redact_config  # noqa: F401  (re-exported)
 from records.registry import SchemaSet, default_schemas
@@ -542,6 +544,68 @@ def _named_topics_op(
         return _refuse(ErrorCode.INVALID_REQUEST, f"no topics to {verb}")
     found, errors = _resolve(image, topics)
     return _topic_op(image, mirror_name, found, errors, verdict, states, _Writer(schemas), state_validation_offset, [])
+
+
+class ConfigOp(enum.IntEnum):
+    """``AlterClusterMirrorConfigsRequest.ConfigOperation`` (Kafka's AlterConfigOp.OpType SET, DELETE)."""
+
+    SET = 0
+    DELETE = 1
+
+
+def alter_cluster_mirror_configs(
+    image: MetadataImage, mirror_name: str, changes: Sequence[tuple[str, ConfigOp, str | None]], *,
+    validate_only: bool = False, principal: Principal | None = None, schemas: SchemaSet | None = None,
+) -> AdminResult:
+    """Incremental alter of a mirror's configs: a ConfigRecord per key that changes, nothing for
+    a key already so. All or nothing: one refused key (INVALID_CONFIG) and no record is written;
+    every key of the request gets its result."""
+    refused = _precheck(image, principal, AclOperation.ALTER_CONFIGS, mirror_name)
+    if refused is not None:
+        return refused
+    if not changes:
+        return _refuse(ErrorCode.INVALID_REQUEST, "no config to alter")
+    wanted: dict[str, str | None] = {}
+    problems: dict[str, str] = {}
+    for key, op, value in changes:
+        if key in wanted or key in problems:
+            problems[key] = f"config {key} appears more than once in the request"
+        elif op == ConfigOp.SET and value is None:
+            problems[key] = f"SET of {key} needs a value"
+        elif op not in (ConfigOp.SET, ConfigOp.DELETE):
+            problems[key] = f"config operation {int(op)} is not supported (SET=0, DELETE=1)"
+        else:
+            wanted[key] = value if op == ConfigOp.SET else None
+    problems.update(config_problems({k: v for k, v in wanted.items() if k not in problems}))
+    order = list(dict.fromkeys(k for k, _, _ in changes))
+    results = tuple(TopicResult(k, ErrorCode.INVALID_CONFIG, problems[k]) if k in problems else TopicResult(k)
+                    for k in order)  # fmt: skip
+    if problems or validate_only:
+        return AdminResult((), AdminResponse(topics=results))
+    current = image.mirrors.mirrors[mirror_name].configs
+    w = _Writer(schemas)
+    # Sets before deletes: the mirror never has no config between two records of the batch.
+    records = [w.mirror_config(mirror_name, k, v) for k, v in sorted(wanted.items()) if v is not None and current.get(k) != v]
+    records += [w.mirror_config(mirror_name, k, None) for k, v in sorted(wanted.items()) if v is None and k in current]
+    return AdminResult(tuple(records), AdminResponse(topics=results))
+
+
+class DescribedConfig(NamedTuple):
+    name: str
+    value: str | None  # the marker when sensitive
+    sensitive: bool
+
+
+def describe_cluster_mirror_configs(
+    image: MetadataImage, mirror_name: str, *, principal: Principal | None = None,
+) -> tuple[ErrorCode, str | None, tuple[DescribedConfig, ...]]:
+    """A mirror's configs, sorted by name, secrets replaced by the marker (DESCRIBE_CONFIGS)."""
+    refused = _precheck(image, principal, AclOperation.DESCRIBE_CONFIGS, mirror_name)
+    if refused is not None:
+        return refused.response.error_code, refused.response.error_message, ()
+    configs = image.mirrors.mirrors[mirror_name].configs
+    shown = redact_config(configs)
+    return ErrorCode.NONE, None, tuple(DescribedConfig(k, shown[k], is_sensitive(k)) for k in sorted(configs))
 
 
 # ------------------------------------------------------------------------------ the reads

@@ -43,6 +43,10 @@ API_KEYS: dict[str, int] = {
     "PauseMirrorTopics": 102,
     "ResumeMirrorTopics": 103,
     "DeleteClusterMirror": 104,
+    # Ours (after Kafka's IncrementalAlterConfigs and DescribeConfigs): the KIP alters a mirror's
+    # configs through kafka-configs --entity-type cluster-mirrors.
+    "AlterClusterMirrorConfigs": 106,
+    "DescribeClusterMirrorConfigs": 107,
 }
 API_NAMES = {v: k for k, v in API_KEYS.items()}
 MAX_FRAME = 64 * 1024 * 1024
@@ -332,6 +336,19 @@ class ClusterMirrorAdmin:
     async def delete(self, mirror: str, *, state_validation_offset: int = -1) -> Reply:
         body = self._req("DeleteClusterMirror", mirror_name=mirror, state_validation_offset=state_validation_offset)
         return await self.call("DeleteClusterMirror", body)
+
+    async def alter_configs(self, mirror: str, set_configs: Mapping[str, str] | None = None,
+                            delete_configs: Sequence[str] = (), *, validate_only: bool = False) -> Reply:  # fmt: skip
+        """Incremental: SET each of ``set_configs``, DELETE each of ``delete_configs``; all or nothing."""
+        cls = self.schemas.nested("AlterClusterMirrorConfigsRequest", "AlterableConfig")
+        entries = [cls(name=k, config_operation=0, value=v) for k, v in (set_configs or {}).items()]
+        entries += [cls(name=k, config_operation=1, value=None) for k in delete_configs]
+        body = self._req("AlterClusterMirrorConfigs", mirror_name=mirror, configs=entries, validate_only=validate_only)
+        return await self.call("AlterClusterMirrorConfigs", body)
+
+    async def describe_configs(self, mirror: str) -> Reply:
+        """The mirror's configs, secrets redacted by the controller."""
+        return await self.call("DescribeClusterMirrorConfigs", self._req("DescribeClusterMirrorConfigs", mirror_name=mirror))
 
     async def mirror_topics(self, mirror: str) -> list[str]:
         """The topic names of one mirror (to expand a regex client-side for pause/resume)."""

@@ -420,9 +420,10 @@ class _DesiredView:
 
 
 class _Mirror:
-    def __init__(self, runner: MirrorRunner, ports: tuple[Any, Any]) -> None:
+    def __init__(self, runner: MirrorRunner, ports: tuple[Any, Any], configs: Mapping[str, str] | None = None) -> None:
         self.runner = runner
         self.ports = ports
+        self.configs = configs  # the image's configs it was built from: a change rebuilds it
         self.busy: concurrent.futures.Future[Any] | asyncio.Future[Any] | None = None
         self.retired = False  # topics left the mirror (or it was deleted): rebuilt from the store next
 
@@ -822,6 +823,14 @@ class CoordinatorWorker:
     async def _mirror(self, name: str) -> _Mirror | None:
         m = self.mirrors.get(name)
         if m is not None:
+            current = self.image.mirrors.get(name)
+            if not m.retired and current is not None and m.configs is not None and current.configs != m.configs:
+                # An altered config: new connections (bootstrap.servers, security) and settings
+                # from the next round. State is in the table, so the new runner resumes.
+                changed = sorted(k for k in set(current.configs) | set(m.configs)
+                                 if current.configs.get(k) != m.configs.get(k))  # fmt: skip
+                log.info("mirror %s: config changed (%s): rebuilding its runner", name, ", ".join(changed))
+                m.retired = True
             if not m.retired:
                 return m
             if m.busy is not None:
@@ -838,7 +847,7 @@ class CoordinatorWorker:
                                   store=self.store, metadata=_DesiredView(self, name),  # type: ignore[arg-type]
                                   stats=self.stats.setdefault(name, MirrorStats()),
                                   jitter=_full_jitter)  # fmt: skip
-            return _Mirror(runner, ports)
+            return _Mirror(runner, ports, image.configs)
 
         m = self.mirrors[name] = await loop.run_in_executor(self.pool, build)
         return m

@@ -7,6 +7,8 @@
     kafka-cluster-mirrors ... --list
     kafka-cluster-mirrors ... --describe [--mirror a-to-b] [--json] [--failed] [--max-age MS]
     kafka-cluster-mirrors ... --delete --mirror a-to-b
+    kafka-cluster-mirrors ... --alter --mirror a-to-b --add-config 'bootstrap.servers=h:9092,mirror.topics.include=[a.*,b.*]' [--delete-config k[,k]]
+    kafka-cluster-mirrors ... --describe-config --mirror a-to-b
 
 ``--bootstrap-server`` is the controller's admin endpoint (env ``KIP1279_CONTROLLER``).
 ``--command-config`` takes Kafka's client keys: with ``security.protocol=SSL`` and the ``ssl.*``
@@ -66,13 +68,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="client properties: security.protocol=SSL with Kafka's ssl.* keys (PEM), client.id; "
                         "local mode only: principal=User:NAME")  # fmt: skip
     ops = p.add_mutually_exclusive_group(required=True)
-    for op in ("create", "start", "stop", "pause", "resume", "list", "describe", "delete"):
+    for op in ("create", "start", "stop", "pause", "resume", "list", "describe", "delete", "alter", "describe-config"):
         ops.add_argument(f"--{op}", action="store_true")
     p.add_argument("--mirror", help="cluster mirror name")
     p.add_argument("--mirror-config", help="properties file of the mirror (bootstrap.servers, security, ...)")
+    p.add_argument("--add-config", metavar="K=V[,K=V]",
+                   help="alter: configs to set, as kafka-configs takes them (a value with commas in [])")  # fmt: skip
+    p.add_argument("--delete-config", metavar="K[,K]", help="alter: configs to delete")
     p.add_argument("--topics", help="comma-separated topic names, or a regex ('.*' for all)")
     p.add_argument("--exclude", action="append", default=[], help="regex of topics to leave out (repeatable)")
-    p.add_argument("--json", action="store_true", help="describe, start, stop, pause, resume: print JSON")
+    p.add_argument("--json", action="store_true", help="describe, describe-config, start, stop, pause, resume: print JSON")
     p.add_argument("--failed", action="store_true", help="describe: only FAILED partitions")
     p.add_argument("--max-age", type=int, metavar="MS",
                    help="describe: offsets looked up at most MS ms ago may be shown (default: looked up now)")  # fmt: skip
@@ -99,6 +104,69 @@ def _client_settings(args: argparse.Namespace, err: TextIO) -> tuple[str | None,
                   f"takes the principal from the client certificate\n")  # fmt: skip
         principal = None
     return principal, client_id, context
+
+
+def parse_add_config(text: str) -> dict[str, str]:
+    """``k=v,k2=[a,b]`` as kafka-configs' ``--add-config`` reads it: commas split the pairs
+    except inside square brackets, which hold a list value (the brackets are dropped)."""
+    pairs, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth = max(0, depth - 1)
+        if ch == "," and depth == 0:
+            pairs.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    pairs.append(cur)
+    out: dict[str, str] = {}
+    for pair in (p.strip() for p in pairs):
+        if not pair:
+            continue
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip():
+            raise UsageError(f"--add-config takes K=V pairs, not {pair!r}")
+        value = value.strip()
+        if value.startswith("[") and value.endswith("]"):
+            value = value[1:-1]
+        out[key.strip()] = value
+    return out
+
+
+async def _alter(admin: ClusterMirrorAdmin, args: argparse.Namespace, out: TextIO) -> int:
+    sets = parse_add_config(args.add_config or "")
+    deletes = [k.strip() for k in (args.delete_config or "").split(",") if k.strip()]
+    r: Any = (await admin.alter_configs(args.mirror, sets, deletes)).response
+    secrets = secret_values(sets)
+    if r.error_code:
+        out.write(f"Error: {_code_name(r.error_code)}: {scrub(r.error_message, secrets)}\n")
+        return EXIT_ERROR
+    refused = [c for c in r.configs if c.error_code]
+    if refused:
+        # As kafka-configs: nothing was changed; every refused key and why.
+        for c in refused:
+            out.write(f"Error: {_code_name(c.error_code)}: {scrub(c.error_message, secrets)}\n")
+        out.write(f"No config of cluster-mirror {args.mirror} was changed\n")
+        return EXIT_ERROR
+    out.write(f"Completed updating config for cluster-mirror {args.mirror}.\n")
+    return EXIT_OK
+
+
+async def _describe_config(admin: ClusterMirrorAdmin, args: argparse.Namespace, out: TextIO) -> int:
+    r: Any = (await admin.describe_configs(args.mirror)).response
+    if r.error_code:
+        out.write(f"Error: {_code_name(r.error_code)}: {r.error_message}\n")
+        return EXIT_ERROR
+    if args.json:
+        out.write(json.dumps({c.name: c.value for c in r.configs}) + "\n")
+        return EXIT_OK
+    # kafka-configs --describe's layout; a sensitive value shows as the marker.
+    out.write(f"Dynamic configs for cluster-mirror {args.mirror} are:\n")
+    for c in r.configs:
+        out.write(f"  {c.name}={c.value} sensitive={str(c.is_sensitive).lower()}\n")
+    return EXIT_OK
 
 
 def _need(args: argparse.Namespace, *names: str) -> None:
@@ -257,10 +325,16 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError("--bootstrap-server (or env KIP1279_CONTROLLER) is required")
     if args.create:
         _need(args, "mirror", "mirror-config")
-    elif args.delete:
+    elif args.delete or args.alter or args.describe_config:
         _need(args, "mirror")
     elif not (args.list or args.describe):
         _need(args, "mirror", "topics")
+    if args.alter and not (args.add_config or args.delete_config):
+        raise UsageError("--alter needs --add-config or --delete-config")
+    if (args.add_config or args.delete_config) and not args.alter:
+        raise UsageError("--add-config and --delete-config go with --alter")
+    if args.alter:
+        parse_add_config(args.add_config or "")  # a malformed pair is a usage error, before connecting
     if args.max_age is not None and (not args.describe or args.max_age < 0):
         raise UsageError("--max-age takes MS >= 0 and is only supported for describing mirrors")
     # File reads (and key loading) stay off the loop.
@@ -278,6 +352,10 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             shown = ", ".join(f"{k}={v}" for k, v in sorted(redact_config(config).items()))
             out.write(f"Created cluster mirror {args.mirror} ({shown})\n")
             return EXIT_OK
+        if args.alter:
+            return await _alter(admin, args, out)
+        if args.describe_config:
+            return await _describe_config(admin, args, out)
         if args.list:
             reply = await admin.list(include_topic_names=True)
             r = reply.response

@@ -117,6 +117,8 @@ def _error_response(schemas: SchemaSet, api: str, code: int, message: str | None
         fields["mirrors"] = []
     elif api == "DescribeClusterMirrors":
         fields["mirrors"] = []
+    elif api in ("AlterClusterMirrorConfigs", "DescribeClusterMirrorConfigs"):
+        fields["configs"] = []
     elif api not in ("CreateClusterMirror", "DeleteClusterMirror"):
         fields["topics"] = []
     return cls(**fields)
@@ -170,6 +172,18 @@ def coordinator_validator(schemas: SchemaSet | None = None, ready_max_lag: int =
             r = admin.pause_mirror_topics(image, b.mirror_name, _names(b), states=states, state_validation_offset=svo, principal=who, schemas=s)
         elif api == "ResumeMirrorTopics":
             r = admin.resume_mirror_topics(image, b.mirror_name, _names(b), states=states, state_validation_offset=svo, principal=who, schemas=s)
+        elif api == "AlterClusterMirrorConfigs":
+            changes = [(c.name, admin.ConfigOp(c.config_operation) if c.config_operation in (0, 1) else c.config_operation,
+                        c.value) for c in b.configs]  # fmt: skip
+            r = admin.alter_cluster_mirror_configs(image, b.mirror_name, changes, validate_only=b.validate_only,
+                                                   principal=who, schemas=s)  # fmt: skip
+            return r.records, _alter_configs_response(s, r.response, secret_values({c.name: c.value for c in b.configs}))
+        elif api == "DescribeClusterMirrorConfigs":
+            code, message, configs = admin.describe_cluster_mirror_configs(image, b.mirror_name, principal=who)
+            ccls = s.nested(f"{api}Response", "DescribeConfigsResourceResult")
+            return (), s.struct(f"{api}Response")(throttle_time_ms=0, error_code=int(code), error_message=message,
+                                                  configs=[ccls(name=c.name, value=c.value, is_sensitive=c.sensitive)
+                                                           for c in configs])  # fmt: skip
         elif api == "ListClusterMirrors":
             return (), _list_response(s, admin.list_cluster_mirrors(image, b.include_topic_names, principal=who))
         elif api == "DescribeClusterMirrors":
@@ -180,6 +194,15 @@ def coordinator_validator(schemas: SchemaSet | None = None, ready_max_lag: int =
         return r.records, _topic_response(s, api, r.response, ())
 
     return validate
+
+
+def _alter_configs_response(s: SchemaSet, result: admin.AdminResponse, secrets: Sequence[str]) -> msgspec.Struct:
+    name = "AlterClusterMirrorConfigsResponse"
+    rcls = s.nested(name, "ConfigResult")
+    configs = [rcls(name=c.name, error_code=int(c.error_code), error_message=scrub(c.error_message, secrets))
+               for c in result.topics]  # fmt: skip
+    return s.struct(name)(throttle_time_ms=0, error_code=int(result.error_code),
+                          error_message=scrub(result.error_message, secrets), configs=configs)  # fmt: skip
 
 
 def _list_response(s: SchemaSet, mirrors: Sequence[admin.ListedMirror]) -> msgspec.Struct:
@@ -562,7 +585,7 @@ class ClusterMirrorController:
                 records, response = await asyncio.to_thread(self.validator, req, image, statuses)
             else:
                 records, response = self.validator(req, image, statuses)
-            secrets = secret_values({c.name: c.value for c in getattr(body, "config", [])})
+            secrets = secret_values({c.name: c.value for c in getattr(body, "config", None) or getattr(body, "configs", [])})
             code = getattr(response, "error_code", 0)
             log.info("%s %s by %s from %s: error %d, %d record(s)%s", api, getattr(body, "mirror_name", ""),
                      who.name, peer_host, code, len(records), _describe_config(body))  # fmt: skip
@@ -618,7 +641,7 @@ class ClusterMirrorController:
 
 
 def _describe_config(body: Any) -> str:
-    config = getattr(body, "config", None)
+    config = getattr(body, "config", None) or getattr(body, "configs", None)
     if not config:
         return ""
     return f", config {redact_config({c.name: c.value for c in config})}"

@@ -10,6 +10,9 @@ from collections.abc import Mapping
 
 import msgspec
 
+from records.redact import REDACTED, is_sensitive
+from coordinator.topic_filter import EXCLUDE_CONFIG, INCLUDE_CONFIG, InvalidPattern, compile_patterns, split_patterns
+
 # The prototype's MIRROR_TOPIC_PROPERTIES_EXCLUDE_DEFAULT (ClusterMirrorConfig, aiven/inkless
 # inkless-linking): these describe the local cluster, not the data, so they are never copied.
 DEFAULT_TOPIC_PROPERTIES_EXCLUDE: tuple[str, ...] = (
@@ -86,3 +89,69 @@ _ALIASES = {
     "replica.fetch.max.bytes": "fetch_partition_max_bytes",
     "replica.fetch.wait.max.ms": "fetch_max_wait_ms",
 }
+
+
+# Keys a mirror keeps besides MirrorConfig's: its source connection (the prototype's client
+# settings) and the topic patterns of its starts.
+BOOTSTRAP_CONFIG = "bootstrap.servers"
+CONNECTION_CONFIGS = frozenset({BOOTSTRAP_CONFIG, "security.protocol", "client.id", "mirror.source.cluster.id"})
+CONNECTION_PREFIXES = ("ssl.", "sasl.")
+SECURITY_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
+
+
+def is_connection_config(key: str) -> bool:
+    """Keys whose change needs new connections to the source (the rest apply from the next round)."""
+    return key in CONNECTION_CONFIGS or key.startswith(CONNECTION_PREFIXES)
+
+
+def _field(key: str) -> str | None:
+    name = _ALIASES.get(key.removeprefix("mirror."), key.removeprefix("mirror.").replace(".", "_"))
+    return name if name in MirrorConfig.__struct_fields__ else None
+
+
+def config_problems(changes: Mapping[str, str | None]) -> dict[str, str]:
+    """Why each refused key of a change is refused (``None`` deletes the key); empty: all valid.
+
+    As Kafka's ConfigDef: an unknown name, or a value its type does not parse, is refused. The
+    value rules are MirrorConfig.from_properties's, so a mirror never holds a value it cannot use.
+    """
+    problems: dict[str, str] = {}
+    for key, value in changes.items():
+        field = _field(key)
+        if field is None and not is_connection_config(key) and key not in (INCLUDE_CONFIG, EXCLUDE_CONFIG):
+            problems[key] = f"Unknown cluster mirror config name: {key}"
+            continue
+        if value is None:
+            if key == BOOTSTRAP_CONFIG:
+                problems[key] = f"{BOOTSTRAP_CONFIG} cannot be deleted: a cluster mirror needs its source"
+            continue
+        shown = REDACTED if is_sensitive(key) else value
+        reason = _value_problem(key, field, value)
+        if reason:
+            problems[key] = f"Invalid value {shown} for configuration {key}: {reason}"
+    return problems
+
+
+def _value_problem(key: str, field: str | None, value: str) -> str | None:
+    if key == BOOTSTRAP_CONFIG:
+        return None if value.strip() else "a cluster mirror needs its source's bootstrap servers"
+    if key == "security.protocol":
+        return None if value.strip().upper() in SECURITY_PROTOCOLS else f"must be one of {sorted(SECURITY_PROTOCOLS)}"
+    if key in (INCLUDE_CONFIG, EXCLUDE_CONFIG):
+        try:
+            compile_patterns(tuple(split_patterns(value)))
+        except InvalidPattern as e:
+            return str(e)
+        return None
+    if field is None:
+        return None
+    default = getattr(MirrorConfig(), field)
+    if isinstance(default, bool):
+        return None if value.strip().lower() in ("true", "false") else "Expected value to be either true or false"
+    if isinstance(default, int):
+        try:
+            MirrorConfig.from_properties({key: value})
+        except ValueError:
+            return "Not a number of type INT"
+        return None if int(value) >= 0 else "Value must be at least 0"
+    return None

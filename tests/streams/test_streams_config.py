@@ -55,6 +55,16 @@ def test_cli_usage_errors_are_one_line() -> None:
     assert "HOST:PORT" in err.getvalue() and "Traceback" not in err.getvalue()
 
 
+def test_add_config_is_read_as_kafka_configs_reads_it() -> None:
+    assert cli.parse_add_config("a=1, mirror.topics.include=[x.*,y], b=") == {"a": "1", "mirror.topics.include": "x.*,y", "b": ""}
+    with pytest.raises(cli.UsageError, match="K=V"):
+        cli.parse_add_config("a=1,oops")
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.main(["--bootstrap-server", "127.0.0.1:1", "--alter", "--mirror", "m"], out=out, err=err) == 2
+    assert "--add-config or --delete-config" in err.getvalue()
+    assert cli.main(["--bootstrap-server", "127.0.0.1:1", "--describe-config"], out=out, err=err) == 2
+
+
 def test_group_timing_settings_from_properties_env_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from streams import worker
 

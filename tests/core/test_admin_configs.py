@@ -1,0 +1,83 @@
+"""Altering and describing a cluster mirror's configs (issue 14, section 4): per-key validation,
+all or nothing, records only for the keys that change, ALTER_CONFIGS / DESCRIBE_CONFIGS ACLs."""
+
+from __future__ import annotations
+
+from coordinator.admin import (
+    REDACTED,
+    ConfigOp,
+    Principal,
+    alter_cluster_mirror_configs,
+    describe_cluster_mirror_configs,
+)
+from coordinator.delta import MetadataDelta
+from coordinator.image import AclOperation
+from coordinator.states import ErrorCode as E
+from coordinator.workflows.config import MirrorConfig
+from test_admin import acl, base, commit
+
+SET, DELETE = ConfigOp.SET, ConfigOp.DELETE
+
+
+def test_alter_writes_records_for_the_changed_keys_only_and_replays_into_the_image() -> None:
+    img = base()
+    r = alter_cluster_mirror_configs(img, "a-to-b", [("bootstrap.servers", SET, "src:9092"),  # unchanged
+                                                     ("num.replica.fetchers", SET, "3"),
+                                                     ("mirror.topics.include", SET, "a,c\\..*"),
+                                                     ("sasl.jaas.config", DELETE, None)])  # fmt: skip
+    assert r.ok and [t.error_code for t in r.response.topics] == [E.NONE] * 4
+    assert [(x.message.name, x.message.value) for x in r.records] == [
+        ("mirror.topics.include", "a,c\\..*"), ("num.replica.fetchers", "3"), ("sasl.jaas.config", None)]
+    after = commit(img, r)
+    configs = dict(after.mirrors.mirrors["a-to-b"].configs)
+    assert configs == {"bootstrap.servers": "src:9092", "num.replica.fetchers": "3", "mirror.topics.include": "a,c\\..*"}
+    assert MirrorConfig.from_properties(configs).num_fetchers == 3
+    # Again: nothing changes, so nothing is written.
+    again = alter_cluster_mirror_configs(after, "a-to-b", [("num.replica.fetchers", SET, "3"), ("sasl.jaas.config", DELETE, None)])
+    assert again.ok and again.records == ()
+
+
+def test_an_invalid_key_refuses_the_whole_request_with_invalid_config_per_key() -> None:
+    img = base()
+    r = alter_cluster_mirror_configs(img, "a-to-b", [("num.replica.fetchers", SET, "2"), ("no.such.key", SET, "1"),
+                                                     ("fetch.backoff.ms", SET, "soon"),
+                                                     ("support.unclean.leader.election", SET, "yes"),
+                                                     ("mirror.topics.include", SET, "("),
+                                                     ("bootstrap.servers", DELETE, None)])  # fmt: skip
+    assert r.records == ()
+    got = {t.name: (t.error_code, t.error_message) for t in r.response.topics}
+    assert got["num.replica.fetchers"] == (E.NONE, None)
+    for key in ("no.such.key", "fetch.backoff.ms", "support.unclean.leader.election", "mirror.topics.include", "bootstrap.servers"):
+        assert got[key][0] == E.INVALID_CONFIG and key in got[key][1]
+    assert "Unknown" in got["no.such.key"][1] and "soon" in got["fetch.backoff.ms"][1]
+    assert commit(img, r) == img
+    # A secret's value is never quoted back.
+    bad = alter_cluster_mirror_configs(img, "a-to-b", [("sasl.jaas.config", SET, "pw"), ("x.password", SET, "hunter2")])
+    assert all("hunter2" not in (t.error_message or "") for t in bad.response.topics)
+    assert alter_cluster_mirror_configs(img, "a-to-b", [("num.replica.fetchers", SET, "2")], validate_only=True).records == ()
+
+
+def test_alter_and_describe_configs_need_their_acls() -> None:
+    img = base()
+    d = MetadataDelta(img)
+    for i, r in enumerate([acl("User:ops", AclOperation.ALTER_CONFIGS), acl("User:viewer", AclOperation.DESCRIBE_CONFIGS),
+                           acl("User:alice", AclOperation.ALTER)]):
+        d.replay(r, img.offset + 1 + i)
+    img = d.apply()
+    change = [("fetch.backoff.ms", SET, "500")]
+    ops, viewer, alice = Principal("User:ops"), Principal("User:viewer"), Principal("User:alice")
+    assert alter_cluster_mirror_configs(img, "a-to-b", change, principal=ops).ok
+    for who in (viewer, alice):
+        r = alter_cluster_mirror_configs(img, "a-to-b", change, principal=who)
+        assert r.records == () and r.response.error_code == E.CLUSTER_MIRROR_AUTHORIZATION_FAILED
+    assert describe_cluster_mirror_configs(img, "a-to-b", principal=ops)[0] == E.NONE  # ALTER_CONFIGS implies it
+    assert describe_cluster_mirror_configs(img, "a-to-b", principal=viewer)[0] == E.NONE
+    assert describe_cluster_mirror_configs(img, "a-to-b", principal=alice)[0] == E.CLUSTER_MIRROR_AUTHORIZATION_FAILED
+    assert alter_cluster_mirror_configs(img, "nope", change).response.error_code == E.UNKNOWN_CLUSTER_MIRROR
+
+
+def test_describe_configs_redacts_secrets() -> None:
+    code, _, configs = describe_cluster_mirror_configs(base(), "a-to-b")
+    assert code == E.NONE
+    assert [(c.name, c.value, c.sensitive) for c in configs] == [
+        ("bootstrap.servers", "src:9092", False), ("sasl.jaas.config", REDACTED, True)]
