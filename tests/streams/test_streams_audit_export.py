@@ -1,0 +1,143 @@
+"""Audit snapshots on a timer (``audit.export.dir``, ``audit.export.interval.ms``), real processes.
+
+The session's noida-db broker, the cluster-model server, a controller and a worker per
+destination cluster (``worker_harness.Rig``). Mirror ``a-to-b`` (destination B) mirrors, then
+fails over; ``b-to-a`` (destination A) fails back. B's worker exports from the start; A's worker
+runs first without ``audit.export.dir`` (off: nothing written) and is restarted with it for the
+failback. Then:
+
+- each coordinator has its own store, ``<dir>/<cluster>``, holding only its own mirror;
+- the exports are incremental: a later snapshot carries only the transitions since the
+  previous one (the failover's, not the first start's again), and every transition of the
+  ``__mirror_state`` changelog is in exactly one snapshot;
+- ``python -m audit --snapshots <dir>/<B>`` reads B's store and passes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from audit import layout
+from coordinator.states import MirrorState
+from streams.broker import LocalBroker
+from streams.config import ConfigError, WorkerConfig
+from worker_harness import Rig
+
+ROOT = Path(__file__).resolve().parents[2]
+INTERVAL_MS = 500
+
+
+def manifests(root: Path) -> list[layout.Manifest]:
+    return layout.list_manifests(root)
+
+
+def transitions(root: Path, m: layout.Manifest) -> list[tuple[str, str, int, str, int]]:
+    """(mirror, topic ID, partition, to state, at ms) of each transition row of one snapshot."""
+    out = []
+    for f in m.files("transitions"):
+        t = pq.read_table(root / f.path).to_pylist()
+        out += [(f.mirror, r["topic_id"], r["partition"], r["to_state_name"], r["at_ms"]) for r in t]
+    return out
+
+
+def states(root: Path, m: layout.Manifest) -> dict[tuple[str, int], str]:
+    out = {}
+    for f in m.files("partition_states"):
+        for r in pq.read_table(root / f.path).to_pylist():
+            out[(r["topic_id"], r["partition"])] = r["state_name"]
+    return out
+
+
+def changelog_transitions(rig: Rig, cluster: str, mirror: str) -> Counter[tuple[str, str, int, str, int]]:
+    """Every transition in the cluster's ``__mirror_state``: a write whose state differs from the last."""
+    out: Counter[tuple[str, str, int, str, int]] = Counter()
+    for (name, tid, p), writes in rig.history(cluster).items():
+        before = MirrorState.UNKNOWN
+        for st in writes:
+            if name == mirror and st.state is not before:
+                out[(name, str(tid), p, st.state.name, st.entered_at_ms)] += 1
+            before = st.state
+    return out
+
+
+def all_states(root: Path, state: str, n: int, after_ms: int = 0) -> bool:
+    ms = manifests(root)
+    return bool(ms) and ms[-1].taken_at_ms > after_ms and list(states(root, ms[-1]).values()) == [state] * n
+
+
+@pytest.mark.slow
+def test_timed_export_is_incremental_per_coordinator_and_off_without_dir(broker: LocalBroker, tmp_path: Path) -> None:
+    export_dir = tmp_path / "audit"
+    on = ["--audit-export-dir", str(export_dir), "--audit-export-interval-ms", str(INTERVAL_MS)]
+    rig = Rig(tmp_path, broker.bootstrap, {"orders": 2, "audit": 1}, state_partitions=4, tick=0.1)
+    try:
+        rig.start()
+        root_a, root_b = export_dir / rig.prefix("A"), export_dir / rig.prefix("B")
+        n = len(rig.tps)
+        rig.spawn_worker("B", extra=on)
+        rig.spawn_worker("A")  # no audit.export.dir: off
+        rig.create_mirror("B", "a-to-b", "A")
+        rig.start_topics("B", "a-to-b")
+        rig.produce("A", 1.5, seed=3)
+        rig.wait("a-to-b to catch up", lambda: rig.caught_up("A", "B") and rig.all_in("B", "a-to-b", MirrorState.MIRRORING))
+        rig.wait("B's export to show every partition MIRRORING", lambda: all_states(root_b, "MIRRORING", n), 30)
+        first = manifests(root_b)
+        assert not root_a.exists(), "A's worker has no audit.export.dir, yet exported"
+
+        rig.stop_topics("B", "a-to-b")
+        rig.wait("a-to-b to stop", lambda: rig.all_in("B", "a-to-b", MirrorState.STOPPED))
+        rig.wait("B's export to show every partition STOPPED", lambda: all_states(root_b, "STOPPED", n), 30)
+
+        # Failback, with A's worker restarted with the export on.
+        rig.stop_worker("worker-A")
+        rig.spawn_worker("A", extra=on)
+        rig.create_mirror("A", "b-to-a", "B")
+        rig.start_topics("A", "b-to-a")
+        rig.wait("b-to-a to mirror", lambda: rig.all_in("A", "b-to-a", MirrorState.MIRRORING))
+        rig.wait("A's export to show every partition MIRRORING", lambda: all_states(root_a, "MIRRORING", n), 30)
+        t_end = manifests(root_b)[-1].taken_at_ms
+        rig.wait("one more export of B", lambda: manifests(root_b)[-1].taken_at_ms > t_end, 30)
+
+        # Per coordinator: each store holds its own mirror only.
+        ms_b, ms_a = manifests(root_b), manifests(root_a)
+        assert {x for m in ms_b for x in m.mirrors} == {"a-to-b"}
+        assert {x for m in ms_a for x in m.mirrors} == {"b-to-a"}
+        assert sorted(p.name for p in export_dir.iterdir()) == sorted([root_a.name, root_b.name])
+
+        # Incremental: every changelog transition in exactly one snapshot; later ones carry only new ones.
+        for root, cluster, mirror, ms in ((root_b, "B", "a-to-b", ms_b), (root_a, "A", "b-to-a", ms_a)):
+            exported = Counter(t for m in ms for t in transitions(root, m))
+            assert exported == changelog_transitions(rig, cluster, mirror), cluster
+            for prev, m in zip(ms, ms[1:]):
+                assert m.previous_metadata_offset == prev.metadata_offset
+                assert all(int(m.positions[p]) >= int(o) for p, o in prev.positions.items())
+        first_rows = {t for m in first for t in transitions(root_b, m)}
+        later = [t for m in ms_b[len(first):] for t in transitions(root_b, m)]
+        assert {t[3] for t in first_rows} >= {"MIRRORING"}
+        assert "STOPPED" in {t[3] for t in later} and "MIRRORING" not in {t[3] for t in later}, later
+        assert not first_rows & set(later)
+        assert [m for m in ms_b[len(first):] if not transitions(root_b, m)], "no export without changes (empty increment)"
+    finally:
+        rig.close()
+
+    # The audit CLI reads B's store (failover included) and passes.
+    env = dict(os.environ, PYTHONPATH=str(ROOT), AUDIT_SPARK_MASTER="local[2]", SPARK_LOCAL_IP="127.0.0.1")
+    done = subprocess.run([sys.executable, "-m", "audit", "--snapshots", str(root_b), "--no-progress"],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.rstrip().endswith("audit PASS"), done.stdout
+
+
+def test_export_off_unless_a_directory_is_set(tmp_path: Path) -> None:
+    assert WorkerConfig(cluster_name="B").audit_export_root is None
+    cfg = WorkerConfig(cluster_name="B", audit_export_dir=str(tmp_path), audit_export_interval_ms=1000)
+    assert cfg.audit_export_root == tmp_path / "B"
+    with pytest.raises(ConfigError, match="audit.export.interval.ms"):
+        WorkerConfig(cluster_name="B", audit_export_dir=str(tmp_path), audit_export_interval_ms=0)
