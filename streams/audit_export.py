@@ -125,8 +125,7 @@ class AuditExporter:
         positions = {int(p): o for p, o in (self.last.positions if self.last else {}).items()}
         topic = self.config.mirror_state_topic_name
         consumer = AIOKafkaConsumer(bootstrap_servers=self.config.bootstrap_servers, enable_auto_commit=False,
-                                    auto_offset_reset="earliest", client_id=f"{self.config.client_id}-audit-export",
-                                    isolation_level="read_committed")  # fmt: skip
+                                    auto_offset_reset="earliest", client_id=f"{self.config.client_id}-audit-export")  # fmt: skip
         await consumer.start()
         try:  # the changelog has the table's partition count
             self.tps = [KafkaTopicPartition(topic, p) for p in range(self.config.state_partitions)]
@@ -138,13 +137,19 @@ class AuditExporter:
         self.consumer = consumer
         self.fold = ChangelogFold(positions)
 
-    async def _read(self) -> dict[int, int]:
-        """Reads the changelog up to its end as of now; returns the positions reached."""
+    async def _read(self, timeout: float = 10.0) -> dict[int, int]:
+        """Reads the changelog up to its end as of now (or for ``timeout`` seconds at most: the
+        rest comes with the next export); returns the positions reached."""
         assert self.consumer is not None and self.fold is not None
         ends = await self.consumer.end_offsets(self.tps)
+        deadline = time.monotonic() + timeout
         while True:
             behind = [tp for tp in self.tps if await self.consumer.position(tp) < ends[tp]]
             if not behind:
+                break
+            if time.monotonic() > deadline:
+                log.warning("audit export: %s not read to its end within %.0fs; the next export goes on",
+                            self.config.mirror_state_topic_name, timeout)  # fmt: skip
                 break
             batches = await self.consumer.getmany(*behind, timeout_ms=500)
             for tp, msgs in batches.items():
