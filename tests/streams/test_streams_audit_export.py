@@ -4,12 +4,12 @@ The session's noida-db broker, the cluster-model server, a controller and a work
 destination cluster (``worker_harness.Rig``). Mirror ``a-to-b`` (destination B) mirrors, then
 fails over; ``b-to-a`` (destination A) fails back. B's worker exports from the start; A's worker
 runs first without ``audit.export.dir`` (off: nothing written) and is restarted with it for the
-failback. Then:
+failback; B's worker is SIGKILLed and restarted in between. Then:
 
 - each coordinator has its own store, ``<dir>/<cluster>``, holding only its own mirror;
 - the exports are incremental: a later snapshot carries only the transitions since the
   previous one (the failover's, not the first start's again), and every transition of the
-  ``__mirror_state`` changelog is in exactly one snapshot;
+  ``__mirror_state`` changelog is in exactly one snapshot, across the restart too;
 - ``python -m audit --snapshots <dir>/<B>`` reads B's store and passes.
 """
 
@@ -94,6 +94,12 @@ def test_timed_export_is_incremental_per_coordinator_and_off_without_dir(broker:
         rig.stop_topics("B", "a-to-b")
         rig.wait("a-to-b to stop", lambda: rig.all_in("B", "a-to-b", MirrorState.STOPPED))
         rig.wait("B's export to show every partition STOPPED", lambda: all_states(root_b, "STOPPED", n), 30)
+
+        # SIGKILL B's worker and restart it: it re-reads the changelog, exports only what is new.
+        rig.kill_worker("worker-B")
+        before_restart = manifests(root_b)[-1].taken_at_ms
+        rig.spawn_worker("B", extra=on)
+        rig.wait("the restarted worker of B to export", lambda: manifests(root_b)[-1].taken_at_ms > before_restart, 60)
 
         # Failback, with A's worker restarted with the export on.
         rig.stop_worker("worker-A")
