@@ -163,6 +163,12 @@ class AuditExporter:
         if self._lock.locked():
             return None
         async with self._lock:
+            loop = asyncio.get_running_loop()
+            if self.consumer is not None and await loop.run_in_executor(self.pool, self._written_by_another):
+                # Table partition 0 moved away and back meanwhile: go on from the other writer's
+                # positions, not ours.
+                await self.consumer.stop()
+                self.consumer = None
             if self.consumer is None:
                 await self._start()
             assert self.fold is not None
@@ -170,7 +176,6 @@ class AuditExporter:
             pending, self.fold.pending = self.fold.pending, []
             states, lme = dict(self.fold.states), dict(self.fold.lme)
             image, taken_at = self.image(), self.clock_ms()
-            loop = asyncio.get_running_loop()
             try:
                 result = await loop.run_in_executor(
                     self.pool, self._write, image, states, lme, pending, positions, taken_at)  # fmt: skip
@@ -185,6 +190,12 @@ class AuditExporter:
             return result
 
     # ------------------------------------------------------------------- the export thread
+
+    def _written_by_another(self) -> bool:
+        """Whether the store's newest snapshot is not the last one this exporter wrote."""
+        names = sorted(p.name for p in (self.root / layout.MANIFEST_DIR).glob("snapshot-*.json"))
+        ours = layout.manifest_path(self.root, self.last.metadata_offset, self.last.taken_at_ms).name if self.last else None
+        return bool(names) and names[-1] != ours
 
     def _write(self, image: MetadataImage, states: dict[Key, MirrorPartitionState], lme: dict[Key, int],
                pending: list[_Transition], positions: dict[int, int], taken_at: int) -> ExportResult:  # fmt: skip

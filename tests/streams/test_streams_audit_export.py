@@ -11,6 +11,9 @@ failback; B's worker is SIGKILLed and restarted in between. Then:
   previous one (the failover's, not the first start's again), and every transition of the
   ``__mirror_state`` changelog is in exactly one snapshot, across the restart too;
 - ``python -m audit --snapshots <dir>/<B>`` reads B's store and passes.
+
+And two exporters of one coordinator on a real ``__mirror_state`` topic (table partition 0
+moving between workers) hand over without exporting a transition twice.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -147,3 +151,67 @@ def test_export_off_unless_a_directory_is_set(tmp_path: Path) -> None:
     assert cfg.audit_export_root == tmp_path / "B"
     with pytest.raises(ConfigError, match="audit.export.interval.ms"):
         WorkerConfig(cluster_name="B", audit_export_dir=str(tmp_path), audit_export_interval_ms=0)
+
+
+async def test_exporter_hands_over_between_workers_without_exporting_twice(worker_config: WorkerConfig,
+                                                                           tmp_path: Path) -> None:  # fmt: skip
+    """Two exporters of one coordinator (table partition 0 moving between workers) on a real
+    ``__mirror_state`` topic: each export carries the transitions since the store's last snapshot,
+    whoever wrote it, and none twice."""
+    from aiokafka import AIOKafkaProducer
+
+    from coordinator.image import EMPTY_IMAGE
+    from coordinator.partition_state import MirrorPartitionState
+    from streams.app import worker_topic_specs
+    from streams.audit_export import AuditExporter
+    from streams.config import ensure_topics
+    from streams.mirror_state_store import default_codec, partition_for_key
+
+    cfg = WorkerConfig(**{**{f: getattr(worker_config, f) for f in ("bootstrap_servers", "cluster_name", "data_dir")},
+                          "state_partitions": 2, "audit_export_dir": str(tmp_path / "audit")})  # fmt: skip
+    await ensure_topics(cfg.bootstrap_servers, worker_topic_specs(cfg))
+    codec, tid = default_codec(), uuid.uuid4()
+    producer = AIOKafkaProducer(bootstrap_servers=cfg.bootstrap_servers)
+    await producer.start()
+    offset = 0
+
+    async def write(partition: int, state: MirrorState, previous: MirrorState) -> None:
+        nonlocal offset
+        offset += 1
+        st = MirrorPartitionState(state=state, previous_state=previous, applied_offset=offset, entered_at_ms=offset)
+        key = codec.state_key("m", tid, partition)
+        await producer.send_and_wait(cfg.mirror_state_topic_name, key=key,
+                                     value=codec.encode_value(codec.state_value(**st.to_schema_fields())),
+                                     partition=partition_for_key(key, cfg.state_partitions))  # fmt: skip
+
+    def no_ports(*_: object) -> tuple[object, object]:
+        raise AssertionError("no mirror in the image: no offsets to look up")
+
+    one = AuditExporter(cfg, no_ports, lambda: EMPTY_IMAGE)
+    two = AuditExporter(cfg, no_ports, lambda: EMPTY_IMAGE)
+    root = cfg.audit_export_root
+    assert root is not None
+    try:
+        for p in (0, 1):
+            await write(p, MirrorState.UNKNOWN, MirrorState.UNKNOWN)  # registration: no transition
+            await write(p, MirrorState.PREPARING, MirrorState.UNKNOWN)
+            await write(p, MirrorState.MIRRORING, MirrorState.PREPARING)
+        r1 = await one.export_once()
+        await write(0, MirrorState.STOPPING, MirrorState.MIRRORING)
+        r2 = await two.export_once()  # partition 0 moved to the other worker
+        await write(0, MirrorState.STOPPED, MirrorState.STOPPING)
+        await write(1, MirrorState.STOPPING, MirrorState.MIRRORING)
+        r3 = await one.export_once()  # and back
+        r4 = await one.export_once()  # nothing new
+    finally:
+        await producer.stop()
+        await one.stop()
+        await two.stop()
+    assert r1 and r2 and r3 and r4
+    per_export = [sorted((t[2], t[3]) for t in transitions(root, r.manifest)) for r in (r1, r2, r3, r4)]
+    assert per_export == [
+        [(0, "MIRRORING"), (0, "PREPARING"), (1, "MIRRORING"), (1, "PREPARING")],
+        [(0, "STOPPING")],
+        [(0, "STOPPED"), (1, "STOPPING")],
+        [],
+    ]
