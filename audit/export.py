@@ -11,8 +11,11 @@ Guarantees:
   metadata offset; transitions stamped beyond it are refused; the manifest (written last,
   atomically) lists exactly the files of the snapshot, and readers go by manifests only;
 - *incremental*: transitions at or before the previous snapshot's offset are dropped, so the
-  history is appended once; exporting an offset that already has a manifest is a no-op, so a
-  worker restarted mid-export can simply export again;
+  history is appended once. A producer that tracks its own read position in its input (the
+  worker's timed export, ``positions``) hands over only the transitions read since the previous
+  snapshot, and its position goes into the manifest, written in the same rename; exporting an
+  offset that already has a manifest is a no-op, so a worker restarted mid-export can simply
+  export again;
 - *no secrets*: see ``audit.redact``; redaction happens here, before any byte is written.
 
 Single writer per store: the worker or the CLI, not both at once.
@@ -65,7 +68,11 @@ class ExportResult(msgspec.Struct, frozen=True):
 
 
 def export_snapshot(
-    snapshot: AuditSnapshot, out_dir: str | os.PathLike[str], *, compression: str = "snappy"
+    snapshot: AuditSnapshot,
+    out_dir: str | os.PathLike[str],
+    *,
+    compression: str = "snappy",
+    positions: Mapping[str, int] | None = None,
 ) -> ExportResult:
     """Export the row model; see ``export_tables``."""
     return export_tables(
@@ -75,6 +82,7 @@ def export_snapshot(
         out_dir=out_dir,
         schema_version=snapshot.schema_version,
         compression=compression,
+        positions=positions,
     )
 
 
@@ -87,8 +95,14 @@ def export_tables(
     schema_version: int = SCHEMA_VERSION,
     compression: str = "snappy",
     threads: int | None = None,
+    positions: Mapping[str, int] | None = None,
 ) -> ExportResult:
-    """Write one snapshot of ``tables`` (names from ``model.TABLES``; missing ones are empty)."""
+    """Write one snapshot of ``tables`` (names from ``model.TABLES``; missing ones are empty).
+
+    ``positions``: the transitions are exactly the new ones since the previous snapshot (read up
+    to these input positions), so none is cut by offset: an idle metadata log keeps its offset
+    while partitions still change state (PREPARING -> MIRRORING, FAILED retries).
+    """
     started = time.perf_counter()
     root = Path(out_dir)
     if schema_version != SCHEMA_VERSION:
@@ -116,7 +130,7 @@ def export_tables(
         table, n_redacted = _normalize(name, tables.get(name))
         redacted += n_redacted
         if name == "transitions":
-            table = _cut_transitions(table, metadata_offset, previous)
+            table = _cut_transitions(table, metadata_offset, None if positions is not None else previous)
         normalized[name] = table
 
     date = layout.utc_date(taken_at_ms)
@@ -154,6 +168,7 @@ def export_tables(
         tables=entries,
         redacted_values=redacted,
         export_seconds=round(time.perf_counter() - started, 6),
+        positions=dict(positions or {}),
     )
     path = layout.write_manifest(root, manifest)  # last: this makes the snapshot visible
     return ExportResult(manifest, str(path), rows, time.perf_counter() - started, False)

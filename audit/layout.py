@@ -84,6 +84,9 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True):
     tables: dict[str, TableEntry]
     redacted_values: int
     export_seconds: float = 0.0
+    # Where a timed export's transitions end in its input (``__mirror_state`` partition -> next
+    # offset); the next export starts there. Empty for snapshots exported by offset.
+    positions: dict[str, int] = {}
 
     def files(self, table: str) -> list[TableFile]:
         entry = self.tables.get(table)

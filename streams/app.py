@@ -504,6 +504,14 @@ class CoordinatorWorker:
         self.app.timer(max(1.0, config.heartbeat_interval_ms / 1000), name=f"{config.faust_app_id}.membership")(
             self._watch_membership)  # fmt: skip
         self.app.on_before_shutdown.connect(self._before_shutdown)
+        # Audit snapshots on a timer (``streams.audit_export``); off unless audit.export.dir is set.
+        self.audit_exporter: Any = None
+        if config.audit_export_root is not None:
+            from streams.audit_export import AuditExporter  # pyarrow: only loaded when exporting
+
+            self.audit_exporter = AuditExporter(config, self.ports, lambda: self.image, clock_ms)
+            self.app.timer(config.audit_export_interval_ms / 1000, name=f"{config.faust_app_id}.audit-export")(
+                self._export_audit)  # fmt: skip
 
     # ------------------------------------------------------------------------ membership
 
@@ -528,6 +536,17 @@ class CoordinatorWorker:
     async def _before_shutdown(self, sender: Any = None, **_: Any) -> None:
         # The consumer is still in the group here; it closes without leaving (static member).
         self.member_id = member_id(self.group_consumer()) or self.member_id
+        if self.audit_exporter is not None:
+            await self.audit_exporter.stop()
+
+    async def _export_audit(self) -> None:
+        """One audit snapshot; by the owner of table partition 0 only (one writer per store)."""
+        if self.audit_exporter is None or not self.caught_up.is_set() or 0 not in self.owned_partitions():
+            return
+        try:
+            await self.audit_exporter.export_once()
+        except Exception as e:  # noqa: BLE001 - a failed export is retried at the next interval
+            log.error("audit snapshot export to %s failed: %s", self.audit_exporter.root, e)
 
     # ---------------------------------------------------------------- the metadata follower
 

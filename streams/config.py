@@ -68,6 +68,8 @@ _KEYS: dict[str, str] = {
     "metrics.listener": "metrics_listener",
     "metrics.partition.lag.max.series": "metrics_lag_max_series",
     "metrics.failover.ready.max.lag": "failover_ready_max_lag",
+    "audit.export.dir": "audit_export_dir",
+    "audit.export.interval.ms": "audit_export_interval_ms",
 }
 
 
@@ -107,6 +109,10 @@ class WorkerConfig:
     metrics_lag_max_series: int = 1000
     # Failover readiness needs every partition's lag (source HW - destination LEO) at most this.
     failover_ready_max_lag: int = 1000
+    # Audit snapshots (Parquet, ``streams.audit_export``) under <dir>/<cluster.name>, one every
+    # interval; empty: off.
+    audit_export_dir: str = ""
+    audit_export_interval_ms: int = 5 * 60 * 1000
     extra: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -133,6 +139,8 @@ class WorkerConfig:
             self.metrics_address  # noqa: B018 - validates HOST:PORT
         if self.metrics_lag_max_series < 0 or self.failover_ready_max_lag < 0:
             raise ConfigError("metrics.partition.lag.max.series and metrics.failover.ready.max.lag must be >= 0")
+        if self.audit_export_interval_ms < 100:
+            raise ConfigError(f"audit.export.interval.ms must be >= 100, not {self.audit_export_interval_ms}")
         if self.group_instance_id:
             try:
                 validate_instance_id(self.group_instance_id)
@@ -171,6 +179,13 @@ class WorkerConfig:
     @property
     def snapshot_dir(self) -> Path:
         return self.cluster_data_dir / "snapshots"
+
+    @property
+    def audit_export_root(self) -> Path | None:
+        """This coordinator's snapshot store: one per destination cluster, so two never mix."""
+        if not self.audit_export_dir:
+            return None
+        return Path(self.audit_export_dir) / (self.cluster_name or "default")
 
     @property
     def controller_address(self) -> tuple[str, int]:

@@ -9,10 +9,10 @@ a separate process with its own topic prefix. Then: live producers on A (keyed r
 transactions committed, aborted and left open) -> ``a-to-b`` catches up -> failover
 (``--stop``, with transactions still open on A: copied to B, aborted there once each) ->
 producers on B (again leaving transactions open) -> failback (``b-to-a``) -> A catches up with
-B's HW -> describe and a verdict computed from the two clusters' logs -> an audit snapshot of both mirrors
-(describe, the clusters' offsets and leader epochs, the ``__mirror_state`` changelog history)
-exported to Parquet under ``<workdir>/audit`` and the audit verdict on it (Spark; skip it with
-``--no-audit``). Every process is stopped on exit, on failure and on Ctrl-C.
+B's HW -> describe and a verdict computed from the two clusters' logs -> the audit verdict (Spark)
+on the snapshots the workers export every second (``audit.export.*``: states, transitions from
+``__mirror_state``, the clusters' offsets and leader epochs) to Parquet, one store per
+coordinator under ``<workdir>/audit/<cluster>``; ``--no-audit`` turns both off. Every process is stopped on exit, on failure and on Ctrl-C.
 Exit 0 on success, 1 with the reason otherwise (also when the audit fails).
 """
 
@@ -42,7 +42,6 @@ from clustermodel.workload import Workload
 from coordinator.ports import ControlType, IsolationLevel, PortError, TopicPartition
 from streams import cli
 from streams.broker import LocalBroker
-from streams.config import WorkerConfig, load_properties
 
 TOPICS = {"orders": 3, "payments": 2, "audit": 1}
 PY = sys.executable
@@ -257,7 +256,9 @@ class Demo:
         _, line = self.procs.spawn(f"controller-{cluster}", [PY, "-m", "streams.worker", "--controller", "--listener",
                                                              "127.0.0.1:0", "--super-users", ADMIN, *common], ready="LISTENING")  # fmt: skip
         self.endpoints[cluster] = line.split()[1]
-        self.procs.spawn(f"worker-{cluster}", [PY, "-m", "streams.worker", "--tick-interval", "0.2", *common])
+        audit = ["--audit-export-dir", str(self.workdir / "audit"), "--audit-export-interval-ms", "1000"]
+        self.procs.spawn(f"worker-{cluster}", [PY, "-m", "streams.worker", "--tick-interval", "0.2", *common,
+                                               *(audit if self.audit_enabled else [])])  # fmt: skip
         self.say(f"coordinator of cluster {cluster}: controller on {self.endpoints[cluster]}, worker started")
 
     def cli(self, cluster: str, *argv: str, show: bool = True) -> str:
@@ -349,6 +350,8 @@ class Demo:
             return True
 
         wait_for("A to match B (LEO, HW and LSO equal)", in_sync, 60, clock)
+        if self.audit_enabled:
+            self.await_exports()
         clock.stop()
         left_open = sum(len(b.open_transactions(tp)) for tp in tps)
         self.say(f"A matches B: same LEO, HW and LSO on every partition ({left_open} transaction(s) B's producers "
@@ -358,122 +361,61 @@ class Demo:
         self.cli("A", "--describe", "--mirror", "b-to-a")
         code = self.verdict(a, b, tps, a_before, b_at_stop, a_open)
         if self.audit_enabled:
-            mirrors = {"a-to-b": ("A", "B", cfg_ab), "b-to-a": ("B", "A", cfg_ba)}
-            code = max(code, self.audit({"A": a, "B": b}, tps, mirrors))
+            code = max(code, self.audit())
         return code
 
-    def snapshot(self, clients: dict[str, ClusterClient], tps: list[TopicPartition],
-                 mirrors: dict[str, tuple[str, str, Path]]) -> Any:  # fmt: skip
-        """The audit snapshot of both mirrors, from what the coordinators and clusters report now.
+    def await_exports(self) -> None:
+        """Waits for each coordinator's timed audit export (``audit.export.*``, one store per
+        destination cluster under ``<workdir>/audit/<cluster>``) taken after both mirrors settled."""
+        from audit import layout
 
-        Per mirror partition: state, retries, error, source HW, destination LEO and lag from the
-        destination coordinator's describe; log start, LSO, HW and leader epochs from the model
-        clusters; previous state, entry time and LME from the ``__mirror_state`` changelog, whose
-        history of state writes gives the transitions (stamped with the applied metadata offset).
-        The snapshot's metadata offset is the highest of the two coordinators' (each cluster has
-        its own metadata log; every transition's offset is at or below its own log's offset).
+        settled = int(time.time() * 1000)
+
+        def exported() -> bool:
+            return all((ms := layout.list_manifests(r)) and ms[-1].taken_at_ms > settled for r in self.audit_roots.values())
+
+        wait_for("both coordinators to export an audit snapshot", exported, 30, self.clock)
+
+    @property
+    def audit_roots(self) -> dict[str, Path]:
+        return {c: self.workdir / "audit" / c for c in ("B", "A")}
+
+    def audit(self) -> int:
+        """The audit verdict (Spark) over both coordinators' stores, up to the snapshots
+        ``await_exports`` waited for (later ones show the same settled state).
+
+        The broker, coordinators and model server are stopped before Spark starts (on two cores
+        they would slow Spark several times over).
         """
-        from audit.model import UNDEFINED, AuditSnapshot, PartitionRow, TransitionRow
-        from coordinator.partition_state import MirrorPartitionState
-        from coordinator.states import MirrorState
-        from streams.mirror_state_store import RecordType
+        from audit import layout
 
-        assert self.broker is not None
-        names = {str(t.topic_id): t.name for t in clients["A"].describe_topics()}
-        partitions: list[Any] = []
-        transitions: list[Any] = []
-        offsets: list[int] = []
-        for mirror, (src_name, dst_name, cfg) in mirrors.items():
-            src, dst = clients[src_name], clients[dst_name]
-            code, text = run_cli(self.endpoints[dst_name], "--describe", "--mirror", mirror, "--json")
-            if code != 0:
-                raise DemoError(f"describe {mirror} for the audit failed ({code}): {text.strip()}")
-            described = json.loads(text)  # the prototype's rows; ours carry the describe's metadata offset
-            if not described:
-                raise DemoError(f"describe {mirror} for the audit shows no partitions")
-            offsets.append(int(described[0]["metadataOffset"]))
-            rows = {(r["topic"], r["partition"]): r for r in described}
-
-            topic = WorkerConfig(bootstrap_servers=self.broker.bootstrap, cluster_name=dst_name, state_partitions=8,
-                                 data_dir=str(self.workdir / f"data-{dst_name}")).mirror_state_topic_name  # fmt: skip
-            history: dict[tuple[str, int], list[MirrorPartitionState]] = defaultdict(list)
-            lme: dict[tuple[str, int], int] = {}
-            for rec in asyncio.run(read_changelog(self.broker.bootstrap, topic)):
-                if rec.key.mirror_name != mirror or rec.value is None:
-                    continue
-                k = (str(rec.key.topic_id), rec.key.partition)
-                if rec.type == RecordType.MIRROR_PARTITION_STATE:
-                    history[k].append(MirrorPartitionState.from_schema_fields(rec.value))
-                elif rec.type == RecordType.LAST_MIRROR_EPOCHS:
-                    lme[k] = rec.value.last_mirror_epoch
-
-            for tp in tps:
-                tid = str(tp.topic_id)
-                name, k = names[tid], (tid, tp.partition)
-                d = rows.get((name, tp.partition))
-                if d is None:
-                    raise DemoError(f"describe of {mirror} has no row for {name}-{tp.partition}")
-                states = history.get(k, [])
-                last = states[-1] if states else None
-                if last is not None and last.state.name != d["state"]:
-                    raise DemoError(f"{mirror} {name}-{tp.partition}: describe says {d['state']}, "
-                                    f"the changelog's last write {last.state.name}")  # fmt: skip
-                so, do = src.list_offsets(tp), dst.list_offsets(tp)
-                recorded_lme = lme.get(k, UNDEFINED)
-                if recorded_lme == UNDEFINED:
-                    recorded_lme = next((s.last_mirrored_epoch for s in reversed(states) if s.last_mirrored_epoch >= 0),
-                                        UNDEFINED)  # fmt: skip
-                partitions.append(PartitionRow(
-                    mirror=mirror, topic=name, topic_id=tid, partition=tp.partition,
-                    state=int(MirrorState[d["state"]]),
-                    previous_state=int(last.previous_state) if last else int(MirrorState.UNKNOWN),
-                    state_entered_ms=last.entered_at_ms if last else 0,
-                    retry_attempt=int(d["retryAttempt"] or 0), error_message=d["errorMessage"] or None,
-                    source_leader_epoch=so.leader_epoch, dest_leader_epoch=do.leader_epoch,
-                    last_mirrored_epoch=recorded_lme,
-                    source_log_start=so.log_start, source_lso=so.lso, source_hw=int(d["sourceOffset"]),
-                    dest_log_start=do.log_start, dest_hw=do.hw, dest_leo=int(d["destinationOffset"]),
-                    lag=int(d["lag"]) if d["lag"] is not None else None,
-                ))  # fmt: skip
-                before = MirrorState.UNKNOWN  # the first write (registration, UNKNOWN) is no transition
-                for st in states:
-                    if st.state is not before:  # a write that only advances a step is no transition
-                        transitions.append(TransitionRow(
-                            mirror=mirror, topic=name, topic_id=tid, partition=tp.partition,
-                            from_state=int(st.previous_state), to_state=int(st.state), at_ms=st.entered_at_ms,
-                            metadata_offset=st.applied_offset, reason=st.error_message or "",
-                        ))  # fmt: skip
-                    before = st.state
-        configs = {m: load_properties(cfg) for m, (_, _, cfg) in mirrors.items()}
-        return AuditSnapshot(metadata_offset=max(offsets), taken_at_ms=int(time.time() * 1000), partitions=partitions,
-                             transitions=transitions, mirror_configs=configs)  # fmt: skip
-
-    def audit(self, clients: dict[str, ClusterClient], tps: list[TopicPartition],
-              mirrors: dict[str, tuple[str, str, Path]]) -> int:  # fmt: skip
-        """Exports the audit snapshot to Parquet under ``<workdir>/audit`` and prints the audit verdict.
-
-        The snapshot is taken while everything runs; the broker, coordinators and model server are
-        then stopped before Spark starts (on two cores they would slow Spark several times over).
-        """
-        snap = self.snapshot(clients, tps, mirrors)
-        out_dir = self.workdir / "audit"
         self.close()
-        self.say(f"audit: snapshot of {len(mirrors)} mirrors ({len(snap.partitions)} partitions, "
-                 f"{len(snap.transitions)} transitions from __mirror_state) at metadata offset {snap.metadata_offset}; "
-                 "processes stopped; starting Spark")  # fmt: skip
+        roots = self.audit_roots
+        latest = {c: layout.list_manifests(r)[-1] for c, r in roots.items()}
+        self.say("audit: the workers' latest snapshots: " + "; ".join(
+            f"{c} ({', '.join(m.mirrors)}) at metadata offset {m.metadata_offset}, "
+            f"{len(layout.list_manifests(roots[c]))} incremental exports" for c, m in latest.items())
+            + "; processes stopped; starting Spark")  # fmt: skip
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only (and no hostname warning)
         os.environ.setdefault("AUDIT_SPARK_MASTER", "local[2]")  # BROKER.md: local[2], loopback, no UI
-        from audit.spark import spark_session
-        from audit.verdict import export_and_verdict
+        from audit.queries import VIOLATION_QUERIES, AuditParams
+        from audit.run import run_queries
+        from audit.spark import SnapshotStore, spark_session
+        from audit.verdict import SHOWN_ROWS, verdict_text
 
         spark = spark_session()
+        texts, ok = [], True
         try:
-            text, ok = export_and_verdict(snap, out_dir, spark=spark)
+            for c, root in roots.items():
+                results = run_queries(spark, SnapshotStore(root), list(VIOLATION_QUERIES), AuditParams(), limit=SHOWN_ROWS)
+                text, passed = verdict_text(results, latest[c].metadata_offset, latest[c].taken_at)
+                texts.append(f"coordinator {c} ({', '.join(latest[c].mirrors)}): {text}")
+                ok = ok and passed
         finally:
             spark.stop()
-        self.say(f"audit: snapshot written to {out_dir}")
-        self.out.write(f"\nAUDIT VERDICT: {text}\n")
-        self.out.write(f"    (report: python -m audit --snapshots {out_dir} --html {self.workdir / 'audit-report.html'})\n")
+        self.out.write(f"\nAUDIT VERDICT: audit {'PASS' if ok else 'FAIL'}\n" + "".join(f"    {t}\n" for t in texts))
+        for c, root in roots.items():
+            self.out.write(f"    (report: python -m audit --snapshots {root} --html {self.workdir / f'audit-report-{c}.html'})\n")
         return 0 if ok else 1
 
     def verdict(self, a: ClusterClient, b: ClusterClient, tps: list[TopicPartition], a_before: dict[Any, Any],

@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "made at its first start and kept in --data-dir)")
     p.add_argument("--metrics-listener",
                    help="metrics.listener: serve /metrics, /healthz and /readyz on loopback HOST:PORT (off by default)")
+    p.add_argument("--audit-export-dir",
+                   help="audit.export.dir: export audit snapshots (Parquet) under DIR/<cluster name> (off by default)")
+    p.add_argument("--audit-export-interval-ms", type=int, help="audit.export.interval.ms (default 300000)")
     p.add_argument("--tick-interval", type=float, default=0.25, help="seconds between ticks per table partition")
     p.add_argument("--threads", type=int, default=4, help="port-call thread pool size")
     p.add_argument("--controller", action="store_true", help="run the controller of this cluster instead")
@@ -93,7 +96,8 @@ def load_config(args: argparse.Namespace) -> WorkerConfig:
                              heartbeat_interval_ms=args.heartbeat_interval_ms,
                              rebalance_timeout_ms=args.rebalance_timeout_ms,
                              group_instance_id=args.group_instance_id,
-                             metrics_listener=args.metrics_listener)  # fmt: skip
+                             metrics_listener=args.metrics_listener, audit_export_dir=args.audit_export_dir,
+                             audit_export_interval_ms=args.audit_export_interval_ms)  # fmt: skip
     extra = dict(cfg.extra)
     if args.model_port:
         extra["cluster.model.port"] = str(args.model_port)

@@ -113,12 +113,14 @@ class Rig:
         self.clock.start()
         return self
 
-    def spawn_worker(self, cluster: str, name: str | None = None, data_dir: Path | None = None) -> str:
-        """Starts a worker of ``cluster`` (the ``worker-B`` of the demo by default)."""
+    def spawn_worker(self, cluster: str, name: str | None = None, data_dir: Path | None = None,
+                     extra: Sequence[str] = ()) -> str:  # fmt: skip
+        """Starts a worker of ``cluster`` (the ``worker-B`` of the demo by default); ``extra``: more
+        worker arguments."""
         name = name or f"worker-{cluster}"
         data_dir = data_dir or self.data_dir(cluster, "")
         argv = [PY, "-m", "streams.worker", "--tick-interval", str(self.tick), *self.common(cluster, data_dir),
-                *(x for kv in GROUP_TIMING.items() for x in kv)]  # fmt: skip
+                *(x for kv in GROUP_TIMING.items() for x in kv), *extra]  # fmt: skip
         # A client id per worker names its group member (``owners``, ``group_members``).
         env = dict(FAUST_ENV, BROKER_CLIENT_ID=self.client_id(name),
                    **json.loads(os.environ.get("KIP1279_TEST_FAUST_ENV", "{}")))  # fmt: skip
