@@ -215,3 +215,29 @@ async def test_exporter_hands_over_between_workers_without_exporting_twice(worke
         [(0, "STOPPED"), (1, "STOPPING")],
         [],
     ]
+
+
+def test_offsets_are_looked_up_in_one_batch_where_the_port_has_one() -> None:
+    from coordinator.ports import PartitionOffsets, SourceUnavailable
+    from coordinator.ports import TopicPartition as TP
+    from streams.audit_export import _list_offsets_all
+
+    tps = [TP(uuid.UUID(int=1), p) for p in range(3)]
+    offsets = PartitionOffsets(log_start=0, lso=5, hw=5, leo=7, leader_epoch=2)
+
+    class Batched:  # the model client's shape: one call_many, errors as values
+        calls: list[int] = []
+
+        def call_many(self, calls: list[tuple[str, tuple[object, ...], None]]) -> list[object]:
+            self.calls.append(len(calls))
+            return [SourceUnavailable("A", "gone") if args[0].partition == 1 else offsets for _, args, _ in calls]
+
+    class Single:  # an in-process port: no batches
+        def list_offsets(self, tp: TP) -> PartitionOffsets:
+            if tp.partition == 2:
+                raise SourceUnavailable("A", "gone")
+            return offsets
+
+    batched = Batched()
+    assert _list_offsets_all(batched, tps) == [offsets, None, offsets] and batched.calls == [3]
+    assert _list_offsets_all(Single(), tps) == [offsets, offsets, None]
