@@ -76,7 +76,7 @@ from streams.config import (
     ensure_topics,
     metadata_topic_spec,
 )
-from streams.effects import MirrorRunner, MirrorStats
+from streams.effects import MirrorRunner
 from streams.membership import coordination_failure, member_id
 from streams.metadata_log import (
     DeadLetterQueue,
@@ -98,6 +98,7 @@ from streams.mirror_state_store import (
     mirror_state_topic_spec,
     partition_for_key,
 )
+from streams.syncer import MirrorStats
 
 log = logging.getLogger(__name__)
 EXIT_GROUP_LOST = 1  # the worker is out of its group for good (see ``CoordinatorWorker._watch_membership``)

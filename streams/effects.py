@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Generator, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import msgspec
 
@@ -51,8 +51,6 @@ from coordinator.ports import (
     DestinationCluster,
     EpochEndOffset,
     FetchResult,
-    GroupNotEmpty,
-    GroupType,
     IsolationLevel,
     OffsetOutOfRange,
     PortError,
@@ -72,7 +70,6 @@ from coordinator.workflows.drive import (
     decide_partition,
     needs,
 )
-from coordinator.workflows.fencing import proactive_bump
 from coordinator.workflows.fetcher import (
     MIRROR_FETCH_ISOLATION,
     FetchPosition,
@@ -85,131 +82,16 @@ from coordinator.workflows.fetcher import (
 )
 from coordinator.workflows.prepare import PrepareObservation
 from coordinator.workflows.stop import FinalSync, StopObservation
-from coordinator.workflows.sync_acls import plan_acl_sync
-from coordinator.workflows.sync_configs import plan_config_sync
-from coordinator.workflows.sync_groups import (
-    SYNCED_STATES,
-    DestPartition,
-    finish_group_sync,
-    group_selected,
-    name_pattern,
-    plan_group_sync,
-)
+from coordinator.workflows.sync_groups import SYNCED_STATES
 from coordinator.workflows.topic import TopicObservation, decide_topic
+from streams.observe import K, Call, Observer, describe_one, drive_all, latest_epoch, raise_first, run_calls
+from streams.syncer import MirrorStats, MirrorSyncer
 
 _SETTLE_STEPS = 12  # workflow steps per partition per round; every workflow is shorter
-_PIPELINE_CHUNK = 16384  # calls per round trip (the client batches them per method): bounds the bytes in flight
 _FETCH_WAVE = 256  # partitions fetched per pipelined wave; the round's byte budget is checked between waves
 
 log = logging.getLogger(__name__)
-K = TypeVar("K")
 _STARTED = (DesiredState.START, -1)  # a topic without a desired-state record mirrors as started
-
-# A port call: (port, method, positional args, keyword args or None). Observations are generators
-# that yield one call (and get its result, or its PortError raised into them) or a list of calls
-# (and get the list of results, PortErrors as values); ``drive_all`` advances many of them in
-# lockstep so that every wave of calls goes out as one pipelined batch per port.
-Call = tuple[Any, str, tuple[Any, ...], dict[str, Any] | None]
-Observer = Generator[Any, Any, Any]
-
-
-def run_calls(calls: Sequence[Call], *, dedupe: bool = False) -> list[Any]:
-    """Results in call order, a ``PortError`` as a value. Calls on a port that takes many at once
-    (``call_many``: the model-server client batches them per method, as a Kafka client puts many
-    partitions in one request) go out together; other ports are called one by one. ``dedupe``
-    (reads only) asks each distinct call once."""
-    out: list[Any] = [None] * len(calls)
-    by_port: dict[int, tuple[Any, list[int]]] = {}
-    for i, call in enumerate(calls):
-        by_port.setdefault(id(call[0]), (call[0], []))[1].append(i)
-    for port, idx in by_port.values():
-        first: dict[Any, int] = {}
-        todo: list[int] = []
-        alias: list[tuple[int, int]] = []
-        for i in idx:
-            _, method, args, kwargs = calls[i]
-            if dedupe and not kwargs:
-                try:
-                    seen = first.setdefault((method, args), i)
-                except TypeError:  # unhashable arguments: no dedupe for this one
-                    seen = i
-                if seen != i:
-                    alias.append((i, seen))
-                    continue
-            todo.append(i)
-        many = getattr(port, "call_many", None) if len(todo) > 1 else None
-        if many is None:
-            for i in todo:
-                _, method, args, kwargs = calls[i]
-                try:
-                    out[i] = getattr(port, method)(*args, **(kwargs or {}))
-                except PortError as e:
-                    out[i] = e
-        else:
-            for start in range(0, len(todo), _PIPELINE_CHUNK):
-                chunk = todo[start : start + _PIPELINE_CHUNK]
-                try:
-                    got = many([(calls[i][1], calls[i][2], calls[i][3]) for i in chunk])
-                except PortError as e:  # the connection failed: every call of the chunk failed with it
-                    got = [e] * len(chunk)
-                for i, r in zip(chunk, got):
-                    if isinstance(r, BaseException) and not isinstance(r, PortError):
-                        raise r
-                    out[i] = r
-        for i, seen in alias:
-            out[i] = out[seen]
-    return out
-
-
-def drive_all(observers: dict[K, Observer]) -> dict[K, Any]:
-    """Run observer generators to completion; each one's return value, or the PortError it let out."""
-    results: dict[K, Any] = {}
-    waiting: dict[K, Any] = {}
-
-    def advance(key: K, value: Any, error: PortError | None) -> None:
-        gen = observers[key]
-        try:
-            waiting[key] = gen.throw(error) if error is not None else gen.send(value)
-        except StopIteration as stop:
-            results[key] = stop.value
-        except PortError as e:
-            results[key] = e
-
-    for key in observers:
-        advance(key, None, None)
-    while waiting:
-        batch = list(waiting.items())
-        waiting.clear()
-        flat: list[Call] = []
-        spans: list[tuple[K, int, int, bool]] = []
-        for key, asked in batch:
-            many = isinstance(asked, list)
-            spans.append((key, len(flat), len(asked) if many else 1, many))
-            flat.extend(asked if many else (asked,))
-        got = run_calls(flat, dedupe=True)
-        for key, start, n, many in spans:
-            if many:
-                advance(key, got[start : start + n], None)
-            elif isinstance(got[start], PortError):
-                advance(key, None, got[start])
-            else:
-                advance(key, got[start], None)
-    return results
-
-
-def drive_one(observer: Observer) -> Any:
-    """Run one observer; raises the PortError it let out."""
-    got = drive_all({0: observer})[0]
-    if isinstance(got, PortError):
-        raise got
-    return got
-
-
-def raise_first(values: Sequence[Any]) -> None:
-    for v in values:
-        if isinstance(v, PortError):
-            raise v
-
 
 class SourceCallFailed(PortError):
     """A call to the source failed with ``cause``: told apart from the destination's failures,
@@ -283,32 +165,6 @@ class PartitionStatus(msgspec.Struct, frozen=True):
     lag: int
     retry_attempt: int
     error: str | None
-
-
-# The sync kinds counted in ``MirrorStats`` (the prototype's <Kind>SyncError / RefreshError meters).
-SYNC_KINDS = ("topic_config", "consumer_group_offset", "share_group_offset", "acl", "topic_metadata_refresh")
-
-
-class MirrorStats:
-    """One mirror's fetch and sync counters, read by ``streams.metrics`` at scrape time.
-
-    Plain ints: only the mirror's one running job writes them, and a scrape reads whole ints.
-    They outlive the runner (the worker keeps one per mirror), so counters never go back.
-    """
-
-    def __init__(self) -> None:
-        self.fetch_bytes = 0
-        self.fetch_records = 0
-        self.fetch_requests = 0  # one per pipelined wave: the batched request a fetcher sends
-        self.fetch_errors = 0  # partitions whose fetch failed
-        self.sync_errors = dict.fromkeys(SYNC_KINDS, 0)
-        self.sync_success_ms = dict.fromkeys(SYNC_KINDS, -1)  # clock of the last sync that ran clean
-
-    def synced(self, kind: str, now_ms: int, error: bool) -> None:
-        if error:
-            self.sync_errors[kind] += 1
-        else:
-            self.sync_success_ms[kind] = now_ms
 
 
 class Executor:
@@ -434,6 +290,8 @@ class MirrorRunner:
         self.peak_round_bytes = 0
         self.warnings: list[str] = []
         self.errors: list[str] = []
+        self.syncer = MirrorSyncer(mirror_name, source, dest, self.config, self.executor, self.stats,
+                                   self._topic_name, self._note, self.warnings)  # fmt: skip
         self.now_ms = 0
         self._next_sync_ms = 0
         self._source_cluster_id: str | None = None
@@ -557,7 +415,12 @@ class MirrorRunner:
         if now_ms < self._next_sync_ms:
             return False
         self._next_sync_ms = now_ms + self.config.metadata_refresh_interval_ms
-        self._sync(self.metadata.latest(self.mirror_name) if desired is None else desired)
+        desired = self.metadata.latest(self.mirror_name) if desired is None else desired
+        # Periodic work for live mirror partitions only (paused, stopped and failed ones are left
+        # be, as are those of topics being stopped or paused).
+        live = {tp: s for tp, s in self.states().items()
+                if s.state in SYNCED_STATES and desired.get(tp.topic_id, _STARTED)[0] is DesiredState.START}  # fmt: skip
+        self.syncer.run(live, self.now_ms)
         return True
 
     def _cluster_ids(self) -> None:
@@ -572,6 +435,19 @@ class MirrorRunner:
         del self.errors[:-200]
 
     # ------------------------------------------------------------------ topic level
+
+    def _topic_name(self, topic_id: uuid.UUID) -> str:
+        topic = self.source_topics.get(topic_id)
+        return topic.name if topic is not None else str(topic_id)
+
+    def _final_group_sync(self, tps: Sequence[TopicPartition]) -> None:
+        """STOPPING's last group offset sync (``MirrorSyncer.final_group_sync``); the outcome goes
+        to each partition's next stop observation."""
+        if not tps:
+            return
+        outcome = self.syncer.final_group_sync({tp: self.state(tp) for tp in tps}, self.now_ms)
+        for tp in tps:
+            self.final_sync[tp] = outcome
 
     def _all_stopped(self, topic_id: uuid.UUID) -> bool:
         return all(self.state(TopicPartition(topic_id, p)).state in (MirrorState.STOPPED, MirrorState.UNKNOWN)
@@ -905,175 +781,3 @@ class MirrorRunner:
         return pos, result, local_end
 
     # ------------------------------------------------------------------ metadata sync
-
-    def _sync(self, desired: dict[uuid.UUID, tuple[DesiredState, int]]) -> None:
-        """Periodic work for live mirror partitions only (paused, stopped and failed ones are left
-        be, as are those of topics being stopped or paused)."""
-        live = {tp: s for tp, s in self.states().items()
-                if s.state in SYNCED_STATES and desired.get(tp.topic_id, _STARTED)[0] is DesiredState.START}  # fmt: skip
-        checked = drive_all({tp: self._epochs(tp) for tp in sorted(live)})
-        for tp in sorted(live):
-            got = checked[tp]
-            try:
-                if isinstance(got, PortError):
-                    raise got
-                bump = proactive_bump(tp, got[1], got[0], self.config)
-                if bump is not None:
-                    self.executor.run_one(bump)
-            except PortError as e:
-                self._note(f"epoch check {tp}: {e}")
-        config_failed = False
-        for topic_id in sorted({tp.topic_id for tp in live}):
-            try:
-                self._sync_configs(topic_id)
-            except PortError as e:
-                config_failed = True
-                self._note(f"config sync {topic_id}: {e}")
-        if live:
-            self.stats.synced("topic_config", self.now_ms, config_failed)
-        for step in (self._sync_groups, self._sync_acls):
-            if not live:
-                break
-            try:
-                step(live)
-            except PortError as e:
-                self._note(f"{step.__name__}: {e}")
-
-    def _epochs(self, tp: TopicPartition) -> Observer:
-        """(SLE, DLE)."""
-        got = yield [(self.source, "list_offsets", (tp,), None), (self.dest, "list_offsets", (tp,), None)]
-        raise_first(got)
-        return got[0].leader_epoch, got[1].leader_epoch
-
-    def periodic_epoch_check(self, tp: TopicPartition) -> None:
-        """DLE >= SLE at each metadata sync (the third mechanism, after reactive and proactive)."""
-        sle, dle = drive_one(self._epochs(tp))
-        bump = proactive_bump(tp, dle, sle, self.config)
-        if bump is not None:
-            self.executor.run_one(bump)
-
-    def _sync_configs(self, topic_id: uuid.UUID) -> None:
-        topic = self.source_topics.get(topic_id)
-        name = topic.name if topic is not None else str(topic_id)
-        plan = plan_config_sync(topic_id, name, self.source.describe_configs(topic_id),
-                                self.dest.describe_configs(topic_id), self.config.topic_properties_exclude)
-        self.warnings.extend(w for w in plan.warnings if w not in self.warnings)
-        if plan.command is not None:
-            self.executor.run_one(plan.command)
-
-    def _final_group_sync(self, tps: Sequence[TopicPartition]) -> None:
-        """STOPPING's last group offset sync for ``tps`` (one sync for all of them, whichever
-        topics they belong to); the outcome goes to each partition's next stop observation."""
-        if not tps:
-            return
-        error: PortError | None = None
-        try:
-            self._sync_groups({tp: self.state(tp) for tp in tps}, final=True)
-            outcome = FinalSync.RAN
-        except PortError as e:
-            outcome, error = FinalSync.FAILED, e
-        for tp in tps:
-            self.final_sync[tp] = outcome
-        topics = ", ".join(sorted({self.source_topics[tp.topic_id].name if tp.topic_id in self.source_topics
-                                   else str(tp.topic_id) for tp in tps}))  # fmt: skip
-        if error is None:
-            log.info("mirror %s: last group offset sync before the stop ran for %d partition(s) of %s",
-                     self.mirror_name, len(tps), topics)  # fmt: skip
-        else:
-            log.warning("mirror %s: last group offset sync before the stop failed for %d partition(s) of %s "
-                        "(tried until stop.group.sync.timeout.ms, %d ms after the stop began): %s: %s",
-                        self.mirror_name, len(tps), topics, self.config.stop_group_sync_timeout_ms,
-                        type(error).__name__, error)  # fmt: skip
-
-    def _sync_groups(self, live: dict[TopicPartition, MirrorPartitionState], final: bool = False) -> None:
-        """Consumer- and share-group offsets; counted per kind (a failure before the commits, a
-        list of groups say, fails both kinds)."""
-        failed: set[str] = set()
-        try:
-            self._sync_group_offsets(live, final, failed)
-        except PortError:
-            if not failed:  # it failed before any commit
-                failed.update(("consumer_group_offset", "share_group_offset"))
-            raise
-        finally:
-            for kind in ("consumer_group_offset", "share_group_offset"):
-                self.stats.synced(kind, self.now_ms, kind in failed)
-
-    def _sync_group_offsets(self, live: dict[TopicPartition, MirrorPartitionState], final: bool,
-                            failed: set[str]) -> None:  # fmt: skip
-        inc, exc = name_pattern(self.config.groups_include), name_pattern(self.config.groups_exclude)
-        groups = [g for g in self.source.list_groups() if group_selected(g.group_id, inc, exc)]
-        if not groups:
-            return
-        source_offsets = {g.group_id: self.source.group_offsets(g.group_id) for g in groups}
-        dest_groups = {g.group_id: g for g in self.dest.list_groups()}
-        active = [g for g, d in dest_groups.items() if d.active]
-        dest_committed = {g.group_id: self.dest.group_offsets(g.group_id) for g in groups if g.group_id in dest_groups}
-        wanted = {TopicPartition(o.topic_id, o.partition) for offs in source_offsets.values() for o in offs}
-        partitions = {}
-        for tp in sorted(wanted & live.keys()):
-            off = self.dest.list_offsets(tp)
-            partitions[tp] = DestPartition(live[tp].state, off.log_start, off.leo, final=final)
-        plan = plan_group_sync(groups, source_offsets, active, dest_committed, partitions,
-                               self.config.groups_include, self.config.groups_exclude)
-        epochs = {(tp, o): self._epoch_before(tp, o) for tp, o in plan.epoch_lookups()}
-        for cmd in finish_group_sync(plan, epochs):
-            try:
-                self.executor.run_one(cmd)
-            except GroupNotEmpty:
-                pass  # a member joined meanwhile: its group is its own now
-            except PortError:
-                share = isinstance(cmd, c.CommitGroupOffsets) and cmd.group_type is GroupType.SHARE
-                failed.add("share_group_offset" if share else "consumer_group_offset")
-                raise
-
-    def _epoch_before(self, tp: TopicPartition, offset: int) -> int:
-        """The epoch a consumer would commit with ``offset``: that of the record before it, from the
-        destination's epoch cache (the record at the log start when nothing precedes it)."""
-        off = self.dest.list_offsets(tp)
-        at = max(offset - 1, off.log_start)
-        if at < off.leo:
-            got = self.dest.fetch(tp, at, 1, IsolationLevel.READ_UNCOMMITTED).batches
-            if got:
-                return got[0].leader_epoch
-        latest = drive_one(latest_epoch(self.dest, tp, off.leader_epoch))
-        return -1 if latest is None else latest
-
-    def _sync_acls(self, live: dict[TopicPartition, MirrorPartitionState]) -> None:
-        try:
-            self.executor.run(plan_acl_sync(self.source.describe_acls(), self.dest.describe_acls(), self.config.acls_include))
-        except PortError:
-            self.stats.synced("acl", self.now_ms, True)
-            raise
-        self.stats.synced("acl", self.now_ms, False)
-
-
-def latest_epoch(port: DestinationCluster, tp: TopicPartition, dle: int) -> Observer:
-    """The newest epoch in the destination's epoch cache, None when it is empty (an observer).
-
-    Mirror partitions do not add their own leader epoch to the cache (their batches carry the
-    source's), so OffsetsForLeaderEpoch(DLE) is undefined there. The model answers
-    ``latest_epoch`` directly; with only the Protocol, OffsetsForLeaderEpoch is defined exactly
-    up to the latest epoch, so a binary search over [0, DLE] finds it.
-    """
-    if getattr(port, "latest_epoch", None) is not None:
-        epoch = yield (port, "latest_epoch", (tp,), None)
-        return None if epoch < 0 else epoch
-    lo, hi, found = 0, max(dle, 0), None
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        answer = yield (port, "end_offset_for_epoch", (tp, mid), None)
-        if answer.undefined:
-            hi = mid - 1
-        else:
-            found, lo = answer.epoch, mid + 1
-    return found
-
-
-def describe_one(port: SourceCluster | DestinationCluster, topic_id: uuid.UUID) -> Observer:
-    """One topic's metadata, None when the cluster does not know the ID (an observer)."""
-    try:
-        found = yield (port, "describe_topics", ((topic_id,),), None)
-    except UnknownTopicId:
-        return None
-    return found[0] if found else None

@@ -36,7 +36,7 @@ from coordinator.readiness import failover_readiness
 from coordinator.partition_state import MirrorPartitionKey, MirrorPartitionState
 from coordinator.states import DesiredState, MirrorState
 from coordinator.workflows.fetcher import lag
-from streams.effects import SYNC_KINDS
+from streams.syncer import SYNC_KINDS
 from streams.membership import coordination_failure
 
 log = logging.getLogger(__name__)
