@@ -380,11 +380,10 @@ def create_cluster_mirror(
     values = {k: v for k, v in configs.items() if v is not None}
     if not values.get(BOOTSTRAP_CONFIG, "").strip():
         return _refuse(ErrorCode.INVALID_CONFIG, f"a cluster mirror needs {BOOTSTRAP_CONFIG}")
-    try:
-        for key in (INCLUDE_CONFIG, EXCLUDE_CONFIG):
-            compile_patterns(tuple(split_patterns(values.get(key))))
-    except InvalidPattern as e:
-        return _refuse(ErrorCode.INVALID_CONFIG, str(e))
+    # The rules of --alter: a mirror never starts with a key or value it cannot use.
+    problems = config_problems(values)
+    if problems:
+        return _refuse(ErrorCode.INVALID_CONFIG, "; ".join(problems[k] for k in sorted(problems)))
     w = _Writer(schemas)
     return AdminResult(tuple(w.mirror_config(mirror_name, k, values[k]) for k in sorted(values)), AdminResponse())
 

@@ -8,6 +8,7 @@ from coordinator.admin import (
     ConfigOp,
     Principal,
     alter_cluster_mirror_configs,
+    create_cluster_mirror,
     describe_cluster_mirror_configs,
 )
 from coordinator.delta import MetadataDelta
@@ -55,6 +56,18 @@ def test_an_invalid_key_refuses_the_whole_request_with_invalid_config_per_key() 
     bad = alter_cluster_mirror_configs(img, "a-to-b", [("sasl.jaas.config", SET, "pw"), ("x.password", SET, "hunter2")])
     assert all("hunter2" not in (t.error_message or "") for t in bad.response.topics)
     assert alter_cluster_mirror_configs(img, "a-to-b", [("num.replica.fetchers", SET, "2")], validate_only=True).records == ()
+
+
+def test_create_refuses_what_alter_refuses_and_writes_nothing() -> None:
+    img = base()
+    r = create_cluster_mirror(img, "c-to-b", {"bootstrap.servers": "src:9092", "no.such.key": "1",
+                                              "fetch.backoff.ms": "soon", "sasl.jaas.config": "hunter2"})  # fmt: skip
+    assert r.records == ()
+    code, message = r.response.first_error()
+    assert code == E.INVALID_CONFIG and "no.such.key" in message and "fetch.backoff.ms" in message
+    assert "hunter2" not in message
+    ok = create_cluster_mirror(img, "c-to-b", {"bootstrap.servers": "src:9092", "fetch.backoff.ms": "250"})
+    assert ok.ok and "c-to-b" in commit(img, ok).mirrors.mirrors
 
 
 def test_alter_and_describe_configs_need_their_acls() -> None:
