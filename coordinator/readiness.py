@@ -9,7 +9,7 @@ drift left). Pure: the caller passes the clock, and whatever it knows of the syn
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from coordinator.states import MirrorState
@@ -22,6 +22,27 @@ SYNC_REASONS: dict[str, str] = {
     "acl": "ACL drift: no clean ACL sync within two sync intervals",
 }
 SYNC_UNKNOWN = "group offset, topic config and ACL sync status is only known to the workers (kip1279_mirror_failover_ready)"
+NO_SYNC_REPORT = "no worker reported its syncs within two sync intervals"
+
+
+class SyncReport(NamedTuple):
+    """What one worker last said of one mirror's syncs (``streams.sync_status``)."""
+
+    worker: str
+    at_ms: int  # the worker's clock when it said so
+    partitions: int  # MIRRORING partitions of the mirror that worker syncs
+    success_ms: Mapping[str, int]  # when each sync kind last ran clean there (-1: never)
+
+
+def combined_sync_times(reports: Iterable[SyncReport], interval_ms: int, now_ms: int) -> dict[str, int]:
+    """A mirror's sync times as the rule wants them, from its workers' reports: per kind, the
+    oldest clean sync over the workers that sync some partition now. A report older than two
+    intervals is a worker that is gone (its partitions moved on) and is left out. Empty when no
+    worker reports (see ``NO_SYNC_REPORT``)."""
+    live = [r for r in reports if r.partitions > 0 and r.at_ms >= now_ms - 2 * interval_ms]
+    if not live:
+        return {}
+    return {kind: min(r.success_ms.get(kind, -1) for r in live) for kind in SYNC_REASONS}
 
 
 class Readiness(NamedTuple):
@@ -57,6 +78,8 @@ def failover_readiness(states: Mapping[MirrorState, int], lags: Mapping[Any, int
         if reasons:
             return Readiness(False, tuple(reasons))
         return Readiness(None, (SYNC_UNKNOWN,))
+    if not sync_success_ms and states.get(MirrorState.MIRRORING, 0):
+        return Readiness(False, (*reasons, NO_SYNC_REPORT))
     recent = now_ms - 2 * interval_ms
     for kind, why in SYNC_REASONS.items():
         if sync_success_ms.get(kind, -1) < 0 or sync_success_ms[kind] < recent:

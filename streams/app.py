@@ -98,6 +98,7 @@ from streams.mirror_state_store import (
     mirror_state_topic_spec,
     partition_for_key,
 )
+from streams.sync_status import MirrorSyncs, SyncStatusPublisher, publish, sync_status_topic_spec
 from streams.syncer import MirrorStats
 
 log = logging.getLogger(__name__)
@@ -121,7 +122,8 @@ def worker_topic_specs(config: WorkerConfig) -> list[Any]:
                      topic_configs={"retention.ms": "600000"})  # fmt: skip
     return [metadata_topic_spec(config.metadata_topic_name, config.replication_factor),
             dlq_topic_spec(config.metadata_topic_name, config.replication_factor),
-            mirror_state_topic_spec(config), desired_state_topic_spec(config), ticks]  # fmt: skip
+            mirror_state_topic_spec(config), desired_state_topic_spec(config), sync_status_topic_spec(config),
+            ticks]  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------ ports
@@ -505,6 +507,9 @@ class CoordinatorWorker:
         self.app.timer(max(1.0, config.heartbeat_interval_ms / 1000), name=f"{config.faust_app_id}.membership")(
             self._watch_membership)  # fmt: skip
         self.app.on_before_shutdown.connect(self._before_shutdown)
+        # What this worker knows of its mirrors' syncs, for the controller's describe.
+        self.sync_status = SyncStatusPublisher(config.group_instance_id or f"{config.client_id}-{uuid.uuid4().hex[:8]}")
+        self.app.timer(1.0, name=f"{config.faust_app_id}.sync-status")(self._publish_sync_status)
         # Audit snapshots on a timer (``streams.audit_export``); off unless audit.export.dir is set.
         self.audit_exporter: Any = None
         if config.audit_export_root is not None:
@@ -539,6 +544,36 @@ class CoordinatorWorker:
         self.member_id = member_id(self.group_consumer()) or self.member_id
         if self.audit_exporter is not None:
             await self.audit_exporter.stop()
+        farewell = self.sync_status.farewell()
+        if farewell and self._producer is not None:
+            try:
+                await asyncio.wait_for(publish(self._producer, self.config.sync_status_topic_name, farewell), 5.0)
+            except Exception as e:  # noqa: BLE001 - the controller ages the reports out instead
+                log.warning("sync status tombstones not sent: %r", e)
+
+    async def _publish_sync_status(self) -> None:
+        """This worker's sync status per mirror (``streams.sync_status``), when it changed or
+        every half sync interval."""
+        if not self.caught_up.is_set():
+            return
+        with self.store.lock:
+            counts: dict[str, int] = defaultdict(int)
+            for key, st in self.store.durable.items():
+                if st.state == MirrorState.MIRRORING:
+                    counts[key.mirror_name] += 1
+        mirrors = {name: MirrorSyncs(counts.get(name, 0), m.runner.config.metadata_refresh_interval_ms,
+                                     self.stats[name].sync_success_ms if name in self.stats else {})
+                   for name, m in self.mirrors.items()}  # fmt: skip
+        now = self.clock_ms()
+        reports = self.sync_status.due(now, mirrors)
+        if not reports:
+            return
+        try:
+            await publish(await self._changelog_producer(), self.config.sync_status_topic_name, reports)
+        except Exception as e:  # noqa: BLE001 - sent again at the next tick
+            log.warning("sync status not published: %r", e)
+            return
+        self.sync_status.sent(now, reports)
 
     async def _export_audit(self) -> None:
         """One audit snapshot; by the owner of table partition 0 only (one writer per store)."""

@@ -169,6 +169,11 @@ class WorkerConfig:
         return self._prefixed(self.desired_state_topic)
 
     @property
+    def sync_status_topic_name(self) -> str:
+        """Each worker's sync status per mirror (``streams.sync_status``)."""
+        return self._prefixed("__mirror_sync_status")
+
+    @property
     def faust_app_id(self) -> str:
         return self._prefixed("kip1279-coordinator")
 

@@ -30,7 +30,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from coordinator import admin
 from coordinator.delta import ProblemKind, Replayer
-from coordinator.readiness import failover_readiness
+from coordinator.readiness import SyncReport, combined_sync_times, failover_readiness
 from coordinator.workflows.config import MirrorConfig
 from coordinator.workflows.fetcher import lag as fetch_lag
 from coordinator.image import AclOperation, AclPermissionType, AclResourceType, MetadataImage, PatternType
@@ -62,6 +62,7 @@ from streams.metadata_log import (
     metadata_topic_spec,
 )
 from streams.mirror_state_store import MirrorStateCodec, RecordType, mirror_state_topic_spec
+from streams.sync_status import SyncStatusView, sync_status_topic_spec
 
 log = logging.getLogger(__name__)
 ANONYMOUS = "User:ANONYMOUS"
@@ -83,6 +84,8 @@ class AdminRequest(NamedTuple):
     api: str  # e.g. "StopMirrorTopics"
     body: msgspec.Struct
     principal: admin.Principal
+    # Describe only: the workers' sync reports per mirror (None: not known to this controller).
+    syncs: Mapping[str, Sequence[SyncReport]] | None = None
 
 
 Validator = Callable[[AdminRequest, MetadataImage, Mapping[StateKey, PartitionStatus]],
@@ -188,7 +191,7 @@ def coordinator_validator(schemas: SchemaSet | None = None, ready_max_lag: int =
             return (), _list_response(s, admin.list_cluster_mirrors(image, b.include_topic_names, principal=who))
         elif api == "DescribeClusterMirrors":
             described = admin.describe_cluster_mirrors(image, list(b.mirror_names or ()), states=states, principal=who)
-            return (), _describe_response(s, described, statuses, ready_max_lag)
+            return (), _describe_response(s, described, statuses, ready_max_lag, req.syncs)
         else:
             return (), _error_response(s, api, ErrorCode.INVALID_REQUEST, f"unsupported API {api}")
         return r.records, _topic_response(s, api, r.response, ())
@@ -213,10 +216,12 @@ def _list_response(s: SchemaSet, mirrors: Sequence[admin.ListedMirror]) -> msgsp
 
 
 def _describe_response(s: SchemaSet, described: Sequence[admin.DescribedMirror],
-                       statuses: Mapping[StateKey, PartitionStatus], ready_max_lag: int = 1000) -> msgspec.Struct:  # fmt: skip
+                       statuses: Mapping[StateKey, PartitionStatus], ready_max_lag: int = 1000,
+                       syncs: Mapping[str, Sequence[SyncReport]] | None = None) -> msgspec.Struct:  # fmt: skip
     name = "DescribeClusterMirrorsResponse"
     mcls, tcls, pcls = s.nested(name, "DescribedMirror"), s.nested(name, "TopicPartitions"), s.nested(name, "PartitionDetail")
     now = time.monotonic()
+    now_ms = int(time.time() * 1000)
     mirrors = []
     for m in described:
         topics = []
@@ -239,8 +244,10 @@ def _describe_response(s: SchemaSet, described: Sequence[admin.DescribedMirror],
             topics.append(tcls(topic_name=t.name, partitions=parts))
         extra: dict[str, Any] = {}
         if not m.error_code:
-            # The workers' rule; the syncs' times live in the workers, so None (not known here).
-            ready = failover_readiness(counts, lags, ready_max_lag, None, 0, 0)
+            # The workers' rule, over the sync times the workers report (streams.sync_status).
+            interval = _sync_interval_ms(m.configs)
+            times = None if syncs is None else combined_sync_times(syncs.get(m.name, ()), interval, now_ms)
+            ready = failover_readiness(counts, lags, ready_max_lag, times, interval, now_ms)
             extra = {"failover_ready": -1 if ready.ready is None else int(ready.ready),
                      "not_ready_reasons": list(ready.reasons),
                      "failed_retry_max_attempts": _retry_max_attempts(m.configs)}  # fmt: skip
@@ -254,6 +261,13 @@ def _retry_max_attempts(configs: Mapping[str, str | None]) -> int:
         return MirrorConfig.from_properties({k: v for k, v in configs.items() if v is not None}).failed_retry_max_attempts
     except Exception:  # noqa: BLE001 - a config the mirror could not parse: the CLI shows its default
         return -1
+
+
+def _sync_interval_ms(configs: Mapping[str, str | None]) -> int:
+    try:
+        return MirrorConfig.from_properties({k: v for k, v in configs.items() if v is not None}).metadata_refresh_interval_ms
+    except Exception:  # noqa: BLE001 - as the worker, which would not run such a mirror, falls back
+        return MirrorConfig().metadata_refresh_interval_ms
 
 
 # ---------------------------------------------------------------- states from __mirror_state
@@ -399,6 +413,7 @@ class ClusterMirrorController:
         self.validator = validator or coordinator_validator(self.schemas, config.failover_ready_max_lag)
         self.status = status or MirrorStateChangelogView(
             config.bootstrap_servers, config.mirror_state_topic_name, config.state_partitions)
+        self.sync_view = SyncStatusView(config.bootstrap_servers, config.sync_status_topic_name)
         self.super_users = super_users
         # The admin listener's TLS, checked before anything starts: a bad key store or a
         # non-loopback bind without TLS stops the controller here, with the reason.
@@ -453,11 +468,12 @@ class ClusterMirrorController:
         c = self.config
         await ensure_topics(c.bootstrap_servers, [metadata_topic_spec(c.metadata_topic_name, c.replication_factor),
                                                   dlq_topic_spec(c.metadata_topic_name, c.replication_factor),
-                                                  mirror_state_topic_spec(c)])  # fmt: skip
+                                                  mirror_state_topic_spec(c), sync_status_topic_spec(c)])  # fmt: skip
         await self.writer.start()
         await self.dlq.start()
         await self.reader.start()
         await self.status.start()
+        await self.sync_view.start()
         await self.loader.catch_up()
         self._follow = asyncio.create_task(self._run_follow(), name="kip1279-controller-follow")
         self._timer = asyncio.create_task(self._snapshot_timer(), name="kip1279-controller-snapshots")
@@ -514,7 +530,7 @@ class ClusterMirrorController:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._follow = self._timer = None
-        for part in (self.status, self.reader, self.dlq, self.writer):
+        for part in (self.status, self.sync_view, self.reader, self.dlq, self.writer):
             with contextlib.suppress(Exception):
                 await part.stop()
 
@@ -578,6 +594,7 @@ class ClusterMirrorController:
                 statuses = await self.status.statuses(offsets=False, mirrors=mirrors)
             image = self.image  # built on the loop; once built it is immutable
             if describe:
+                req = req._replace(syncs=await self.sync_view.reports())
                 # A describe of 50k partitions is ~0.2 s of CPU; on a thread the loop keeps serving.
                 # The response codec is made here first: made on two threads at once, it could
                 # differ from the one encode_response looks up.

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from coordinator.readiness import SYNC_REASONS, SYNC_UNKNOWN, failover_readiness
+from coordinator.readiness import (
+    NO_SYNC_REPORT,
+    SYNC_REASONS,
+    SYNC_UNKNOWN,
+    SyncReport,
+    combined_sync_times,
+    failover_readiness,
+)
 from coordinator.states import MirrorState
 
 NOW, INTERVAL = 100_000, 10_000
@@ -33,3 +40,23 @@ def test_no_partitions_is_not_ready() -> None:
 def test_unknown_syncs_leave_readiness_unknown_unless_another_reason_decides() -> None:
     assert failover_readiness(counts(MIRRORING=1), {0: 0}, 5, None, 0, 0) == (None, (SYNC_UNKNOWN,))
     assert failover_readiness(counts(MIRRORING=1), {0: 9}, 5, None, 0, 0) == (False, ("1 partition(s) lag over 5 (max 9)",))
+
+
+def test_the_workers_reports_combine_to_the_oldest_sync_of_the_live_ones() -> None:
+    old = dict.fromkeys(SYNC_REASONS, NOW - 5_000)
+    reports = [SyncReport("w1", NOW - 500, 3, FRESH),
+               SyncReport("w2", NOW - 2_000, 2, old | {"acl": -1}),
+               SyncReport("gone", NOW - 2 * INTERVAL - 1, 4, dict.fromkeys(SYNC_REASONS, -1)),  # a dead worker's
+               SyncReport("idle", NOW, 0, dict.fromkeys(SYNC_REASONS, -1))]  # holds no MIRRORING partition
+    got = combined_sync_times(reports, INTERVAL, NOW)
+    assert got == old | {"acl": -1}
+    assert failover_readiness(counts(MIRRORING=5), dict.fromkeys(range(5), 0), 5, got, INTERVAL, NOW) == (
+        False, (SYNC_REASONS["acl"],))
+    fine = combined_sync_times(reports[:1] + reports[2:], INTERVAL, NOW)
+    assert failover_readiness(counts(MIRRORING=5), dict.fromkeys(range(5), 0), 5, fine, INTERVAL, NOW) == (True, ())
+
+
+def test_no_live_report_is_a_reason_of_its_own() -> None:
+    stale = [SyncReport("w1", NOW - 2 * INTERVAL - 1, 3, FRESH)]
+    assert combined_sync_times(stale, INTERVAL, NOW) == {}
+    assert failover_readiness(counts(MIRRORING=1), {0: 0}, 5, {}, INTERVAL, NOW) == (False, (NO_SYNC_REPORT,))

@@ -18,7 +18,7 @@ import pytest
 from test_streams_e2e_source_outage import BACKOFF, MIRROR
 from worker_harness import Rig
 
-from coordinator.readiness import SYNC_UNKNOWN
+from coordinator.readiness import NO_SYNC_REPORT
 from coordinator.states import MirrorState
 from streams.broker import LocalBroker
 
@@ -99,11 +99,21 @@ def test_describe_matches_the_prototype_is_fresh_and_says_why_not_ready(
         finally:
             rig.workers[worker][1].send_signal(signal.SIGCONT)
 
-        # Caught up again: nothing the controller sees stands in the way; the syncs it cannot see.
+        # Caught up again, and the worker has reported clean syncs (streams.sync_status): ready.
         rig.wait("B to match A", lambda: rig.in_sync("A", "B"), 60)
         rig.wait("lag 0 in describe", lambda: {r["lag"] for r in rig.describe("B", MIRROR)} == {0}, 30)
-        readiness = rig.describe("B", MIRROR)[0]["failoverReadiness"]
-        assert readiness == {"ready": None, "reasons": [SYNC_UNKNOWN]}
+        rig.wait("ready", lambda: rig.describe("B", MIRROR)[0]["failoverReadiness"] == {"ready": True, "reasons": []}, 30)
+        _, ready = sections(rig.cli("B", "--describe", "--mirror", MIRROR))
+        assert ready[1].split()[:2] == [MIRROR, "yes"], ready
+        # A worker that stops reporting (stopped: no syncs either) makes it not ready within two
+        # sync intervals (metadata.refresh.interval.ms=1000), with the lag still 0.
+        rig.pause_worker(worker)
+        try:
+            rig.wait("not ready: no sync report", lambda: rig.describe("B", MIRROR)[0]["failoverReadiness"] == {
+                "ready": False, "reasons": [NO_SYNC_REPORT]}, 30)  # fmt: skip
+        finally:
+            rig.workers[worker][1].send_signal(signal.SIGCONT)
+        rig.wait("ready again", lambda: rig.describe("B", MIRROR)[0]["failoverReadiness"]["ready"] is True, 30)
 
         # A paused topic: not MIRRORING is a reason; a FAILED one is not there.
         rig.cli("B", "--pause", "--mirror", MIRROR, "--topics", "audit", "--wait", "30")

@@ -1,0 +1,153 @@
+"""Each worker's sync status per mirror, on the compacted topic ``<prefix>__mirror_sync_status``.
+
+The failover-readiness rule needs when each sync kind (group offsets, topic configs, ACLs) last ran
+clean. Only the workers know, each for the mirror partitions it owns. So each worker publishes one
+record per mirror (key: mirror and worker) whenever it changes and at least every half sync
+interval, and a tombstone once it holds none of the mirror's MIRRORING partitions or stops cleanly.
+The controller follows the topic and combines the live reports
+(``coordinator.readiness.combined_sync_times``) into ``--describe``'s readiness.
+
+Records are JSON, so ``kafka-console-consumer`` shows them as they are. Times are wall-clock
+milliseconds: the workers' and the controller's clocks are assumed to agree to well under a
+sync interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+import msgspec
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import NewTopic
+
+from coordinator.readiness import SyncReport
+from streams.config import WorkerConfig
+
+log = logging.getLogger(__name__)
+
+class _Value(msgspec.Struct, kw_only=True):
+    mirror: str
+    worker: str
+    at_ms: int
+    partitions: int
+    success_ms: dict[str, int]
+
+
+_encode = msgspec.json.Encoder().encode
+_key_decoder = msgspec.json.Decoder(tuple[str, str])
+_value_decoder = msgspec.json.Decoder(_Value)
+
+
+def sync_status_topic_spec(config: WorkerConfig) -> NewTopic:
+    # One partition: a few records per mirror and worker, read whole by the controller.
+    return NewTopic(config.sync_status_topic_name, 1, config.replication_factor,
+                    topic_configs={"cleanup.policy": "compact"})  # fmt: skip
+
+
+def report_key(mirror: str, worker: str) -> bytes:
+    return _encode((mirror, worker))
+
+
+class MirrorSyncs(NamedTuple):
+    """What a worker knows of one mirror now."""
+
+    partitions: int  # its MIRRORING partitions of the mirror
+    interval_ms: int  # the mirror's sync interval (metadata.refresh.interval.ms)
+    success_ms: Mapping[str, int]
+
+
+class SyncStatusPublisher:
+    """Decides which reports a worker sends; the worker sends them (``due`` returns key/value
+    pairs, ``None`` a tombstone) and calls ``sent`` once they are acknowledged."""
+
+    def __init__(self, worker: str) -> None:
+        self.worker = worker
+        self._last: dict[str, tuple[int, int, dict[str, int]]] = {}  # mirror -> (at_ms, partitions, success_ms)
+
+    def due(self, now_ms: int, mirrors: Mapping[str, MirrorSyncs]) -> list[tuple[str, bytes, bytes | None]]:
+        out: list[tuple[str, bytes, bytes | None]] = []
+        for name, m in sorted(mirrors.items()):
+            if m.partitions <= 0:
+                continue
+            success = dict(m.success_ms)
+            last = self._last.get(name)
+            if last is not None and last[1:] == (m.partitions, success) and now_ms - last[0] < m.interval_ms // 2:
+                continue
+            value = _Value(mirror=name, worker=self.worker, at_ms=now_ms, partitions=m.partitions, success_ms=success)
+            out.append((name, report_key(name, self.worker), _encode(value)))
+        for name in sorted(self._last):
+            if mirrors.get(name, MirrorSyncs(0, 0, {})).partitions <= 0:
+                out.append((name, report_key(name, self.worker), None))
+        return out
+
+    def sent(self, now_ms: int, reports: Iterable[tuple[str, bytes, bytes | None]]) -> None:
+        for name, _, value in reports:
+            if value is None:
+                self._last.pop(name, None)
+            else:
+                v = _value_decoder.decode(value)
+                self._last[name] = (now_ms, v.partitions, v.success_ms)
+
+    def farewell(self) -> list[tuple[str, bytes, bytes | None]]:
+        """Tombstones of every report this worker has standing (a clean stop)."""
+        return [(name, report_key(name, self.worker), None) for name in sorted(self._last)]
+
+
+class SyncStatusView:
+    """The controller's copy of the topic: the latest report per mirror and worker."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap, self.topic = bootstrap, topic
+        self._reports: dict[str, dict[str, SyncReport]] = {}
+        self._consumer: AIOKafkaConsumer | None = None
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False,
+                                    auto_offset_reset="earliest", client_id="kip1279-controller-sync-status")  # fmt: skip
+        await consumer.start()
+        tp = TopicPartition(self.topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        self._consumer = consumer
+
+    async def stop(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            await consumer.stop()
+
+    async def reports(self) -> dict[str, tuple[SyncReport, ...]] | None:
+        """Every mirror's reports, read up to the topic's end as of this call; None when not
+        following (then nothing is known of the syncs)."""
+        consumer = self._consumer
+        if consumer is None:
+            return None
+        async with self._lock:
+            tp = TopicPartition(self.topic, 0)
+            end = (await consumer.end_offsets([tp]))[tp]
+            while await consumer.position(tp) < end:
+                for msgs in (await consumer.getmany(tp, timeout_ms=200)).values():
+                    for msg in msgs:
+                        self._apply(msg.key, msg.value, msg.offset)
+        return {m: tuple(r.values()) for m, r in self._reports.items()}
+
+    def _apply(self, key: bytes | None, value: bytes | None, offset: int) -> None:
+        try:
+            mirror, worker = _key_decoder.decode(key or b"")
+            if value is None:
+                self._reports.get(mirror, {}).pop(worker, None)
+                return
+            v = _value_decoder.decode(value)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            log.error("undecodable %s record at offset %d: %s", self.topic, offset, e)
+            return
+        self._reports.setdefault(mirror, {})[worker] = SyncReport(worker, v.at_ms, v.partitions, v.success_ms)
+
+
+async def publish(producer: Any, topic: str, reports: list[tuple[str, bytes, bytes | None]]) -> None:
+    """Sends ``reports`` and waits for every acknowledgement."""
+    futures = [await producer.send(topic, key=key, value=value) for _, key, value in reports]
+    await asyncio.gather(*futures)
