@@ -18,7 +18,10 @@ Guarantees:
   export again;
 - *no secrets*: see ``audit.redact``; redaction happens here, before any byte is written.
 
-Single writer per store: the worker or the CLI, not both at once.
+One writer per store at a time: two that race (a worker losing table partition 0 while another
+gains it) both build a snapshot after the same one, but only the first claims the place after it
+(``layout.claim_next``); the other's files are removed and it gets ``ExportRaceError``, so no
+transition is exported twice.
 """
 
 from __future__ import annotations
@@ -57,6 +60,10 @@ _STATE_NAMES: Final = pa.array([state_name(b - 128) for b in range(256)], pa.str
 
 class ExportError(ValueError):
     """The snapshot cannot be exported as given (bad columns, offsets out of order, ...)."""
+
+
+class ExportRaceError(ExportError):
+    """Another writer exported the next snapshot of the store first; this one wrote nothing."""
 
 
 class ExportResult(msgspec.Struct, frozen=True):
@@ -112,6 +119,10 @@ def export_tables(
         raise ExportError(f"unknown tables: {sorted(unknown)}; known: {sorted(TABLES)}")
 
     existing = layout.list_manifests(root)
+    # A writer that crashed between its claim and its manifest: publish what it claimed.
+    while (claimed := layout.unpublished_claim(root, existing[-1] if existing else None)) is not None:
+        layout.write_manifest(root, claimed)
+        existing.append(claimed)
     key = (metadata_offset, taken_at_ms)
     for m in existing:
         if (m.metadata_offset, m.taken_at_ms) == key:
@@ -170,6 +181,12 @@ def export_tables(
         export_seconds=round(time.perf_counter() - started, 6),
         positions=dict(positions or {}),
     )
+    if not layout.claim_next(root, last, manifest):
+        winner = layout.read_manifest(layout.claim_path(root, last))
+        if (winner.metadata_offset, winner.taken_at_ms) != key:  # the same key: the same files, theirs
+            _remove_partial(root, metadata_offset, taken_at_ms)
+        raise ExportRaceError(f"another writer exported the snapshot after ({previous}, "
+                              f"{last.taken_at_ms if last else None}) to {root} first; nothing written")  # fmt: skip
     path = layout.write_manifest(root, manifest)  # last: this makes the snapshot visible
     return ExportResult(manifest, str(path), rows, time.perf_counter() - started, False)
 

@@ -4,6 +4,7 @@
 
     <root>/<table>/mirror=<m>/date=<yyyy-mm-dd>/snapshot_offset=<n>/taken_at_ms=<t>/part-00000.parquet
     <root>/_manifests/snapshot-<n, 20 digits>-<t, 15 digits>.json
+    <root>/_manifests/.next-of-<n>-<t>.json   (the claim of the snapshot after n/t; .next-of-none: the first)
 
 A snapshot is identified by its metadata-log offset ``n`` and the time ``t`` it was taken:
 the log can stay idle while offsets and lag move, so periodic snapshots may share ``n``.
@@ -132,6 +133,44 @@ def read_manifest(path: Path) -> Manifest:
     if manifest.format != MANIFEST_FORMAT:
         raise ManifestError(f"{path}: format {manifest.format!r}, expected {MANIFEST_FORMAT!r}")
     return manifest
+
+
+def claim_path(root: Path, previous: Manifest | None) -> Path:
+    """The one name that the snapshot after ``previous`` (None: the first) may claim."""
+    after = "none" if previous is None else f"{previous.metadata_offset:020d}-{previous.taken_at_ms:015d}"
+    return root / MANIFEST_DIR / f".next-of-{after}.json"
+
+
+def claim_next(root: Path, previous: Manifest | None, manifest: Manifest) -> bool:
+    """Claims the place after ``previous`` in the chain of snapshots for ``manifest``, before it
+    is published: False if another writer has claimed it (two writers racing over one store).
+    The claim holds the whole manifest (linked in whole, never half written), so a writer that
+    crashes after claiming is rolled forward by the next one (``unpublished_claim``)."""
+    path = claim_path(root, previous)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(json.dumps(msgspec.to_builtins(manifest), indent=2, sort_keys=True).encode() + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)  # atomic and exclusive: the first writer's link wins
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def unpublished_claim(root: Path, previous: Manifest | None) -> Manifest | None:
+    """The snapshot claimed after ``previous`` whose manifest was never written (its writer
+    crashed in between); None when there is none."""
+    path = claim_path(root, previous)
+    if not path.exists():
+        return None
+    claimed = read_manifest(path)
+    return None if manifest_path(root, claimed.metadata_offset, claimed.taken_at_ms).exists() else claimed
 
 
 def list_manifests(root: Path) -> list[Manifest]:

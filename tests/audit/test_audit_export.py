@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import msgspec
@@ -11,7 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from audit import layout
-from audit.export import ExportError, export_snapshot, export_tables
+from audit.export import ExportError, ExportRaceError, export_snapshot, export_tables
 from audit.model import (
     AclDriftRow,
     AuditSnapshot,
@@ -179,3 +181,53 @@ def test_export_tables_checks_columns(tmp_path: Path) -> None:
         export_tables({"nope": pa.table({"a": [1]})}, metadata_offset=1, taken_at_ms=0, out_dir=tmp_path)
     with pytest.raises(ExportError, match="schema version"):
         export_tables({}, metadata_offset=1, taken_at_ms=0, out_dir=tmp_path, schema_version=99)
+
+
+def test_two_writers_racing_export_one_snapshot_and_nothing_twice(
+        sample: list[AuditSnapshot], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A worker losing table partition 0 while another gains it: both list the store, both build
+    the snapshot after the same one; only one is published, the other's files are gone."""
+    first = sample[5]
+    export_snapshot(first, tmp_path)
+    both_listed = threading.Barrier(2, timeout=30)
+    claim = layout.claim_next
+
+    def claim_after_both_built(root: Path, previous: layout.Manifest | None, manifest: layout.Manifest) -> bool:
+        both_listed.wait()
+        return claim(root, previous, manifest)
+
+    monkeypatch.setattr(layout, "claim_next", claim_after_both_built)
+    a = msgspec.structs.replace(sample[-1], taken_at_ms=sample[-1].taken_at_ms + 1)
+    b = msgspec.structs.replace(sample[-1], taken_at_ms=sample[-1].taken_at_ms + 2)
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(export_snapshot, snap, tmp_path) for snap in (a, b)]
+    outcomes = []
+    for f in futures:
+        try:
+            outcomes.append(f.result().manifest.taken_at_ms)
+        except ExportRaceError:
+            outcomes.append(None)
+    assert outcomes.count(None) == 1, outcomes
+    manifests = layout.list_manifests(tmp_path)
+    assert [m.taken_at_ms for m in manifests] == [first.taken_at_ms, next(t for t in outcomes if t)]
+    lost = a if outcomes[0] is None else b
+    assert not [p for p in tmp_path.rglob("*.parquet") if f"taken_at_ms={lost.taken_at_ms}" in str(p)]
+
+
+def test_a_claim_whose_writer_crashed_is_published_by_the_next_export(
+        sample: list[AuditSnapshot], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    export_snapshot(sample[5], tmp_path)
+
+    def crash(root: Path, manifest: layout.Manifest) -> Path:
+        raise OSError("killed after the claim, before the manifest")
+
+    monkeypatch.setattr(layout, "write_manifest", crash)
+    with pytest.raises(OSError):
+        export_snapshot(sample[8], tmp_path)
+    monkeypatch.undo()
+    assert [m.metadata_offset for m in layout.list_manifests(tmp_path)] == [sample[5].metadata_offset]
+    # Another writer goes on: the claimed snapshot is published first, then its own follows it.
+    result = export_snapshot(sample[-1], tmp_path)
+    manifests = layout.list_manifests(tmp_path)
+    assert [m.metadata_offset for m in manifests] == [s.metadata_offset for s in (sample[5], sample[8], sample[-1])]
+    assert result.manifest.previous_metadata_offset == sample[8].metadata_offset
