@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 
 from audit.progress import Progress
@@ -60,8 +61,14 @@ def run_query(
         collected = df.collect()
         count = len(collected)
     else:
-        collected = df.limit(limit + 1).collect()
-        count = len(collected) if len(collected) <= limit else df.count()
+        # Kept while both actions run: counting past the limit must not compute the query again
+        # (aggregations over every transition would run twice).
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            collected = df.limit(limit + 1).collect()
+            count = len(collected) if len(collected) <= limit else df.count()
+        finally:
+            df.unpersist()
         collected = collected[:limit]
     rows = [r.asDict(recursive=True) for r in collected]
     return QueryResult(
