@@ -152,9 +152,64 @@ def response_header_version(table: ApiTable, api_key: int, api_version: int) -> 
 _HEADER_V0 = struct.Struct(">ii")  # size, correlation id
 
 
+class _Fitter:
+    """Resets fields a version does not have to their defaults, so one handler body serves every version.
+
+    The codec refuses a non-default value in a field the version lacks (as Kafka's generated
+    code does for non-ignorable fields); a handler fills the newest form and this trims it.
+    """
+
+    def __init__(self, codec: Any) -> None:
+        self.classes = codec.classes
+        self.root = codec.spec.struct
+        self._plans: dict[tuple[int, int], tuple[list[tuple[str, Any]], list[tuple[str, Any, bool]]] | None] = {}
+
+    def _plan(self, spec: Any, version: int) -> Any:
+        key = (id(spec), version)
+        if key in self._plans:
+            return self._plans[key]
+        self._plans[key] = None  # recursion guard
+        resets = [(f.attr, self.classes.field_default(f)) for f in spec.fields if version not in f.versions]
+        nested = [(f.attr, f.struct, f.type.is_array) for f in spec.fields
+                  if version in f.versions and f.struct is not None and self._plan(f.struct, version) is not None]
+        plan = (resets, nested) if resets or nested else None
+        self._plans[key] = plan
+        return plan
+
+    def fit(self, value: Any, version: int) -> Any:
+        return self._fit(self.root, value, version)
+
+    def _fit(self, spec: Any, value: Any, version: int) -> Any:
+        plan = self._plan(spec, version)
+        if plan is None or value is None:
+            return value
+        resets, nested = plan
+        changes: dict[str, Any] = {}
+        for attr, default in resets:
+            if getattr(value, attr) != default:
+                changes[attr] = default
+        for attr, sub, is_array in nested:
+            v = getattr(value, attr)
+            if v is None:
+                continue
+            changes[attr] = [self._fit(sub, x, version) for x in v] if is_array else self._fit(sub, v, version)
+        return msgspec.structs.replace(value, **changes) if changes else value
+
+
+_FITTERS: dict[int, _Fitter] = {}
+
+
+def fit_to_version(codec: Any, value: Any, version: int) -> Any:
+    fitter = _FITTERS.get(id(codec))
+    if fitter is None:
+        fitter = _FITTERS[id(codec)] = _Fitter(codec)
+    return fitter.fit(value, version)
+
+
 def encode_response(table: ApiTable, api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:
     """A whole response frame: size, response header, body."""
-    payload = table.schemas.codec(table.response_names[api_key]).encode(body, api_version)
+    codec = table.schemas.codec(table.response_names[api_key])
+    payload = codec.encode(fit_to_version(codec, body, api_version), api_version)
     if response_header_version(table, api_key, api_version) == 1:
         return _HEADER_V0.pack(len(payload) + 5, correlation_id) + b"\x00" + payload
     return _HEADER_V0.pack(len(payload) + 4, correlation_id) + payload

@@ -1,0 +1,84 @@
+"""Produce: acks 0/1/all, CRC-checked v2 batches, idempotent and transactional producers."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from records.kafka_envelope import Request
+from records.registry import default_schemas
+
+from . import errors as E
+from .batches import BatchRejected, decode_produced, records_of
+
+if TYPE_CHECKING:
+    from .listener import ClusterListeners
+
+S = default_schemas()
+_Response = S.struct("ProduceResponse")
+_TopicResponse = S.nested("ProduceResponse", "TopicProduceResponse")
+_PartitionResponse = S.nested("ProduceResponse", "PartitionProduceResponse")
+_LeaderIdAndEpoch = S.nested("ProduceResponse", "LeaderIdAndEpoch")
+
+
+def produce(cluster: ClusterListeners, broker: int, req: Request) -> object:
+    body = req.body
+    responses = []
+    for t in body.topic_data:
+        parts = [_produce_partition(cluster, broker, body.transactional_id, body.acks, t.name, pd.index, pd.records)
+                 for pd in t.partition_data]
+        responses.append(_TopicResponse(name=t.name, topic_id=t.topic_id, partition_responses=parts))
+    cluster.notify()
+    if body.acks == 0:
+        return None
+    return _Response(responses=responses)
+
+
+def _produce_partition(
+    cluster: ClusterListeners, broker: int, transactional_id: str | None, acks: int,
+    topic: str, index: int, data: bytes | None,
+) -> object:
+    model = cluster.model
+
+    def fail(code: int, message: str | None = None, leader: object = None) -> object:
+        return _PartitionResponse(index=index, error_code=code, base_offset=-1, log_start_offset=-1,
+                                  error_message=message, current_leader=leader or _LeaderIdAndEpoch())
+
+    topic_id = model.topic_ids.get(topic)
+    if topic_id is None or not 0 <= index < len(model.topics[topic_id].partitions):
+        return fail(E.UNKNOWN_TOPIC_OR_PARTITION)
+    state = model.topics[topic_id]
+    part = state.partitions[index]
+    if part.leader != broker:
+        return fail(E.NOT_LEADER_OR_FOLLOWER, None, _LeaderIdAndEpoch(leader_id=part.leader, leader_epoch=part.leader_epoch))
+    if state.read_only:
+        return fail(E.READ_ONLY_TOPIC, f"{topic} is a mirror topic; it accepts produce once its mirror is STOPPED")
+    if acks not in (-1, 0, 1):
+        return fail(E.INVALID_REQUEST, f"acks must be -1, 0 or 1, got {acks}")
+    try:
+        batches = decode_produced(data or b"")
+    except BatchRejected as exc:
+        return fail(exc.code, str(exc))
+    if not batches:
+        return fail(E.INVALID_REQUEST, "no record batch")
+    first_offset = -1
+    for rb in batches:
+        if rb.is_control:
+            return fail(E.INVALID_REQUEST, "clients may not produce control batches")
+        if not rb.records:
+            return fail(E.INVALID_REQUEST, "empty record batch")
+        if rb.is_transactional:
+            txn = model.txn_state.transactions.get(transactional_id or "")
+            if txn is None or not txn.ongoing or part.tp not in txn.partitions or txn.producer_id != rb.producer_id:
+                return fail(E.INVALID_TXN_STATE, f"{topic}-{index} is not part of an ongoing transaction of {transactional_id}")
+        try:
+            written = model.produce(topic, index, records_of(rb), rb.producer_id, rb.producer_epoch,
+                                    rb.base_sequence, rb.is_transactional, rb.max_timestamp, acks)
+        except Exception as exc:  # noqa: BLE001 - the model's refusal is the client's error code
+            return fail(E.code_of(exc), str(exc))
+        if first_offset < 0:
+            first_offset = written.base_offset
+    return _PartitionResponse(index=index, error_code=E.NONE, base_offset=first_offset, log_append_time_ms=-1,
+                              log_start_offset=part.leader_log.log_start)
+
+
+HANDLERS = {0: produce}
