@@ -1,0 +1,199 @@
+"""Real Kafka clients (aiokafka, kafka-python, confluent-kafka/librdkafka) on a clustermodel-server.
+
+One scenario, run by each client against the server's Kafka listeners: plain, idempotent and
+transactional produce (committed, aborted, left open) on A; read_committed and read_uncommitted
+consumers in groups that commit offsets; the partition mirrored to B through the model's mirror
+ports; the same records at the same offsets on B; produce on B refused while the mirror topic is
+read-only and accepted once it is writable (STOPPED).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from clustermodel.client import ClusterClient
+from coordinator.ports import IsolationLevel, TopicPartition
+
+from kafka_clients import AioKafka, Client, ProduceRefused, available_clients
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+READ_ONLY_TOPIC = 134
+
+
+class KafkaServer:
+    """clustermodel-server with clusters A and B; reads the PORT and KAFKA lines it prints."""
+
+    def __init__(self) -> None:
+        self.stderr = tempfile.TemporaryFile()
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "clustermodel.server", "--port", "0", "--cluster", "A", "--cluster", "B", "--seed", "3"],
+            stdout=subprocess.PIPE, stderr=self.stderr, text=True, cwd=ROOT, env=env,
+        )
+        assert self.proc.stdout is not None
+        first = self.proc.stdout.readline()
+        assert first.startswith("PORT "), first
+        self.port = int(first.split()[1])
+        self.printed: list[tuple[str, int, str, int]] = []
+        while True:
+            line = self.proc.stdout.readline()
+            if not line.startswith("KAFKA "):
+                break
+            _, cluster, broker, addr = line.split()
+            host, port = addr.rsplit(":", 1)
+            self.printed.append((cluster, int(broker), host, int(port)))
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+        self.stderr.seek(0)
+        self.errors = self.stderr.read().decode(errors="replace")
+        self.stderr.close()
+        return code
+
+
+@pytest.fixture(scope="module")
+def kafka_server() -> Iterator[KafkaServer]:
+    server = KafkaServer()
+    yield server
+    assert server.stop() == 0
+    # The listener logs a traceback for any handler failure: there must be none.
+    assert "Traceback" not in server.errors, server.errors
+
+
+def mirror_partition(a: ClusterClient, b: ClusterClient, topic: str) -> uuid.UUID:
+    """What the coordinator does for one new mirror topic, through the model's ports: create it
+    read-only with A's topic ID, bump B's leader epoch to A's, copy A's batches as they are."""
+    meta = next(t for t in a.describe_topics() if t.name == topic)
+    b.create_topic(topic, meta.topic_id, len(meta.partitions), read_only=True, mirror_name="m1",
+                   mirror_source_cluster_id=a.cluster_id())
+    for p in meta.partitions:
+        tp = TopicPartition(meta.topic_id, p.partition)
+        offsets = a.list_offsets(tp)
+        batches, pos = [], offsets.log_start
+        while pos < offsets.hw:
+            r = a.fetch(tp, pos, 1 << 20, IsolationLevel.READ_UNCOMMITTED)
+            batches.extend(r.batches)
+            pos = r.batches[-1].next_offset
+        b.bump_leader_epoch(tp, offsets.leader_epoch)
+        b.append_mirror_batches(tp, batches)
+    return meta.topic_id
+
+
+@pytest.mark.parametrize("client", available_clients(), ids=lambda c: getattr(c, "name", "confluent-kafka"))
+def test_client_scenario(kafka_server: KafkaServer, client: Client) -> None:
+    a = ClusterClient(kafka_server.port, "A")
+    b = ClusterClient(kafka_server.port, "B")
+    name = client.name.replace("-", "_")
+    topic = f"orders_{name}"
+    a.add_topic(topic, 1)
+    boot_a, boot_b = a.bootstrap_servers(), b.bootstrap_servers()
+    assert boot_a == ",".join(f"{h}:{p}" for c, _, h, p in kafka_server.printed if c == "A")
+
+    assert client.produce(boot_a, topic, [b"p0", b"p1", b"p2"]) == [0, 1, 2]
+    assert client.produce(boot_a, topic, [b"i0", b"i1", b"i2"], idempotent=True) == [3, 4, 5]
+    client.transaction(boot_a, f"tx_commit_{name}", topic, [b"c0", b"c1"], "commit")
+    client.transaction(boot_a, f"tx_abort_{name}", topic, [b"a0", b"a1"], "abort")
+    client.transaction(boot_a, f"tx_open_{name}", topic, [b"o0"], "open")
+
+    tp = a.tp(topic, 0)
+    offsets = a.list_offsets(tp)
+    assert f"tx_open_{name}" in a.open_transactional_ids()
+    assert offsets.lso < offsets.hw == offsets.leo  # the open transaction holds the LSO back
+
+    committed = [b"p0", b"p1", b"p2", b"i0", b"i1", b"i2", b"c0", b"c1"]
+    everything = committed + [b"a0", b"a1", b"o0"]
+    rc = client.consume(boot_a, topic, "read_committed", f"g_rc_{name}", len(committed))
+    ru = client.consume(boot_a, topic, "read_uncommitted", f"g_ru_{name}", len(everything))
+    assert [v for _, _, v in rc] == committed
+    assert [v for _, _, v in ru] == everything
+    # Each group committed where it stopped: the LSO for read_committed, the HW for read_uncommitted.
+    assert [(o.partition, o.offset) for o in a.group_offsets(f"g_rc_{name}")] == [(0, offsets.lso)]
+    assert [(o.partition, o.offset) for o in a.group_offsets(f"g_ru_{name}")] == [(0, offsets.hw)]
+
+    topic_id = mirror_partition(a, b, topic)
+    # B shows the same records at the same offsets, the open transaction included.
+    assert client.consume(boot_b, topic, "read_committed", f"g_rc_b_{name}", len(committed)) == rc
+    assert client.consume(boot_b, topic, "read_uncommitted", f"g_ru_b_{name}", len(everything)) == ru
+
+    with pytest.raises(ProduceRefused) as refused:
+        client.produce(boot_b, topic, [b"too early"])
+    print(client.name, "refused:", refused.value.code, refused.value)
+    if refused.value.code not in (None, -1):
+        assert refused.value.code == READ_ONLY_TOPIC
+    b.set_read_only(topic_id, False)  # the mirror topic is STOPPED: writable
+    b_leo = b.list_offsets(TopicPartition(topic_id, 0)).leo
+    assert client.produce(boot_b, topic, [b"after stop"]) == [b_leo]
+
+
+def test_printed_listeners_match_the_client_api(kafka_server: KafkaServer) -> None:
+    with ClusterClient(kafka_server.port, "A") as a:
+        listeners = a.kafka_listeners()
+    assert listeners == kafka_server.printed
+    assert {(c, b) for c, b, _, _ in listeners} == {(c, b) for c in "AB" for b in range(3)}
+    assert all(h == "127.0.0.1" for _, _, h, _ in listeners)
+
+
+def test_leadership_moves_and_broker_crash_reach_a_running_client(kafka_server: KafkaServer) -> None:
+    """A long-lived aiokafka producer and consumer across an election, a broker crash and its restart."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    a = ClusterClient(kafka_server.port, "A")
+    topic = "moves"
+    a.add_topic(topic, 1)
+    boot = a.bootstrap_servers()
+
+    async def run() -> list[int]:
+        p = AIOKafkaProducer(bootstrap_servers=boot, acks="all", request_timeout_ms=3000, retry_backoff_ms=50,
+                             metadata_max_age_ms=60000)
+        c = AIOKafkaConsumer(topic, bootstrap_servers=boot, group_id="g_moves", auto_offset_reset="earliest",
+                             request_timeout_ms=3000, retry_backoff_ms=50, session_timeout_ms=6000,
+                             heartbeat_interval_ms=300, metadata_max_age_ms=60000)
+        await p.start()
+        await c.start()
+        seen: list[int] = []
+
+        async def read_until(n: int) -> None:
+            deadline = asyncio.get_running_loop().time() + 20
+            while len(seen) < n and asyncio.get_running_loop().time() < deadline:
+                for msgs in (await c.getmany(timeout_ms=200)).values():
+                    seen.extend(m.offset for m in msgs)
+
+        try:
+            offsets = [(await p.send_and_wait(topic, b"before", partition=0)).offset]
+            await read_until(1)
+            old_leader = a.describe_topics()[0].partitions[0].leader if a.describe_topics()[0].name == topic else None
+            new_leader = a.elect_leader(topic, 0)
+            assert new_leader != old_leader
+            offsets.append((await p.send_and_wait(topic, b"after election", partition=0)).offset)
+            await read_until(2)
+            a.crash_broker(new_leader)
+            offsets.append((await p.send_and_wait(topic, b"after crash", partition=0)).offset)
+            await read_until(3)
+            a.restart_broker(new_leader)
+            offsets.append((await p.send_and_wait(topic, b"after restart", partition=0)).offset)
+            await read_until(4)
+            assert offsets == [0, 1, 2, 3]
+            return seen
+        finally:
+            await c.stop()
+            await p.stop()
+
+    assert asyncio.run(run()) == [0, 1, 2, 3]
+    assert isinstance(AioKafka(), Client)
