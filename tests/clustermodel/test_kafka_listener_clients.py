@@ -197,3 +197,60 @@ def test_leadership_moves_and_broker_crash_reach_a_running_client(kafka_server: 
 
     assert asyncio.run(run()) == [0, 1, 2, 3]
     assert isinstance(AioKafka(), Client)
+
+
+def test_admin_with_librdkafka(kafka_server: KafkaServer) -> None:
+    """confluent-kafka's AdminClient: topics, partitions, configs, ACLs, DeleteRecords on the model."""
+    ck = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewPartitions,
+        NewTopic,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    a = ClusterClient(kafka_server.port, "A")
+    admin = AdminClient({"bootstrap.servers": a.bootstrap_servers()})
+    admin.create_topics([NewTopic("adm", 2, 3, config={"retention.ms": "60000"})])["adm"].result(20)
+    with pytest.raises(ck.KafkaException) as exists:
+        admin.create_topics([NewTopic("adm", 1, 1)])["adm"].result(20)
+    assert exists.value.args[0].code() == ck.KafkaError.TOPIC_ALREADY_EXISTS
+    admin.create_partitions([NewPartitions("adm", 3)])["adm"].result(20)
+    assert len(next(t for t in a.describe_topics() if t.name == "adm").partitions) == 3
+
+    res = ConfigResource(ResourceType.TOPIC, "adm")
+    admin.incremental_alter_configs([ConfigResource(ResourceType.TOPIC, "adm", incremental_configs=[
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE),
+    ])])[res].result(20)
+    described = admin.describe_configs([res])[res].result(20)
+    assert {k: v.value for k, v in described.items()} == {"cleanup.policy": "compact"}
+
+    acl = AclBinding(ResourceType.TOPIC, "adm", ResourcePatternType.LITERAL, "User:alice", "*",
+                     AclOperation.READ, AclPermissionType.ALLOW)
+    admin.create_acls([acl])[acl].result(20)
+    any_filter = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                                  AclOperation.ANY, AclPermissionType.ANY)
+    assert admin.describe_acls(any_filter).result(20) == [acl]
+    assert admin.delete_acls([any_filter])[any_filter].result(20) == [acl]
+    assert a.describe_acls() == []
+
+    Client_ = pytest.importorskip("kafka_clients").Confluent
+    Client_().produce(a.bootstrap_servers(), "adm", [b"a", b"b", b"c"])
+    from confluent_kafka import TopicPartition as CTP
+
+    done = admin.delete_records([CTP("adm", 0, 2)])
+    (fut,) = done.values()
+    assert fut.result(20).low_watermark == 2
+    assert a.list_offsets(a.tp("adm", 0)).log_start == 2
+    admin.delete_topics(["adm"])["adm"].result(20)
+    assert "adm" not in {t.name for t in a.describe_topics()}
+    del admin
