@@ -139,6 +139,11 @@ def test_client_scenario(kafka_server: KafkaServer, client: Client) -> None:
     b_leo = b.list_offsets(TopicPartition(topic_id, 0)).leo
     assert client.produce(boot_b, topic, [b"after stop"]) == [b_leo]
 
+    # The read_uncommitted group moves to B: its offsets synced as the coordinator's group sync
+    # writes them; on B it resumes where it stopped on A and reads only what came after.
+    b.commit_group_offsets(f"g_ru_{name}", a.group_offsets(f"g_ru_{name}"))
+    assert client.consume(boot_b, topic, "read_uncommitted", f"g_ru_{name}", 1) == [(0, b_leo, b"after stop")]
+
 
 def test_printed_listeners_match_the_client_api(kafka_server: KafkaServer) -> None:
     with ClusterClient(kafka_server.port, "A") as a:
@@ -178,7 +183,7 @@ def test_leadership_moves_and_broker_crash_reach_a_running_client(kafka_server: 
         try:
             offsets = [(await p.send_and_wait(topic, b"before", partition=0)).offset]
             await read_until(1)
-            old_leader = a.describe_topics()[0].partitions[0].leader if a.describe_topics()[0].name == topic else None
+            old_leader = next(t for t in a.describe_topics() if t.name == topic).partitions[0].leader
             new_leader = a.elect_leader(topic, 0)
             assert new_leader != old_leader
             offsets.append((await p.send_and_wait(topic, b"after election", partition=0)).offset)
@@ -254,3 +259,43 @@ def test_admin_with_librdkafka(kafka_server: KafkaServer) -> None:
     admin.delete_topics(["adm"])["adm"].result(20)
     assert "adm" not in {t.name for t in a.describe_topics()}
     del admin
+
+
+def test_two_members_share_a_group_and_rebalance(kafka_server: KafkaServer) -> None:
+    """Two aiokafka consumers in one group split a two-partition topic; when one leaves the other takes all."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+
+    a = ClusterClient(kafka_server.port, "A")
+    a.add_topic("shared", 2)
+    for p in (0, 1):
+        a.produce("shared", p, [(None, f"p{p}-{i}".encode()) for i in range(3)])
+    boot = a.bootstrap_servers()
+
+    def consumer() -> AIOKafkaConsumer:
+        return AIOKafkaConsumer("shared", bootstrap_servers=boot, group_id="g_shared", auto_offset_reset="earliest",
+                                session_timeout_ms=6000, heartbeat_interval_ms=200, enable_auto_commit=False)
+
+    async def run() -> None:
+        c1, c2 = consumer(), consumer()
+        await c1.start()
+        await c2.start()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while loop.time() < deadline:
+            await asyncio.gather(c1.getmany(timeout_ms=100), c2.getmany(timeout_ms=100))
+            if c1.assignment() and c2.assignment():
+                break
+        assert {tp.partition for tp in c1.assignment()} | {tp.partition for tp in c2.assignment()} == {0, 1}
+        assert not c1.assignment() & c2.assignment()
+        desc = a.list_groups()
+        assert any(g.group_id == "g_shared" and g.active and g.member_count == 2 for g in desc), desc
+        await c2.stop()
+        while loop.time() < deadline and len(c1.assignment()) < 2:
+            await c1.getmany(timeout_ms=100)
+        assert {tp.partition for tp in c1.assignment()} == {0, 1}
+        await c1.stop()
+
+    asyncio.run(run())
+    assert not any(g.group_id == "g_shared" and g.active for g in a.list_groups())
