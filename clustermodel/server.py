@@ -154,7 +154,8 @@ class ModelServer:
                 return encode_error(request_id, InvalidRequest(f"bad broker count {args.brokers}"))
             self.clusters[args.name] = ClusterModel(args.name, seed=args.seed, brokers=args.brokers, journal=False)
             if self.kafka is not None:
-                task = asyncio.get_running_loop().create_task(self.kafka.add_cluster(args.name, self.clusters[args.name]))
+                listeners = self.kafka.add_cluster(args.name, self.clusters[args.name])
+                task = asyncio.get_running_loop().create_task(listeners.start())
                 self._pending.add(task)
                 task.add_done_callback(self._pending.discard)
             return encode_ok(request_id, args.name)
@@ -294,10 +295,12 @@ async def serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if args.kafka_listeners:
+        # Before the control port opens, so no add_cluster call races the listeners' start.
+        await server.start_kafka(args.kafka_host or args.host)
     port = await server.start(args.host, args.port)
     print(f"PORT {port}", flush=True)
-    if args.kafka_listeners:
-        await server.start_kafka(args.kafka_host or args.host)
+    if server.kafka is not None:
         for cluster, broker, host, kport in server.kafka.addresses():
             print(f"KAFKA {cluster} {broker} {host}:{kport}", flush=True)
     print(f"clusters: {', '.join(sorted(clusters))} on {args.host}:{port}", flush=True)

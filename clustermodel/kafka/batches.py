@@ -1,9 +1,10 @@
 """Model batches to Kafka RecordBatch v2 bytes and back.
 
-A model batch keeps its offsets, leader epoch, producer fields and one timestamp; its payload
-is the model's own ``[offset_delta, key, value]`` list (clustermodel/records.py). A produced
-Kafka batch keeps all of those except per-record timestamps (the batch's max timestamp
-stands for all) and record headers, which the model has no room for.
+A batch a Kafka client produced keeps its record section as it came (a Kafka-records payload,
+clustermodel/records.py): headers, per-record timestamps and offset deltas reach consumers, on
+A and, copied by the mirror, on B. Only the header is the broker's: base offset and leader epoch
+assigned, the CRC32C computed again. Batches the model wrote itself (its msgpack payload) are
+encoded record by record, with the batch timestamp for every record and no headers.
 
 Produced batches are checked as a broker does (CRC32C, magic 2, record framing); gzip is
 inflated, the other codecs are refused with UNSUPPORTED_COMPRESSION_TYPE.
@@ -30,7 +31,11 @@ from records.segments import (
     encode_batch,
 )
 
-from ..records import decode_records
+from ..records import decode_records, kafka_payload, kafka_payload_parts
+
+_TAIL = struct.Struct(">hiqqqhii")  # attributes .. recordsCount
+_PREFIX = struct.Struct(">qiibI")  # baseOffset .. crc
+_MIN_BATCH_LENGTH = 49
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _ATTRIBUTES_OFFSET = 21
@@ -50,9 +55,10 @@ INVALID_RECORD = 87
 UNSUPPORTED_COMPRESSION_TYPE = 76
 
 
-def decode_produced(data: bytes) -> list[RecordBatch]:
-    """The v2 batches of one partition's produce data, CRC-checked; gzip inflated."""
-    out: list[RecordBatch] = []
+def decode_produced(data: bytes) -> list[tuple[RecordBatch, bytes]]:
+    """The v2 batches of one partition's produce data, CRC-checked, gzip inflated; each with its
+    uncompressed record section."""
+    out: list[tuple[RecordBatch, bytes]] = []
     pos = 0
     n = len(data)
     while pos < n:
@@ -70,21 +76,22 @@ def decode_produced(data: bytes) -> list[RecordBatch]:
                 batch, _ = decode_batch(data, pos)
             except SegmentError as exc:
                 raise BatchRejected(CORRUPT_MESSAGE, str(exc)) from None
+            section = data[pos + _HEADER.size : end]
         elif codec == 1:
             if crc32c(data[pos + _ATTRIBUTES_OFFSET : end]) != crc:
                 raise BatchRejected(CORRUPT_MESSAGE, f"CRC mismatch in the batch at byte {pos}")
-            batch = _inflate_gzip(data[pos:end])
+            batch, section = _inflate_gzip(data[pos:end])
         else:
             raise BatchRejected(
                 UNSUPPORTED_COMPRESSION_TYPE,
                 f"compression {COMPRESSION_CODECS.get(codec, codec)} is not supported (none and gzip are)",
             )
-        out.append(batch)
+        out.append((batch, section))
         pos = end
     return out
 
 
-def _inflate_gzip(raw: bytes) -> RecordBatch:
+def _inflate_gzip(raw: bytes) -> tuple[RecordBatch, bytes]:
     fields = list(_HEADER.unpack_from(raw, 0))
     try:
         records = zlib.decompress(raw[_HEADER.size :], wbits=31)
@@ -96,13 +103,14 @@ def _inflate_gzip(raw: bytes) -> RecordBatch:
     fields[4] = crc32c(tail)
     plain = struct.pack(">qiibI", *fields[:5]) + tail
     try:
-        return decode_batch(plain, 0)[0]
+        return decode_batch(plain, 0)[0], records
     except SegmentError as exc:
         raise BatchRejected(CORRUPT_MESSAGE, str(exc)) from None
 
 
-def records_of(batch: RecordBatch) -> list[tuple[bytes | None, bytes | None]]:
-    return [(r.key, r.value) for r in batch.records]
+def model_payload(batch: RecordBatch, section: bytes) -> bytes:
+    """The Kafka-records payload a produced batch is kept as."""
+    return kafka_payload(batch.base_timestamp, len(batch.records), section)
 
 
 class WireCache:
@@ -130,11 +138,19 @@ class WireCache:
 
 def to_wire(batch: Batch) -> bytes:
     """A model batch as Kafka RecordBatch v2 bytes, CRC32C included."""
+    attributes = (ATTR_TRANSACTIONAL if batch.is_transactional else 0) | (ATTR_CONTROL if batch.is_control else 0)
+    parts = kafka_payload_parts(batch.payload)
+    if parts is not None:
+        base_timestamp, count, section = parts
+        tail = _TAIL.pack(attributes, batch.last_offset - batch.base_offset, base_timestamp, batch.timestamp,
+                          batch.producer_id, batch.producer_epoch, batch.base_sequence, count)
+        crc = crc32c(section, crc32c(tail))
+        prefix = _PREFIX.pack(batch.base_offset, _MIN_BATCH_LENGTH + len(section), batch.leader_epoch, 2, crc)
+        return b"".join((prefix, tail, section))
     try:
         recs = decode_records(batch.payload)
     except Exception:  # noqa: BLE001 - a foreign payload: hand it out as one opaque value
         recs = [(0, None, batch.payload)]
-    attributes = (ATTR_TRANSACTIONAL if batch.is_transactional else 0) | (ATTR_CONTROL if batch.is_control else 0)
     rb = RecordBatch(
         base_offset=batch.base_offset,
         partition_leader_epoch=batch.leader_epoch,

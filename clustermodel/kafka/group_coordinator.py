@@ -74,8 +74,10 @@ class GroupCoordinator:
     def model(self) -> Any:
         return self.cluster.model
 
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._expire_loop())
+    def _ensure_expiry(self) -> None:
+        """Session expiry runs only while some group has members."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._expire_loop())
 
     def stop(self) -> None:
         if self._task is not None:
@@ -109,6 +111,7 @@ class GroupCoordinator:
             m = g.members[member_id] = Member(member_id, client_id, group_instance_id, protocol_type, protocols,
                                               session_timeout_ms, rebalance_timeout_ms, loop.time())
             self.model.join_group(group_id, member_id)
+            self._ensure_expiry()
         else:
             m.protocols, m.session_timeout_ms, m.rebalance_timeout_ms = protocols, session_timeout_ms, rebalance_timeout_ms
             m.last_seen = loop.time()
@@ -264,7 +267,7 @@ class GroupCoordinator:
 
     async def _expire_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        while True:
+        while any(g.members for g in self.groups.values()):
             await asyncio.sleep(EXPIRY_CHECK_S)
             now = loop.time()
             for g in list(self.groups.values()):

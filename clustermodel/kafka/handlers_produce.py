@@ -8,7 +8,7 @@ from records.kafka_envelope import Request
 from records.registry import default_schemas
 
 from . import errors as E
-from .batches import BatchRejected, decode_produced, records_of
+from .batches import BatchRejected, decode_produced, model_payload
 
 if TYPE_CHECKING:
     from .listener import ClusterListeners
@@ -61,7 +61,7 @@ def _produce_partition(
     if not batches:
         return fail(E.INVALID_REQUEST, "no record batch")
     first_offset = -1
-    for rb in batches:
+    for rb, section in batches:
         if rb.is_control:
             return fail(E.INVALID_REQUEST, "clients may not produce control batches")
         if not rb.records:
@@ -71,8 +71,9 @@ def _produce_partition(
             if txn is None or not txn.ongoing or part.tp not in txn.partitions or txn.producer_id != rb.producer_id:
                 return fail(E.INVALID_TXN_STATE, f"{topic}-{index} is not part of an ongoing transaction of {transactional_id}")
         try:
-            written = model.produce(topic, index, records_of(rb), rb.producer_id, rb.producer_epoch,
-                                    rb.base_sequence, rb.is_transactional, rb.max_timestamp, acks)
+            written = model.produce_kafka_records(
+                topic, index, model_payload(rb, section), len(rb.records), rb.last_offset_delta, rb.producer_id,
+                rb.producer_epoch, rb.base_sequence, rb.is_transactional, rb.max_timestamp, acks)
         except Exception as exc:  # noqa: BLE001 - the model's refusal is the client's error code
             return fail(E.code_of(exc), str(exc))
         if first_offset < 0:

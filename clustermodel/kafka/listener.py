@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Mapping
 
 from records.kafka_envelope import MalformedRequest, split_frames
@@ -32,6 +33,7 @@ class ClusterListeners:
         self.dispatcher = dispatcher
         self.ports: dict[int, int] = {}
         self._servers: dict[int, asyncio.base_events.Server] = {}
+        self._sockets: dict[int, socket.socket] = {}
         self._connections: dict[int, set[asyncio.StreamWriter]] = {b: set() for b in model.brokers}
         self._waiters: set[asyncio.Future[None]] = set()
         self.groups = GroupCoordinator(self)
@@ -40,15 +42,26 @@ class ClusterListeners:
 
     # ---------------------------------------------------------------- lifecycle
 
-    async def start(self, ports: Mapping[int, int] | None = None) -> None:
+    def bind(self, ports: Mapping[int, int] | None = None) -> None:
+        """Bind every broker's socket now (so its port is known at once); start() serves them."""
         for broker in self.model.brokers:
-            port = (ports or {}).get(broker, 0)
-            server = await asyncio.start_server(
-                lambda r, w, b=broker: self._connection(b, r, w), self.host, port
-            )
-            self._servers[broker] = server
-            self.ports[broker] = int(server.sockets[0].getsockname()[1])
-        self.groups.start()
+            if broker in self._sockets:
+                continue
+            sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, (ports or {}).get(broker, 0)))
+            sock.listen(128)
+            sock.setblocking(False)
+            self._sockets[broker] = sock
+            self.ports[broker] = int(sock.getsockname()[1])
+
+    async def start(self, ports: Mapping[int, int] | None = None) -> None:
+        self.bind(ports)
+        for broker, sock in self._sockets.items():
+            if broker not in self._servers:
+                self._servers[broker] = await asyncio.start_server(
+                    lambda r, w, b=broker: self._connection(b, r, w), sock=sock
+                )
 
     async def stop(self) -> None:
         self.groups.stop()
@@ -59,6 +72,9 @@ class ClusterListeners:
                 w.transport.abort()
         for server in self._servers.values():
             await server.wait_closed()
+        for broker, sock in self._sockets.items():
+            if broker not in self._servers:
+                sock.close()
         self.notify()
 
     def address(self, broker: int) -> tuple[str, int]:
@@ -132,15 +148,17 @@ class KafkaListeners:
         self.clusters = {name: ClusterListeners(name, model, host, self.dispatcher) for name, model in clusters.items()}
 
     async def start(self) -> None:
-        for c in self.clusters.values():
+        for c in list(self.clusters.values()):
             await c.start()
 
-    async def add_cluster(self, name: str, model: ClusterModel) -> None:
+    def add_cluster(self, name: str, model: ClusterModel) -> ClusterListeners:
+        """Listeners for a cluster added while running: ports bound now, served once the loop runs start()."""
         c = self.clusters[name] = ClusterListeners(name, model, self.host, self.dispatcher)
-        await c.start()
+        c.bind()
+        return c
 
     async def stop(self) -> None:
-        for c in self.clusters.values():
+        for c in list(self.clusters.values()):
             await c.stop()
 
     def sync(self) -> None:
