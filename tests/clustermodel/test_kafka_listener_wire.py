@@ -282,3 +282,36 @@ async def test_mirror_topic_read_only_then_writable_and_identical_bytes(rig):
         on_b.close()
     finally:
         await listeners_b.stop()
+
+
+async def test_headers_timestamps_and_gzip_reach_consumers(rig):
+    import gzip
+
+    from records.segments import Header, decode_batch
+
+    model, cluster = rig
+    part = model.topic("t").partitions[0]
+    c = await Conn.open(cluster.ports[part.leader])
+    records = [Record(0, 0, b"k0", b"v0", (Header("trace", b"abc"),)), Record(1, 7, None, b"v1")]
+    plain = encode_batch(build_batch(records, base_offset=0, base_timestamp=5000))
+    r = (await c.call(0, 9, _produce_body("t", plain))).responses[0].partition_responses[0]
+    assert (r.error_code, r.base_offset) == (0, 0)
+    # The same records gzip-compressed (codec 1): inflated by the listener, stored uncompressed.
+    raw = bytearray(plain)
+    section = gzip.compress(bytes(raw[61:]))
+    header = bytearray(raw[:61])
+    header[22] |= 1
+    struct.pack_into(">i", header, 8, 49 + len(section))
+    from crc32c import crc32c
+
+    struct.pack_into(">I", header, 17, crc32c(bytes(header[21:]) + section))
+    r = (await c.call(0, 9, _produce_body("t", bytes(header) + section))).responses[0].partition_responses[0]
+    assert (r.error_code, r.base_offset) == (0, 2)
+    got = (await c.call(1, 12, _fetch_body("t", 0))).responses[0].partitions[0]
+    first, pos = decode_batch(got.records, 0)
+    second, _ = decode_batch(got.records, pos)
+    for batch, base in ((first, 0), (second, 2)):
+        assert batch.base_offset == base and batch.compression == 0
+        assert [(r.key, r.value, r.headers) for r in batch.records] == [(r.key, r.value, r.headers) for r in records]
+        assert [batch.timestamp_of(r) for r in batch.records] == [5000, 5007]
+    c.close()
