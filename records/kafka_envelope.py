@@ -230,20 +230,22 @@ def unsupported_response(table: ApiTable, exc: UnsupportedRequest) -> bytes | No
     """
     if exc.api_key == API_VERSIONS_KEY:
         return api_versions_fallback(table, exc.correlation_id)
-    s = table.schemas
-    resp = s.by_api_key(exc.api_key, "response")
-    req = s.by_api_key(exc.api_key, "request")
-    if resp is None or req is None or exc.api_version not in resp.versions():
+    return error_response(table.schemas, exc.api_key, exc.api_version, exc.correlation_id, UNSUPPORTED_VERSION)
+
+
+def error_response(schemas: SchemaSet, api_key: int, api_version: int, correlation_id: int, code: int) -> bytes | None:
+    """A response frame carrying only a top-level error code, or None if that version has none."""
+    resp = schemas.by_api_key(api_key, "response")
+    if resp is None or api_version not in resp.versions():
         return None
-    top = {f.name: f for f in resp.fields}
-    field = top.get("ErrorCode")
-    if field is None or exc.api_version not in field.versions:
+    field = next((f for f in resp.fields if f.name == "ErrorCode"), None)
+    if field is None or api_version not in field.versions:
         return None
-    body = s.struct(resp.name)(error_code=UNSUPPORTED_VERSION)
-    payload = s.codec(resp.name).encode(body, exc.api_version)
-    if resp.is_flexible(exc.api_version):
-        return _HEADER_V0.pack(len(payload) + 5, exc.correlation_id) + b"\x00" + payload
-    return _HEADER_V0.pack(len(payload) + 4, exc.correlation_id) + payload
+    payload = schemas.codec(resp.name).encode(schemas.struct(resp.name)(error_code=code), api_version)
+    flexible = resp.is_flexible(api_version) and api_key != API_VERSIONS_KEY
+    if flexible:
+        return _HEADER_V0.pack(len(payload) + 5, correlation_id) + b"\x00" + payload
+    return _HEADER_V0.pack(len(payload) + 4, correlation_id) + payload
 
 
 def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None, body: Any,

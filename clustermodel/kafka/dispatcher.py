@@ -13,6 +13,7 @@ from records.kafka_envelope import (
     Request,
     UnsupportedRequest,
     encode_response,
+    error_response,
     parse_request,
     unsupported_response,
 )
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from .listener import ClusterListeners
 
 log = logging.getLogger(__name__)
+UNKNOWN_SERVER_ERROR = -1
 
 Handler = Callable[["ClusterListeners", int, Request], Any]
 
@@ -60,7 +62,10 @@ class Dispatcher:
             raise
         except Exception as exc:  # noqa: BLE001 - a handler bug answers UNKNOWN_SERVER_ERROR, never kills the listener
             log.exception("%s broker %d: %s v%d failed", cluster.name, broker, req.name, req.api_version)
-            raise MalformedRequest(f"{req.name} failed: {exc!r}") from None
+            out = error_response(self.table.schemas, req.api_key, req.api_version, req.correlation_id, UNKNOWN_SERVER_ERROR)
+            if out is None:
+                raise MalformedRequest(f"{req.name} failed: {exc!r}") from None
+            return out
         if body is None:
             return None
         return encode_response(self.table, req.api_key, req.api_version, req.correlation_id, body)

@@ -36,7 +36,7 @@ def metadata(cluster: ClusterListeners, broker: int, req: Request) -> object:
     live = live_brokers(cluster)
     brokers = [_Broker(node_id=b, host=cluster.host, port=cluster.ports[b], rack=None) for b in live]
     wanted = req.body.topics
-    if wanted is None:
+    if wanted is None or (req.api_version == 0 and not wanted):  # v0: an empty list means every topic
         names = sorted(model.topic_ids)
     else:
         names = []

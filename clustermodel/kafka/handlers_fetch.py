@@ -87,7 +87,7 @@ def _fetch_once(cluster: ClusterListeners, broker: int, req: Request) -> tuple[o
                                              last_stable_offset=-1, log_start_offset=-1, current_leader=leader, records=None))
                 continue
             try:
-                r = model.fetch(part.tp, p.fetch_offset, min(p.partition_max_bytes, budget) if total else p.partition_max_bytes,
+                r = model.read_fetch(part.tp, p.fetch_offset, min(p.partition_max_bytes, budget) if total else p.partition_max_bytes,
                                 isolation, _epoch(p.current_leader_epoch), _epoch(p.last_fetched_epoch))
             except PortError as exc:
                 errors = True
@@ -134,7 +134,7 @@ def list_offsets(cluster: ClusterListeners, broker: int, req: Request) -> object
             offset, timestamp, epoch = -1, -1, -1
             if not code:
                 try:
-                    cluster.model._leader(part.tp, _epoch(p.current_leader_epoch))
+                    cluster.model.leader_partition(part.tp, _epoch(p.current_leader_epoch))
                     offset, timestamp, epoch = _offset_for(part, p.timestamp, body.isolation_level)
                 except PortError as exc:
                     code = E.code_of(exc)
@@ -180,7 +180,8 @@ def offset_for_leader_epoch(cluster: ClusterListeners, broker: int, req: Request
             epoch, end = -1, -1
             if not code:
                 try:
-                    answer = cluster.model.end_offset_for_epoch(part.tp, p.leader_epoch, _epoch(p.current_leader_epoch))
+                    leader = cluster.model.leader_partition(part.tp, _epoch(p.current_leader_epoch))
+                    answer = leader.leader_log.end_offset_for_epoch(p.leader_epoch)
                     epoch, end = answer.epoch, answer.end_offset
                 except PortError as exc:
                     code = E.code_of(exc)

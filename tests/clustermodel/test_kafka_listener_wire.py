@@ -315,3 +315,17 @@ async def test_headers_timestamps_and_gzip_reach_consumers(rig):
         assert [(r.key, r.value, r.headers) for r in batch.records] == [(r.key, r.value, r.headers) for r in records]
         assert [batch.timestamp_of(r) for r in batch.records] == [5000, 5007]
     c.close()
+
+
+async def test_handler_failure_answers_unknown_server_error(rig, monkeypatch, caplog):
+    model, cluster = rig
+
+    def broken(*_: object) -> object:
+        raise RuntimeError("a handler bug")
+
+    monkeypatch.setitem(cluster.dispatcher.handlers, 22, broken)
+    c = await Conn.open(cluster.ports[0])
+    assert (await c.call(22, 4, S.struct("InitProducerIdRequest")())).error_code == -1
+    assert (await c.call(18, 0, S.struct("ApiVersionsRequest")())).error_code == 0  # the connection stays
+    assert "a handler bug" in caplog.text
+    c.close()
