@@ -27,8 +27,10 @@ class Client:
     def produce(self, bootstrap: str, topic: str, values: list[bytes], idempotent: bool = False) -> list[int]:
         raise NotImplementedError
 
-    def transaction(self, bootstrap: str, txn_id: str, topic: str, values: list[bytes], end: str) -> None:
-        """end: "commit", "abort" or "open" (the producer goes away with the transaction open)."""
+    def transaction(self, bootstrap: str, txn_id: str, topic: str, values: list[bytes], end: str,
+                    offsets: tuple[str, int] | None = None) -> None:
+        """end: "commit", "abort" or "open" (the producer goes away with the transaction open).
+        ``offsets``: (group, offset) of partition 0 sent to the transaction (consume-transform-produce)."""
         raise NotImplementedError
 
     def consume(self, bootstrap: str, topic: str, isolation: str, group: str, count: int, settle_s: float = 0.7) -> list[tuple[int, int, bytes]]:
@@ -64,8 +66,8 @@ class AioKafka(Client):
 
         return asyncio.run(run())
 
-    def transaction(self, bootstrap, txn_id, topic, values, end):
-        from aiokafka import AIOKafkaProducer
+    def transaction(self, bootstrap, txn_id, topic, values, end, offsets=None):
+        from aiokafka import AIOKafkaProducer, TopicPartition
 
         async def run() -> None:
             p = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=txn_id, request_timeout_ms=5000)
@@ -74,6 +76,8 @@ class AioKafka(Client):
                 await p.begin_transaction()
                 for v in values:
                     await p.send_and_wait(topic, v, partition=0)
+                if offsets is not None:
+                    await p.send_offsets_to_transaction({TopicPartition(topic, 0): offsets[1]}, offsets[0])
                 if end == "commit":
                     await p.commit_transaction()
                 elif end == "abort":
@@ -134,8 +138,9 @@ class KafkaPython(Client):
         finally:
             p.close(timeout=5)
 
-    def transaction(self, bootstrap, txn_id, topic, values, end):
-        from kafka import KafkaProducer
+    def transaction(self, bootstrap, txn_id, topic, values, end, offsets=None):
+        from kafka import KafkaProducer, TopicPartition
+        from kafka.structs import OffsetAndMetadata
 
         p = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=txn_id, request_timeout_ms=5000)
         try:
@@ -143,6 +148,8 @@ class KafkaPython(Client):
             p.begin_transaction()
             for v in values:
                 p.send(topic, v, partition=0).get(timeout=TIMEOUT_S)
+            if offsets is not None:
+                p.send_offsets_to_transaction({TopicPartition(topic, 0): OffsetAndMetadata(offsets[1], "", -1)}, offsets[0])
             if end == "commit":
                 p.commit_transaction()
             elif end == "abort":
@@ -199,8 +206,8 @@ class Confluent(Client):
             out.append(offset)
         return out
 
-    def transaction(self, bootstrap, txn_id, topic, values, end):
-        from confluent_kafka import Producer
+    def transaction(self, bootstrap, txn_id, topic, values, end, offsets=None):
+        from confluent_kafka import Consumer, Producer, TopicPartition
 
         p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 0})
         p.init_transactions(TIMEOUT_S)
@@ -208,6 +215,12 @@ class Confluent(Client):
         for v in values:
             p.produce(topic, v, partition=0)
         p.flush(TIMEOUT_S)
+        if offsets is not None:
+            c = Consumer({"bootstrap.servers": bootstrap, "group.id": offsets[0]})
+            try:
+                p.send_offsets_to_transaction([TopicPartition(topic, 0, offsets[1])], c.consumer_group_metadata(), TIMEOUT_S)
+            finally:
+                c.close()
         if end == "commit":
             p.commit_transaction(TIMEOUT_S)
         elif end == "abort":

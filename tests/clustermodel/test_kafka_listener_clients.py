@@ -4,7 +4,8 @@ One scenario, run by each client against the server's Kafka listeners: plain, id
 transactional produce (committed, aborted, left open) on A; read_committed and read_uncommitted
 consumers in groups that commit offsets; the partition mirrored to B through the model's mirror
 ports; the same records at the same offsets on B; produce on B refused while the mirror topic is
-read-only and accepted once it is writable (STOPPED).
+read-only and accepted after the stop sequence (STOPPED); consume-transform-produce transactions
+whose offsets count only when committed; a group resuming on B from synced offsets.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Iterator
 import pytest
 
 from clustermodel.client import ClusterClient
-from coordinator.ports import IsolationLevel, TopicPartition
+from coordinator.ports import ControlType, IsolationLevel, TopicPartition
 
 from kafka_clients import AioKafka, Client, ProduceRefused, available_clients
 
@@ -94,6 +95,17 @@ def mirror_partition(a: ClusterClient, b: ClusterClient, topic: str) -> uuid.UUI
     return meta.topic_id
 
 
+def stop_mirror_partition(a: ClusterClient, b: ClusterClient, tp: TopicPartition) -> None:
+    """The coordinator's stop sequence for one partition, through the ports: a new leader epoch,
+    ABORT markers for the mirrored open transactions, MIRROR_PID_RESET (so local producers whose
+    IDs collide with mirrored ones start fresh), then writable."""
+    b.bump_leader_epoch(tp, b.list_offsets(tp).leader_epoch + 1)
+    for txn in b.open_transactions(tp):
+        b.append_control_batch(tp, ControlType.ABORT, txn.producer_id, txn.producer_epoch)
+    b.append_control_batch(tp, ControlType.MIRROR_PID_RESET, -1, -1, a.cluster_id())
+    b.set_read_only(tp.topic_id, False)
+
+
 @pytest.mark.parametrize("client", available_clients(), ids=lambda c: getattr(c, "name", "confluent-kafka"))
 def test_client_scenario(kafka_server: KafkaServer, client: Client) -> None:
     a = ClusterClient(kafka_server.port, "A")
@@ -135,14 +147,23 @@ def test_client_scenario(kafka_server: KafkaServer, client: Client) -> None:
     print(client.name, "refused:", refused.value.code, refused.value)
     if refused.value.code not in (None, -1):
         assert refused.value.code == READ_ONLY_TOPIC
-    b.set_read_only(topic_id, False)  # the mirror topic is STOPPED: writable
+    stop_mirror_partition(a, b, TopicPartition(topic_id, 0))
     b_leo = b.list_offsets(TopicPartition(topic_id, 0)).leo
     assert client.produce(boot_b, topic, [b"after stop"]) == [b_leo]
+
+    # Consume-transform-produce: offsets sent to a transaction count only if it commits.
+    client.transaction(boot_b, f"ctp_abort_{name}", topic, [b"t0"], "abort", offsets=(f"g_ctp_{name}", 5))
+    assert b.group_offsets(f"g_ctp_{name}") == []
+    client.transaction(boot_b, f"ctp_commit_{name}", topic, [b"t1"], "commit", offsets=(f"g_ctp_{name}", 6))
+    assert [(o.partition, o.offset) for o in b.group_offsets(f"g_ctp_{name}")] == [(0, 6)]
+    values_b = [v for _, _, v in client.consume(boot_b, topic, "read_committed", f"g_all_b_{name}", len(committed) + 2)]
+    assert values_b == committed + [b"after stop", b"t1"]  # the mirrored open transaction was aborted at the stop
 
     # The read_uncommitted group moves to B: its offsets synced as the coordinator's group sync
     # writes them; on B it resumes where it stopped on A and reads only what came after.
     b.commit_group_offsets(f"g_ru_{name}", a.group_offsets(f"g_ru_{name}"))
-    assert client.consume(boot_b, topic, "read_uncommitted", f"g_ru_{name}", 1) == [(0, b_leo, b"after stop")]
+    resumed = client.consume(boot_b, topic, "read_uncommitted", f"g_ru_{name}", 3)
+    assert [v for _, _, v in resumed] == [b"after stop", b"t0", b"t1"] and resumed[0][1] == b_leo
 
 
 def test_printed_listeners_match_the_client_api(kafka_server: KafkaServer) -> None:
