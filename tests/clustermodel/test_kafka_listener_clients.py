@@ -320,3 +320,36 @@ def test_two_members_share_a_group_and_rebalance(kafka_server: KafkaServer) -> N
 
     asyncio.run(run())
     assert not any(g.group_id == "g_shared" and g.active for g in a.list_groups())
+
+
+def test_admin_and_groups_with_kafka_python(kafka_server: KafkaServer) -> None:
+    """kafka-python's KafkaAdminClient: topics, partitions, configs, DeleteRecords, and the groups the
+    model holds (ListGroups, DescribeGroups, OffsetFetch v8) as an operator on B would see them."""
+    from kafka import TopicPartition as KTP
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
+
+    b = ClusterClient(kafka_server.port, "B")
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap_servers(), request_timeout_ms=10000)
+    try:
+        created = admin.create_topics([NewTopic("kp_adm", 2, 2, topic_configs={"retention.ms": "5000"})])
+        (topic,) = created["topics"]
+        assert topic["error_code"] == 0 and topic["num_partitions"] == 2
+        assert str(next(t for t in b.describe_topics() if t.name == "kp_adm").topic_id) == str(topic["topic_id"])
+        assert admin.create_partitions({"kp_adm": 3}).results[0].error_code == 0
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "kp_adm")])
+        assert {k: v["value"] for k, v in described["topic"]["kp_adm"].items()} == {"retention.ms": "5000"}
+
+        b.produce("kp_adm", 0, [(None, b"a"), (None, b"b"), (None, b"c")])
+        b.commit_offset("g_synced", "kp_adm", 0, 2)  # as the coordinator's group sync leaves it on B
+        listed = {g["group_id"]: g for g in admin.list_groups()}
+        assert listed["g_synced"]["group_state"] == "Empty"
+        assert admin.describe_groups(["g_synced"])["g_synced"]["members"] == []
+        offsets = admin.list_group_offsets(["g_synced"])["g_synced"]
+        assert [(tp.partition, om.offset) for tp, om in offsets.items()] == [(0, 2)]
+
+        deleted = admin.delete_records({KTP("kp_adm", 0): 2})
+        assert deleted[KTP("kp_adm", 0)]["low_watermark"] == 2
+        assert admin.delete_topics(["kp_adm"])["topics"][0]["error_code"] == 0
+        assert "kp_adm" not in admin.list_topics()
+    finally:
+        admin.close()
