@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from coordinator.ports import IsolationLevel, PortError, TopicPartition
+from coordinator.ports import IsolationLevel, PortError
 from records.kafka_envelope import Request
 from records.registry import default_schemas
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from coordinator.ports import NotLeader
 from records.kafka_envelope import Request
 from records.registry import default_schemas
 
@@ -32,6 +33,10 @@ _FENCED_FROM = {22: 3, 24: 2, 25: 2, 26: 2, 28: 3}
 def _code(exc: Exception, req: Request) -> int:
     if isinstance(exc, InvalidProducerEpoch):
         return E.PRODUCER_FENCED if req.api_version >= _FENCED_FROM[req.api_key] else E.INVALID_PRODUCER_EPOCH
+    if isinstance(exc, NotLeader):
+        # Markers cannot be written while a partition of the transaction is offline: Kafka's
+        # coordinator keeps retrying and answers the client with this retriable error.
+        return E.CONCURRENT_TRANSACTIONS
     return E.code_of(exc)
 
 

@@ -329,3 +329,24 @@ async def test_handler_failure_answers_unknown_server_error(rig, monkeypatch, ca
     assert (await c.call(18, 0, S.struct("ApiVersionsRequest")())).error_code == 0  # the connection stays
     assert "a handler bug" in caplog.text
     c.close()
+
+
+def test_server_flags_for_kafka_listeners():
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    refused = subprocess.run([sys.executable, "-m", "clustermodel.server", "--kafka-host", "0.0.0.0"],
+                             capture_output=True, text=True, env=env, cwd=root, timeout=30)
+    assert refused.returncode == 2 and "loopback" in refused.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "clustermodel.server", "--port", "0", "--no-kafka-listeners"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=root)
+    try:
+        assert proc.stdout.readline().startswith("PORT ")
+        assert proc.stdout.readline().startswith("clusters: ")  # no KAFKA lines
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+        proc.stdout.close()
