@@ -37,6 +37,10 @@ class Client:
         """Subscribe in ``group``, read ``count`` records (and anything more within ``settle_s``), commit."""
         raise NotImplementedError
 
+    def producer(self, bootstrap: str) -> Any:
+        """A long-lived producer: ``send(topic, value) -> offset`` (acks=all, waits), ``close()``."""
+        raise NotImplementedError
+
 
 # ---------------------------------------------------------------- aiokafka
 
@@ -115,6 +119,28 @@ class AioKafka(Client):
         return asyncio.run(run())
 
 
+    def producer(self, bootstrap):
+        from aiokafka import AIOKafkaProducer
+
+        async def start() -> AIOKafkaProducer:
+            p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=3000, retry_backoff_ms=50)
+            await p.start()
+            return p
+
+        loop = asyncio.new_event_loop()
+        p = loop.run_until_complete(start())
+
+        class Session:
+            def send(self, topic: str, value: bytes) -> int:
+                return loop.run_until_complete(p.send_and_wait(topic, value, partition=0)).offset
+
+            def close(self) -> None:
+                loop.run_until_complete(p.stop())
+                loop.close()
+
+        return Session()
+
+
 # ---------------------------------------------------------------- kafka-python
 
 
@@ -178,6 +204,21 @@ class KafkaPython(Client):
             return got
         finally:
             c.close()
+
+
+    def producer(self, bootstrap):
+        from kafka import KafkaProducer
+
+        p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=3000, retry_backoff_ms=50)
+
+        class Session:
+            def send(self, topic: str, value: bytes) -> int:
+                return p.send(topic, value, partition=0).get(timeout=TIMEOUT_S).offset
+
+            def close(self) -> None:
+                p.close(timeout=5)
+
+        return Session()
 
 
 # ---------------------------------------------------------------- confluent-kafka (librdkafka)
@@ -251,6 +292,28 @@ class Confluent(Client):
             return got
         finally:
             c.close()
+
+
+    def producer(self, bootstrap):
+        from confluent_kafka import Producer
+
+        p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0, "retry.backoff.ms": 50,
+                      "message.timeout.ms": 15000})
+
+        class Session:
+            def send(self, topic: str, value: bytes) -> int:
+                out: list[Any] = []
+                p.produce(topic, value, partition=0, on_delivery=lambda err, msg: out.append((err, msg)))
+                p.flush(TIMEOUT_S)
+                err, msg = out[0]
+                if err is not None:
+                    raise ProduceRefused(str(err), err.code())
+                return msg.offset()
+
+            def close(self) -> None:
+                p.flush(5)
+
+        return Session()
 
 
 def available_clients() -> list[Any]:

@@ -225,6 +225,34 @@ def test_leadership_moves_and_broker_crash_reach_a_running_client(kafka_server: 
     assert isinstance(AioKafka(), Client)
 
 
+@pytest.mark.parametrize("client", available_clients(), ids=lambda c: getattr(c, "name", "confluent-kafka"))
+def test_one_producer_across_election_crash_and_restart(kafka_server: KafkaServer, client: Client) -> None:
+    """Each client keeps one producer through a leader election (NOT_LEADER_OR_FOLLOWER, then
+    Metadata), the new leader's crash (a closed connection) and its restart; no write is lost
+    or duplicated and a consumer sees them all, in order."""
+    a = ClusterClient(kafka_server.port, "A")
+    topic = f"moves_{client.name.replace('-', '_')}"
+    a.add_topic(topic, 1)
+    boot = a.bootstrap_servers()
+    session = client.producer(boot)
+    try:
+        offsets = [session.send(topic, b"before")]
+        old = next(t for t in a.describe_topics() if t.name == topic).partitions[0].leader
+        new = a.elect_leader(topic, 0)
+        assert new != old
+        offsets.append(session.send(topic, b"after election"))
+        a.crash_broker(new)
+        offsets.append(session.send(topic, b"after crash"))
+        a.restart_broker(new)
+        offsets.append(session.send(topic, b"after restart"))
+    finally:
+        session.close()
+    assert offsets == [0, 1, 2, 3]
+    assert a.list_offsets(a.tp(topic, 0)).leader_epoch == 2
+    got = client.consume(boot, topic, "read_committed", f"g_{topic}", 4, settle_s=0.3)
+    assert [(o, v) for _, o, v in got] == [(0, b"before"), (1, b"after election"), (2, b"after crash"), (3, b"after restart")]
+
+
 def test_admin_with_librdkafka(kafka_server: KafkaServer) -> None:
     """confluent-kafka's AdminClient: topics, partitions, configs, ACLs, DeleteRecords on the model."""
     ck = pytest.importorskip("confluent_kafka")
