@@ -486,7 +486,7 @@ class AsyncClusterClient:
 
 def bootstrap_servers(listeners: Sequence[Sequence[Any]], cluster: str) -> str:
     """'host:port,...' of a cluster's Kafka listeners."""
-    addrs = [f"{host}:{port}" for name, _, host, port in listeners if name == cluster]
+    addrs = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for name, _, host, port in listeners if name == cluster]
     if not addrs:
         raise ValueError(f"no Kafka listeners for cluster {cluster!r}")
     return ",".join(addrs)

@@ -302,7 +302,7 @@ async def serve(args: argparse.Namespace) -> int:
     print(f"PORT {port}", flush=True)
     if server.kafka is not None:
         for cluster, broker, host, kport in server.kafka.addresses():
-            print(f"KAFKA {cluster} {broker} {host}:{kport}", flush=True)
+            print(f"KAFKA {cluster} {broker} {f'[{host}]' if ':' in host else host}:{kport}", flush=True)
     print(f"clusters: {', '.join(sorted(clusters))} on {args.host}:{port}", flush=True)
     await stop.wait()
     await server.stop()
