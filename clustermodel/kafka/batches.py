@@ -6,8 +6,8 @@ A and, copied by the mirror, on B. Only the header is the broker's: base offset 
 assigned, the CRC32C computed again. Batches the model wrote itself (its msgpack payload) are
 encoded record by record, with the batch timestamp for every record and no headers.
 
-Produced batches are checked as a broker does (CRC32C, magic 2, record framing); gzip is
-inflated, the other codecs are refused with UNSUPPORTED_COMPRESSION_TYPE.
+Produced batches are checked as a broker does (CRC32C, magic 2, record count and framing); gzip
+is inflated, the other codecs are refused with UNSUPPORTED_COMPRESSION_TYPE.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections import OrderedDict
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -26,10 +27,9 @@ from records.segments import (
     COMPRESSION_CODECS,
     Record,
     RecordBatch,
-    SegmentError,
-    decode_batch,
     encode_batch,
 )
+from records.varint import VarintError, read_varint
 
 from ..records import decode_records, kafka_payload, kafka_payload_parts
 
@@ -55,62 +55,93 @@ INVALID_RECORD = 87
 UNSUPPORTED_COMPRESSION_TYPE = 76
 
 
-def decode_produced(data: bytes) -> list[tuple[RecordBatch, bytes]]:
-    """The v2 batches of one partition's produce data, CRC-checked, gzip inflated; each with its
-    uncompressed record section."""
-    out: list[tuple[RecordBatch, bytes]] = []
+class ProducedBatch(NamedTuple):
+    """A produced v2 batch's header fields and its uncompressed record section."""
+
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    count: int
+    section: bytes
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+
+def decode_produced(data: bytes) -> list[ProducedBatch]:
+    """The v2 batches of one partition's produce data: CRC32C checked, gzip inflated, record
+    framing checked (``count`` records, each a positive length that fits, nothing left over).
+
+    The records themselves are kept as sent; the model decodes keys and values only when it
+    needs them (compaction, demos).
+    """
+    out: list[ProducedBatch] = []
     pos = 0
     n = len(data)
     while pos < n:
         if n - pos < _HEADER.size:
             raise BatchRejected(CORRUPT_MESSAGE, f"truncated batch header at byte {pos}")
-        (_, length, _, magic, crc, attributes, *_rest) = _HEADER.unpack_from(data, pos)
+        (_, length, _, magic, crc, attributes, last_delta, base_ts, max_ts, pid, epoch, seq, count) = _HEADER.unpack_from(data, pos)
         end = pos + _LOG_OVERHEAD + length
         if magic != 2:
             raise BatchRejected(INVALID_RECORD, f"magic {magic}: only v2 record batches are accepted")
         if end > n or length < _HEADER.size - _LOG_OVERHEAD:
             raise BatchRejected(CORRUPT_MESSAGE, f"batch at byte {pos} declares {length} bytes, {n - pos - _LOG_OVERHEAD} remain")
+        if crc32c(data[pos + _ATTRIBUTES_OFFSET : end]) != crc:
+            raise BatchRejected(CORRUPT_MESSAGE, f"CRC mismatch in the batch at byte {pos}")
         codec = attributes & ATTR_COMPRESSION_MASK
-        if codec == 0:
+        section = data[pos + _HEADER.size : end]
+        if codec == 1:
             try:
-                batch, _ = decode_batch(data, pos)
-            except SegmentError as exc:
-                raise BatchRejected(CORRUPT_MESSAGE, str(exc)) from None
-            section = data[pos + _HEADER.size : end]
-        elif codec == 1:
-            if crc32c(data[pos + _ATTRIBUTES_OFFSET : end]) != crc:
-                raise BatchRejected(CORRUPT_MESSAGE, f"CRC mismatch in the batch at byte {pos}")
-            batch, section = _inflate_gzip(data[pos:end])
-        else:
+                section = zlib.decompress(section, wbits=31)
+            except zlib.error as exc:
+                raise BatchRejected(CORRUPT_MESSAGE, f"bad gzip data: {exc}") from None
+            attributes &= ~ATTR_COMPRESSION_MASK
+        elif codec:
             raise BatchRejected(
                 UNSUPPORTED_COMPRESSION_TYPE,
                 f"compression {COMPRESSION_CODECS.get(codec, codec)} is not supported (none and gzip are)",
             )
-        out.append((batch, section))
+        if count < 0 or last_delta < count - 1:
+            raise BatchRejected(INVALID_RECORD, f"{count} records do not fit last offset delta {last_delta}")
+        _check_framing(section, count, pos)
+        out.append(ProducedBatch(attributes, last_delta, base_ts, max_ts, pid, epoch, seq, count, section))
         pos = end
     return out
 
 
-def _inflate_gzip(raw: bytes) -> tuple[RecordBatch, bytes]:
-    fields = list(_HEADER.unpack_from(raw, 0))
+def _check_framing(section: bytes, count: int, batch_pos: int) -> None:
+    pos = 0
+    n = len(section)
     try:
-        records = zlib.decompress(raw[_HEADER.size :], wbits=31)
-    except zlib.error as exc:
-        raise BatchRejected(CORRUPT_MESSAGE, f"bad gzip data: {exc}") from None
-    fields[5] &= ~ATTR_COMPRESSION_MASK
-    tail = struct.pack(">hiqqqhii", *fields[5:]) + records
-    fields[1] = len(tail) + 4 + 4 + 1  # leader epoch, magic, crc
-    fields[4] = crc32c(tail)
-    plain = struct.pack(">qiibI", *fields[:5]) + tail
-    try:
-        return decode_batch(plain, 0)[0], records
-    except SegmentError as exc:
-        raise BatchRejected(CORRUPT_MESSAGE, str(exc)) from None
+        for _ in range(count):
+            b = section[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                length, pos = read_varint(section, pos)
+            if length <= 0:
+                raise BatchRejected(CORRUPT_MESSAGE, f"record of length {length} in the batch at byte {batch_pos}")
+            pos += length
+    except (IndexError, VarintError):
+        pos = n + 1
+    if pos != n:
+        raise BatchRejected(CORRUPT_MESSAGE, f"the batch at byte {batch_pos} does not hold exactly {count} records")
 
 
-def model_payload(batch: RecordBatch, section: bytes) -> bytes:
+def model_payload(batch: ProducedBatch) -> bytes:
     """The Kafka-records payload a produced batch is kept as."""
-    return kafka_payload(batch.base_timestamp, len(batch.records), section)
+    return kafka_payload(batch.base_timestamp, batch.count, batch.section)
 
 
 class WireCache:

@@ -61,10 +61,10 @@ def _produce_partition(
     if not batches:
         return fail(E.INVALID_REQUEST, "no record batch")
     first_offset = -1
-    for rb, section in batches:
+    for rb in batches:
         if rb.is_control:
             return fail(E.INVALID_REQUEST, "clients may not produce control batches")
-        if not rb.records:
+        if not rb.count:
             return fail(E.INVALID_REQUEST, "empty record batch")
         if rb.is_transactional:
             txn = model.txn_state.transactions.get(transactional_id or "")
@@ -72,7 +72,7 @@ def _produce_partition(
                 return fail(E.INVALID_TXN_STATE, f"{topic}-{index} is not part of an ongoing transaction of {transactional_id}")
         try:
             written = model.produce_kafka_records(
-                topic, index, model_payload(rb, section), len(rb.records), rb.last_offset_delta, rb.producer_id,
+                topic, index, model_payload(rb), rb.count, rb.last_offset_delta, rb.producer_id,
                 rb.producer_epoch, rb.base_sequence, rb.is_transactional, rb.max_timestamp, acks)
         except Exception as exc:  # noqa: BLE001 - the model's refusal is the client's error code
             return fail(E.code_of(exc), str(exc))

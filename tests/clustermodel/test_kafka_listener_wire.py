@@ -152,6 +152,14 @@ async def test_produce_errors_as_kafka_gives_them(rig):
     corrupt[-1] ^= 0xFF
     r = (await leader.call(0, 9, _produce_body("t", bytes(corrupt)))).responses[0].partition_responses[0]
     assert r.error_code == 2  # CORRUPT_MESSAGE: the CRC32C does not match
+    # A valid CRC over a batch whose record count lies: the framing check refuses it.
+    lying = bytearray(_batch([b"x", b"y"]))
+    struct.pack_into(">i", lying, 57, 3)
+    from crc32c import crc32c
+
+    struct.pack_into(">I", lying, 17, crc32c(bytes(lying[21:])))
+    r = (await leader.call(0, 9, _produce_body("t", bytes(lying)))).responses[0].partition_responses[0]
+    assert r.error_code in (2, 87) and model.topic("t").partitions[0].leader_log.leo == 0
     lz4 = bytearray(_batch([b"x"]))
     lz4[22] |= 3  # attributes' low byte: lz4 (the CRC no longer matters: the codec is refused first)
     r = (await leader.call(0, 9, _produce_body("t", bytes(lz4)))).responses[0].partition_responses[0]
