@@ -62,6 +62,20 @@ def decode_records(payload: bytes) -> list[Record]:
         raise msgspec.DecodeError(f"bad Kafka-records payload: {exc}") from None
 
 
+def payload_keeping(payload: bytes, survivors: list[Record]) -> bytes:
+    """The payload with only ``survivors`` (a subset of its decoded records) left, in its own format:
+    a Kafka-records payload keeps the survivors' headers and timestamps."""
+    parts = kafka_payload_parts(payload)
+    if parts is None:
+        return encode_records(survivors)
+    from records.segments import decode_record_section, encode_record_section
+
+    base_timestamp, count, section = parts
+    keep = {r[0] for r in survivors}
+    kept = [r for r in decode_record_section(bytes(section), count) if r.offset_delta in keep]
+    return kafka_payload(base_timestamp, len(kept), encode_record_section(kept))
+
+
 def keyed_payload(pairs: Sequence[tuple[bytes | None, bytes | None]]) -> bytes:
     """Consecutive key/value pairs as records with offset deltas 0..n-1."""
     return encode_records((i, k, v) for i, (k, v) in enumerate(pairs))
