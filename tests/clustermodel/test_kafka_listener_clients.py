@@ -144,8 +144,10 @@ def test_client_scenario(kafka_server: KafkaServer, client: Client) -> None:
 
     with pytest.raises(ProduceRefused) as refused:
         client.produce(boot_b, topic, [b"too early"])
-    print(client.name, "refused:", refused.value.code, refused.value)
-    if refused.value.code not in (None, -1):
+    # kafka-python and librdkafka report the code; aiokafka maps codes it does not know to UnknownError.
+    if client.name == "aiokafka":
+        assert type(refused.value.__cause__).__name__ == "UnknownError"
+    else:
         assert refused.value.code == READ_ONLY_TOPIC
     stop_mirror_partition(a, b, TopicPartition(topic_id, 0))
     b_leo = b.list_offsets(TopicPartition(topic_id, 0)).leo
