@@ -132,8 +132,25 @@ def _committed(cluster: ClusterListeners, group_id: str) -> dict[tuple[str, int]
     return out
 
 
-def _fetch_group(cluster: ClusterListeners, group_id: str, topics: list[tuple[str, list[int]]] | None) -> list[tuple[str, list[tuple[int, int, int, str]]]]:
+def _pending(cluster: ClusterListeners, group_id: str) -> set[tuple[str, int]]:
+    """Partitions with offsets of ``group_id`` waiting in an open transaction (TxnOffsetCommit)."""
+    model = cluster.model
+    out = set()
+    for txn in model.txn_state.transactions.values():
+        if txn.ongoing:
+            for o in txn.pending_offsets:
+                topic = model.topics.get(o.topic_id)
+                if o.group_id == group_id and topic is not None:
+                    out.add((topic.name, o.partition))
+    return out
+
+
+def _fetch_group(cluster: ClusterListeners, group_id: str, topics: list[tuple[str, list[int]]] | None,
+                 require_stable: bool = False) -> list[tuple[str, list[tuple[int, int, int, str, int]]]]:
+    """Rows of (partition, offset, leader epoch, metadata, error); with ``require_stable`` a partition
+    whose offset waits in an open transaction answers UNSTABLE_OFFSET_COMMIT, as Kafka does."""
     committed = _committed(cluster, group_id)
+    pending = _pending(cluster, group_id) if require_stable else set()
     if topics is None:
         by_topic: dict[str, list[int]] = {}
         for name, part in committed:
@@ -144,10 +161,12 @@ def _fetch_group(cluster: ClusterListeners, group_id: str, topics: list[tuple[st
         rows = []
         for p in parts:
             o = committed.get((name, p))
-            if o is None:
-                rows.append((p, -1, -1, ""))
+            if (name, p) in pending:
+                rows.append((p, -1, -1, "", E.UNSTABLE_OFFSET_COMMIT))
+            elif o is None:
+                rows.append((p, -1, -1, "", E.NONE))
             else:
-                rows.append((p, o.offset, o.leader_epoch, o.metadata))
+                rows.append((p, o.offset, o.leader_epoch, o.metadata, E.NONE))
         out.append((name, rows))
     return out
 
@@ -159,22 +178,22 @@ def offset_fetch(cluster: ClusterListeners, broker: int, req: Request) -> object
         for g in b.groups:
             code = _not_coordinator(cluster, broker, g.group_id)
             wanted = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
-            rows = [] if code else _fetch_group(cluster, g.group_id, wanted)
+            rows = [] if code else _fetch_group(cluster, g.group_id, wanted, b.require_stable)
             groups.append(_FetchGroup(group_id=g.group_id, error_code=code, topics=[
                 _FetchTopics(name=name, partitions=[
-                    _FetchPartitions(partition_index=p, committed_offset=o, committed_leader_epoch=e, metadata=md, error_code=E.NONE)
-                    for p, o, e, md in parts])
+                    _FetchPartitions(partition_index=p, committed_offset=o, committed_leader_epoch=e, metadata=md, error_code=c)
+                    for p, o, e, md, c in parts])
                 for name, parts in rows]))
         return _FetchResponse(groups=groups)
     code = _not_coordinator(cluster, broker, b.group_id)
     if code:
         return _FetchResponse(error_code=code)
     wanted = None if b.topics is None else [(t.name, list(t.partition_indexes)) for t in b.topics]
-    rows = _fetch_group(cluster, b.group_id, wanted)
+    rows = _fetch_group(cluster, b.group_id, wanted, req.api_version >= 7 and b.require_stable)
     return _FetchResponse(error_code=E.NONE, topics=[
         _FetchTopic(name=name, partitions=[
-            _FetchPartition(partition_index=p, committed_offset=o, committed_leader_epoch=e, metadata=md, error_code=E.NONE)
-            for p, o, e, md in parts])
+            _FetchPartition(partition_index=p, committed_offset=o, committed_leader_epoch=e, metadata=md, error_code=c)
+            for p, o, e, md, c in parts])
         for name, parts in rows])
 
 

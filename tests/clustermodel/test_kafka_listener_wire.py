@@ -358,3 +358,31 @@ def test_server_flags_for_kafka_listeners():
         proc.terminate()
         assert proc.wait(timeout=10) == 0
         proc.stdout.close()
+
+
+async def test_offset_fetch_require_stable_and_transactional_offsets(rig):
+    from clustermodel.kafka.handlers_cluster import coordinator_for
+
+    model, cluster = rig
+    model.produce("t", 0, [(None, b"a"), (None, b"b")])
+    ident = model.init_producer_id("tx")
+    model.add_offsets_to_txn("tx", ident.producer_id, ident.producer_epoch, "g")
+    model.txn_offset_commit("tx", ident.producer_id, ident.producer_epoch, "g", [("t", 0, 2, -1)])
+    G = S.nested("OffsetFetchRequest", "OffsetFetchRequestGroup")
+    T = S.nested("OffsetFetchRequest", "OffsetFetchRequestTopics")
+    c = await Conn.open(cluster.ports[coordinator_for(cluster, "g")])
+
+    async def fetch(stable: bool) -> tuple[int, int]:
+        body = S.struct("OffsetFetchRequest")(groups=[G(group_id="g", topics=[T(name="t", partition_indexes=[0])])], require_stable=stable)
+        (p,) = (await c.call(9, 8, body)).groups[0].topics[0].partitions
+        return p.error_code, p.committed_offset
+
+    assert await fetch(True) == (88, -1)  # UNSTABLE_OFFSET_COMMIT while the transaction is open
+    assert await fetch(False) == (0, -1)
+    model.end_txn("tx", ident.producer_id, ident.producer_epoch, True)
+    assert await fetch(True) == (0, 2)
+    other = await Conn.open(cluster.ports[(coordinator_for(cluster, "g") + 1) % 3])
+    body = S.struct("OffsetFetchRequest")(groups=[G(group_id="g", topics=None)])
+    assert (await other.call(9, 8, body)).groups[0].error_code == 16  # NOT_COORDINATOR
+    for conn in (c, other):
+        conn.close()
