@@ -6,9 +6,12 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from coordinator.ports import IsolationLevel, PortError
+from coordinator.ports import Batch, IsolationLevel, PortError
 from records.kafka_envelope import Request
 from records.registry import default_schemas
+from records.segments import SegmentError, decode_record_section
+
+from ..records import kafka_payload_parts
 
 from . import errors as E
 
@@ -159,13 +162,29 @@ def _offset_for(part: Partition, timestamp: int, isolation_level: int) -> tuple[
             return -1, -1, -1
         return best.base_offset, best.timestamp, best.leader_epoch
     else:
-        # The first batch whose timestamp reaches the target (the model keeps one timestamp per batch).
+        # The first record stamped at or after the target: batches by their max timestamp, then,
+        # for a batch a client produced, its records' own timestamps.
         for b in log.batches:
             if not b.is_control and b.timestamp >= timestamp and b.base_offset < part.hw:
-                return max(b.base_offset, log.log_start), b.timestamp, b.leader_epoch
+                offset, ts = record_at_or_after(b, timestamp)
+                return max(offset, log.log_start), ts, b.leader_epoch
         return -1, -1, -1
     epoch = log.epochs.epoch_for_offset(offset - 1) if offset > log.log_start else log.epochs.epoch_for_offset(offset)
     return offset, -1, part.leader_epoch if epoch is None else epoch
+
+
+def record_at_or_after(batch: Batch, timestamp: int) -> tuple[int, int]:
+    """(offset, timestamp) of the batch's first record stamped at or after ``timestamp``."""
+    parts = kafka_payload_parts(batch.payload)
+    if parts is not None:
+        base_timestamp, count, section = parts
+        try:
+            for r in decode_record_section(bytes(section), count):
+                if base_timestamp + r.timestamp_delta >= timestamp:
+                    return batch.base_offset + r.offset_delta, base_timestamp + r.timestamp_delta
+        except SegmentError:
+            pass
+    return batch.base_offset, batch.timestamp
 
 
 # ---------------------------------------------------------------- OffsetForLeaderEpoch

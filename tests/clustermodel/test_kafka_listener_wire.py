@@ -322,6 +322,12 @@ async def test_headers_timestamps_and_gzip_reach_consumers(rig):
         assert batch.base_offset == base and batch.compression == 0
         assert [(r.key, r.value, r.headers) for r in batch.records] == [(r.key, r.value, r.headers) for r in records]
         assert [batch.timestamp_of(r) for r in batch.records] == [5000, 5007]
+    # ListOffsets by timestamp finds the record, not only its batch.
+    LP = S.nested("ListOffsetsRequest", "ListOffsetsPartition")
+    LT = S.nested("ListOffsetsRequest", "ListOffsetsTopic")
+    body = S.struct("ListOffsetsRequest")(replica_id=-1, topics=[LT(name="t", partitions=[LP(partition_index=0, timestamp=5001, current_leader_epoch=-1)])])
+    r = (await c.call(2, 7, body)).topics[0].partitions[0]
+    assert (r.error_code, r.offset, r.timestamp) == (0, 1, 5007)
     c.close()
 
 
