@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from records.kafka_envelope import Request
 from records.registry import default_schemas
@@ -11,6 +14,7 @@ from . import errors as E
 from .batches import BatchRejected, decode_produced, model_payload
 
 if TYPE_CHECKING:
+    from ..replica import Partition
     from .listener import ClusterListeners
 
 S = default_schemas()
@@ -22,26 +26,63 @@ _LeaderIdAndEpoch = S.nested("ProduceResponse", "LeaderIdAndEpoch")
 
 def produce(cluster: ClusterListeners, broker: int, req: Request) -> object:
     body = req.body
-    responses = []
+    topics: list[tuple[object, list[object]]] = []
+    waits: list[tuple[list[object], int, Partition, int, int]] = []
     for t in body.topic_data:
-        parts = [_produce_partition(cluster, broker, body.transactional_id, body.acks, t.name, pd.index, pd.records)
-                 for pd in t.partition_data]
-        responses.append(_TopicResponse(name=t.name, topic_id=t.topic_id, partition_responses=parts))
+        parts: list[object] = []
+        for pd in t.partition_data:
+            response, part = _produce_partition(cluster, broker, body.transactional_id, body.acks, t.name, pd.index, pd.records)
+            if part is not None and body.acks == -1 and part.hw < part.leader_log.leo:
+                waits.append((parts, len(parts), part, part.leader_log.leo, part.leader_epoch))
+            parts.append(response)
+        topics.append((t, parts))
     cluster.notify()
     if body.acks == 0:
         return None
-    return _Response(responses=responses)
+    if not waits:
+        return _response(topics)
+    return _await_isr(cluster, topics, waits, body.timeout_ms)
+
+
+def _response(topics: list[tuple[object, list[object]]]) -> object:
+    return _Response(responses=[_TopicResponse(name=t.name, topic_id=t.topic_id, partition_responses=parts)
+                                for t, parts in topics])
+
+
+async def _await_isr(cluster: ClusterListeners, topics: list[tuple[object, list[object]]],
+                     waits: list[tuple[list[object], int, Partition, int, int]], timeout_ms: int) -> object:
+    """acks=all: answer once the HW covers the batch (every ISR member has it), as Kafka's purgatory
+    does; REQUEST_TIMED_OUT after the request's timeout, NOT_LEADER_OR_FOLLOWER if leadership moved."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(0, timeout_ms) / 1000
+    while True:
+        pending = []
+        for parts, i, part, end, epoch in waits:
+            if part.leader_epoch != epoch or not part.online:
+                parts[i] = msgspec.structs.replace(parts[i], error_code=E.NOT_LEADER_OR_FOLLOWER, base_offset=-1)
+            elif part.hw < end:
+                pending.append((parts, i, part, end, epoch))
+        waits = pending
+        remaining = deadline - loop.time()
+        if not waits or remaining <= 0:
+            break
+        await cluster.wait_change(remaining)
+    for parts, i, *_ in waits:
+        parts[i] = msgspec.structs.replace(parts[i], error_code=E.REQUEST_TIMED_OUT, base_offset=-1,
+                                           error_message="the ISR did not replicate the batch within the request's timeout")
+    return _response(topics)
 
 
 def _produce_partition(
     cluster: ClusterListeners, broker: int, transactional_id: str | None, acks: int,
     topic: str, index: int, data: bytes | None,
-) -> object:
+) -> tuple[object, Partition | None]:
+    """The partition's response, and the partition when the batch was written."""
     model = cluster.model
 
-    def fail(code: int, message: str | None = None, leader: object = None) -> object:
+    def fail(code: int, message: str | None = None, leader: object = None) -> tuple[object, None]:
         return _PartitionResponse(index=index, error_code=code, base_offset=-1, log_start_offset=-1,
-                                  error_message=message, current_leader=leader or _LeaderIdAndEpoch())
+                                  error_message=message, current_leader=leader or _LeaderIdAndEpoch()), None
 
     topic_id = model.topic_ids.get(topic)
     if topic_id is None or not 0 <= index < len(model.topics[topic_id].partitions):
@@ -79,7 +120,7 @@ def _produce_partition(
         if first_offset < 0:
             first_offset = written.base_offset
     return _PartitionResponse(index=index, error_code=E.NONE, base_offset=first_offset, log_append_time_ms=-1,
-                              log_start_offset=part.leader_log.log_start)
+                              log_start_offset=part.leader_log.log_start), part
 
 
 HANDLERS = {0: produce}

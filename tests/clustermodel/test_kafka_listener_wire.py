@@ -10,6 +10,7 @@ import asyncio
 import struct
 import time
 
+import msgspec
 import pytest
 
 from clustermodel import ClusterModel
@@ -392,3 +393,30 @@ async def test_offset_fetch_require_stable_and_transactional_offsets(rig):
     assert (await other.call(9, 8, body)).groups[0].error_code == 16  # NOT_COORDINATOR
     for conn in (c, other):
         conn.close()
+
+
+async def test_acks_all_waits_for_the_isr(rig):
+    model, cluster = rig
+    part = model.topic("t").partitions[0]
+    follower = next(b for b in part.replicas if b != part.leader)
+    model.set_follower_stalled(follower, True)
+    cluster.sync()
+    c = await Conn.open(cluster.ports[part.leader])
+
+    def body(acks: int, timeout_ms: int) -> object:
+        b = _produce_body("t", _batch([b"x"]), acks=acks)
+        return msgspec.structs.replace(b, timeout_ms=timeout_ms)
+
+    r = (await c.call(0, 9, body(-1, 300))).responses[0].partition_responses[0]
+    assert r.error_code == 7  # REQUEST_TIMED_OUT: the stalled follower is still in the ISR
+    r = (await c.call(0, 9, body(1, 300))).responses[0].partition_responses[0]
+    assert (r.error_code, r.base_offset) == (0, 1)
+    waiting = asyncio.ensure_future(c.call(0, 9, body(-1, 5000)))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    model.set_follower_stalled(follower, False)
+    model.run_replication()
+    cluster.sync()
+    r = (await waiting).responses[0].partition_responses[0]
+    assert (r.error_code, r.base_offset) == (0, 2)
+    c.close()
