@@ -70,6 +70,10 @@ class PortsAdapter(ClusterCore):
                 raise UnknownLeaderEpoch(tp, current_leader_epoch, part.leader_epoch)
         return part
 
+    def leader_partition(self, tp: TopicPartition, current_leader_epoch: int | None) -> Partition:
+        """The online partition, after Kafka's current-leader-epoch check (Fenced/UnknownLeaderEpoch)."""
+        return self._leader(tp, current_leader_epoch)
+
     def _offsets(self, part: Partition) -> PartitionOffsets:
         log = part.leader_log
         return PartitionOffsets(log.log_start, part.lso(), part.hw, log.leo, part.leader_epoch)
@@ -124,6 +128,19 @@ class PortsAdapter(ClusterCore):
                 part.bump_epoch(part.leader_epoch + 1, assign_epoch=not topic.read_only)
             self._after_leader_change(part)
             raise NotLeader(tp, part.leader, part.leader_epoch)
+        return self.read_fetch(tp, fetch_offset, max_bytes, isolation, current_leader_epoch, last_fetched_epoch)
+
+    def read_fetch(
+        self,
+        tp: TopicPartition,
+        fetch_offset: int,
+        max_bytes: int,
+        isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
+        current_leader_epoch: int | None = None,
+        last_fetched_epoch: int | None = None,
+    ) -> FetchResult:
+        """fetch() without the port's fault switches: what the Kafka listener serves to clients
+        (faults model the coordinator's link to a source, not applications' connections)."""
         part = self._leader(tp, current_leader_epoch)
         log = part.leader_log
         hw, lso = part.hw, part.lso()

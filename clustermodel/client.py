@@ -240,6 +240,14 @@ class ClusterClient:
         """Ask the server to write its snapshot file now."""
         return self.call("save_snapshot")  # type: ignore[no-any-return]
 
+    def kafka_listeners(self) -> list[tuple[str, int, str, int]]:
+        """(cluster, broker, host, port) of every Kafka listener the server runs (empty if none)."""
+        return [tuple(a) for a in self.call("kafka_listeners")]  # type: ignore[misc]
+
+    def bootstrap_servers(self, cluster: str | None = None) -> str:
+        """A Kafka client's bootstrap.servers for a cluster (this client's by default)."""
+        return bootstrap_servers(self.kafka_listeners(), cluster or self.cluster)
+
     # ---------------------------------------------------------------- ClusterPort
 
     def cluster_id(self) -> str:
@@ -458,6 +466,13 @@ class AsyncClusterClient:
     async def ping(self) -> str:
         return await self.call("ping")  # type: ignore[no-any-return]
 
+    async def kafka_listeners(self) -> list[tuple[str, int, str, int]]:
+        """(cluster, broker, host, port) of every Kafka listener the server runs (empty if none)."""
+        return [tuple(a) for a in await self.call("kafka_listeners")]  # type: ignore[misc]
+
+    async def bootstrap_servers(self, cluster: str | None = None) -> str:
+        return bootstrap_servers(await self.kafka_listeners(), cluster or self.cluster)
+
     def __getattr__(self, name: str) -> Any:
         if name in METHODS:
 
@@ -467,6 +482,14 @@ class AsyncClusterClient:
             method.__name__ = name
             return method
         raise AttributeError(name)
+
+
+def bootstrap_servers(listeners: Sequence[Sequence[Any]], cluster: str) -> str:
+    """'host:port,...' of a cluster's Kafka listeners."""
+    addrs = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for name, _, host, port in listeners if name == cluster]
+    if not addrs:
+        raise ValueError(f"no Kafka listeners for cluster {cluster!r}")
+    return ",".join(addrs)
 
 
 def _wire(args: list[Any]) -> list[Any]:

@@ -243,27 +243,57 @@ class ClusterCore:
         Mirror topics refuse it (ReadOnlyTopic). A duplicate idempotent batch returns the batch
         already written, as Kafka answers a retried produce.
         """
+        if not records:
+            raise ValueError("a batch needs at least one record")
+        return self._produce(topic, partition, keyed_payload(records), len(records), len(records) - 1,
+                             producer_id, producer_epoch, base_sequence, transactional, timestamp, acks)
+
+    @journaled
+    def produce_kafka_records(
+        self,
+        topic: str,
+        partition: int,
+        payload: bytes,
+        record_count: int,
+        last_offset_delta: int,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
+        transactional: bool = False,
+        timestamp: int | None = None,
+        acks: int = -1,
+    ) -> Batch:
+        """produce() of a batch a Kafka client wrote: its records kept as a Kafka-records payload
+        (records.kafka_payload), headers and timestamps included."""
+        if record_count < 1 or last_offset_delta < record_count - 1:
+            raise ValueError(f"a batch needs at least one record and offsets for them ({record_count}, {last_offset_delta})")
+        return self._produce(topic, partition, payload, record_count, last_offset_delta,
+                             producer_id, producer_epoch, base_sequence, transactional, timestamp, acks)
+
+    def _produce(
+        self, topic: str, partition: int, payload: bytes, record_count: int, last_offset_delta: int,
+        producer_id: int, producer_epoch: int, base_sequence: int, transactional: bool,
+        timestamp: int | None, acks: int,
+    ) -> Batch:
         t = self.topic(topic)
         tp = TopicPartition(t.topic_id, partition)
         t, part = self._online(tp)
         if t.read_only:
             raise ReadOnlyTopic(t.topic_id)
-        if not records:
-            raise ValueError("a batch needs at least one record")
         if acks == -1 and len(part.isr) < t.config_int("min.insync.replicas", 1):
             raise NotEnoughReplicas(f"{tp}: ISR {part.isr} below min.insync.replicas")
         log = part.leader_log
         batch = Batch(
             base_offset=log.leo,
-            last_offset=log.leo + len(records) - 1,
+            last_offset=log.leo + last_offset_delta,
             leader_epoch=part.leader_epoch,
             producer_id=producer_id,
             producer_epoch=producer_epoch,
             base_sequence=base_sequence,
             is_transactional=transactional,
             timestamp=self.now_ms if timestamp is None else timestamp,
-            payload=keyed_payload(records),
-            record_count=len(records),
+            payload=payload,
+            record_count=record_count,
         )
         if producer_id >= 0:
             try:

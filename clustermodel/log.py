@@ -15,7 +15,7 @@ from coordinator.ports import AbortedTransaction, Batch, EpochEndOffset, OpenTra
 
 from .epochs import LeaderEpochCache
 from .producers import ProducerStateManager
-from .records import decode_records, encode_records
+from .records import decode_records, payload_keeping
 
 
 class LogAppendError(Exception):
@@ -219,7 +219,7 @@ class PartitionLog:
             if len(survivors) == len(recs):
                 kept.append(b)
             elif survivors or b.has_producer_id:
-                kept.append(msgspec.structs.replace(b, payload=encode_records(survivors), record_count=len(survivors)))
+                kept.append(msgspec.structs.replace(b, payload=payload_keeping(b.payload, survivors), record_count=len(survivors)))
         if removed:
             self._replace_batches(kept)
         return removed

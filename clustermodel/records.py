@@ -1,9 +1,13 @@
-"""The model's record payload format, and control record bodies.
+"""The model's record payload formats, and control record bodies.
 
-A model batch's payload is a msgpack array of ``[offset_delta, key, value]`` records. It is
-opaque to the ports (mirrors copy it byte for byte); only the model decodes it, to compact by
-key and to let demos read values back. Control batches hold one record whose key is Kafka's
-control key (version int16, type int16) and whose value is the marker body.
+A model batch's payload is a msgpack array of ``[offset_delta, key, value]`` records, or (for
+batches Kafka clients produced through the model's Kafka listener) a Kafka-records payload:
+a 0x00 marker, the batch's base timestamp (int64), its record count (int32) and the v2 record
+section as the client sent it, headers and per-record timestamps included. A msgpack payload
+starts with an array byte, never 0x00. Payloads are opaque to the ports (mirrors copy them byte
+for byte); only the model decodes them, to compact by key and to let demos read values back.
+Control batches hold one record whose key is Kafka's control key (version int16, type int16)
+and whose value is the marker body.
 """
 
 from __future__ import annotations
@@ -28,9 +32,48 @@ def encode_records(records: Iterable[Record]) -> bytes:
     return _encoder.encode([list(r) for r in records])
 
 
+KAFKA_PAYLOAD_MARKER = 0
+_KAFKA_PREFIX = struct.Struct(">bqi")
+
+
+def kafka_payload(base_timestamp: int, record_count: int, record_section: bytes) -> bytes:
+    """A Kafka-records payload: marker, base timestamp, record count, the v2 record section."""
+    return _KAFKA_PREFIX.pack(KAFKA_PAYLOAD_MARKER, base_timestamp, record_count) + record_section
+
+
+def kafka_payload_parts(payload: bytes) -> tuple[int, int, memoryview] | None:
+    """(base timestamp, record count, record section) of a Kafka-records payload, None for msgpack."""
+    if len(payload) < _KAFKA_PREFIX.size or payload[0] != KAFKA_PAYLOAD_MARKER:
+        return None
+    _, base_timestamp, count = _KAFKA_PREFIX.unpack_from(payload, 0)
+    return base_timestamp, count, memoryview(payload)[_KAFKA_PREFIX.size :]
+
+
 def decode_records(payload: bytes) -> list[Record]:
     """Payload bytes back to records; raises msgspec.DecodeError for a foreign payload."""
-    return _decoder.decode(payload)
+    parts = kafka_payload_parts(payload)
+    if parts is None:
+        return _decoder.decode(payload)
+    from records.segments import SegmentError, decode_record_section
+
+    try:
+        return [(r.offset_delta, r.key, r.value) for r in decode_record_section(bytes(parts[2]), parts[1])]
+    except SegmentError as exc:
+        raise msgspec.DecodeError(f"bad Kafka-records payload: {exc}") from None
+
+
+def payload_keeping(payload: bytes, survivors: list[Record]) -> bytes:
+    """The payload with only ``survivors`` (a subset of its decoded records) left, in its own format:
+    a Kafka-records payload keeps the survivors' headers and timestamps."""
+    parts = kafka_payload_parts(payload)
+    if parts is None:
+        return encode_records(survivors)
+    from records.segments import decode_record_section, encode_record_section
+
+    base_timestamp, count, section = parts
+    keep = {r[0] for r in survivors}
+    kept = [r for r in decode_record_section(bytes(section), count) if r.offset_delta in keep]
+    return kafka_payload(base_timestamp, len(kept), encode_record_section(kept))
 
 
 def keyed_payload(pairs: Sequence[tuple[bytes | None, bytes | None]]) -> bytes:

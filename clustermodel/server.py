@@ -41,7 +41,7 @@ from .protocol import (
 )
 
 # Server-level methods (cluster name ignored).
-SERVER_METHODS = ("ping", "list_clusters", "save_snapshot", "add_cluster")
+SERVER_METHODS = ("ping", "list_clusters", "save_snapshot", "add_cluster", "kafka_listeners")
 
 
 class AddClusterArgs(msgspec.Struct, array_like=True):
@@ -72,11 +72,22 @@ class ModelServer:
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.StreamWriter] = set()
         self.requests_served = 0
+        # The clusters' Kafka listeners (clustermodel.kafka), when the server runs them.
+        self.kafka: Any = None
+        self._pending: set[asyncio.Task[None]] = set()
 
     # ---------------------------------------------------------------- dispatch
 
     def dispatch(self, payload: bytes) -> tuple[bytes, int]:
         """Answer one request frame; returns the reply frame and the real delay (ms) a slow cluster adds."""
+        try:
+            return self._dispatch(payload)
+        finally:
+            if self.kafka is not None:
+                # A control call may have crashed a broker or appended data: listeners catch up.
+                self.kafka.sync()
+
+    def _dispatch(self, payload: bytes) -> tuple[bytes, int]:
         try:
             req = request_decoder.decode(payload)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -142,7 +153,16 @@ class ModelServer:
             if not 1 <= args.brokers <= 64:
                 return encode_error(request_id, InvalidRequest(f"bad broker count {args.brokers}"))
             self.clusters[args.name] = ClusterModel(args.name, seed=args.seed, brokers=args.brokers, journal=False)
+            if self.kafka is not None:
+                listeners = self.kafka.add_cluster(args.name, self.clusters[args.name])
+                task = asyncio.get_running_loop().create_task(listeners.start())
+                self._pending.add(task)
+                task.add_done_callback(self._pending.discard)
             return encode_ok(request_id, args.name)
+        if method == "kafka_listeners":
+            if self.kafka is None:
+                return encode_ok(request_id, [])
+            return encode_ok(request_id, [list(a) for a in self.kafka.addresses()])
         try:
             self.save()
         except OSError as exc:
@@ -201,7 +221,16 @@ class ModelServer:
         self._server = await asyncio.start_server(self.handle, host, port)
         return int(self._server.sockets[0].getsockname()[1])
 
+    async def start_kafka(self, host: str) -> None:
+        """Kafka-protocol listeners for every cluster, one port per modelled broker."""
+        from .kafka import KafkaListeners
+
+        self.kafka = KafkaListeners(self.clusters, host)
+        await self.kafka.start()
+
     async def stop(self) -> None:
+        if self.kafka is not None:
+            await self.kafka.stop()
         if self._server is not None:
             self._server.close()
             for writer in list(self._connections):
@@ -249,19 +278,32 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="seed of the first cluster; the next ones get seed+1, ...")
     parser.add_argument("--brokers", type=int, default=3, help="brokers per cluster (default 3)")
     parser.add_argument("--snapshot", type=Path, default=None, metavar="FILE", help="load state at start, save at stop")
+    parser.add_argument(
+        "--kafka-listeners", action=argparse.BooleanOptionalAction, default=True,
+        help="serve the Kafka protocol, one port per modelled broker (default on); "
+        "each is printed as 'KAFKA <cluster> <broker> <host>:<port>'",
+    )
+    parser.add_argument("--kafka-host", default=None, help="loopback address of the Kafka listeners (default: --host)")
     return parser.parse_args(argv)
 
 
 async def serve(args: argparse.Namespace) -> int:
     clusters = build_clusters(args.cluster or ["default"], args.seed, args.brokers, args.snapshot)
     server = ModelServer(clusters, args.snapshot)
-    port = await server.start(args.host, args.port)
-    print(f"PORT {port}", flush=True)
-    print(f"clusters: {', '.join(sorted(clusters))} on {args.host}:{port}", flush=True)
+    # Signal handlers first: a SIGTERM right after the PORT line must still save and exit 0.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if args.kafka_listeners:
+        # Before the control port opens, so no add_cluster call races the listeners' start.
+        await server.start_kafka(args.kafka_host or args.host)
+    port = await server.start(args.host, args.port)
+    print(f"PORT {port}", flush=True)
+    if server.kafka is not None:
+        for cluster, broker, host, kport in server.kafka.addresses():
+            print(f"KAFKA {cluster} {broker} {f'[{host}]' if ':' in host else host}:{kport}", flush=True)
+    print(f"clusters: {', '.join(sorted(clusters))} on {args.host}:{port}", flush=True)
     await stop.wait()
     await server.stop()
     return 0
@@ -272,6 +314,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if not is_loopback(args.host):
         print(f"error: --host must be a loopback address, got {args.host!r}", file=sys.stderr)
+        return 2
+    if args.kafka_host is not None and not is_loopback(args.kafka_host):
+        print(f"error: --kafka-host must be a loopback address, got {args.kafka_host!r}", file=sys.stderr)
         return 2
     if not 0 <= args.port <= 65535:
         print(f"error: bad --port {args.port}", file=sys.stderr)

@@ -7,10 +7,12 @@ Commit and abort write COMMIT/ABORT markers to every partition of the transactio
 
 from __future__ import annotations
 
-from coordinator.ports import Batch, NotLeader, TopicPartition
+from coordinator.ports import Batch, GroupOffset, NotLeader, TopicPartition
 
 from .core import ClusterCore
+from .groups import GroupState
 from .errors import TransactionError
+from .producers import InvalidProducerEpoch
 from .journal import journaled
 from .transactions_state import ProducerIdentity, TxnState
 
@@ -104,6 +106,77 @@ class TransactionsMixin(ClusterCore):
         markers = [self._write_txn_marker(p, commit, txn.producer_id, txn.producer_epoch) for p in parts]
         txn.ongoing = False
         txn.partitions = []
+        return markers
+
+    # ---------------------------------------------------------------- Kafka clients' transaction calls
+
+    def _client_txn(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TxnState:
+        """The transaction of a Kafka client's request; an old epoch is fenced, as Kafka's coordinator does."""
+        txn = self._txn(transactional_id)
+        if producer_id != txn.producer_id or producer_epoch < txn.producer_epoch:
+            raise InvalidProducerEpoch(
+                f"{transactional_id}: producer {producer_id} epoch {producer_epoch} is fenced "
+                f"(current {txn.producer_id} epoch {txn.producer_epoch})"
+            )
+        if producer_epoch > txn.producer_epoch:
+            raise TransactionError(f"{transactional_id}: unknown producer epoch {producer_epoch}")
+        return txn
+
+    @journaled
+    def add_partitions_to_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[tuple[str, int]]
+    ) -> None:
+        """AddPartitionsToTxn: the first call begins the transaction."""
+        txn = self._client_txn(transactional_id, producer_id, producer_epoch)
+        tps = [self.tp(topic, partition) for topic, partition in partitions]
+        if not txn.ongoing:
+            txn.ongoing = True
+            txn.partitions = []
+            txn.pending_offsets = []
+        for tp in tps:
+            if tp not in txn.partitions:
+                txn.partitions.append(tp)
+
+    @journaled
+    def add_offsets_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
+        """AddOffsetsToTxn: the group's offsets become part of the transaction (it begins if needed)."""
+        txn = self._client_txn(transactional_id, producer_id, producer_epoch)
+        if not txn.ongoing:
+            txn.ongoing = True
+            txn.partitions = []
+            txn.pending_offsets = []
+
+    @journaled
+    def txn_offset_commit(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str,
+        offsets: list[tuple[str, int, int, int]],
+    ) -> None:
+        """TxnOffsetCommit: (topic, partition, offset, leader epoch) held until EndTxn commits them."""
+        txn = self._client_txn(transactional_id, producer_id, producer_epoch)
+        if not txn.ongoing:
+            raise TransactionError(f"{transactional_id} has no open transaction")
+        for topic, partition, offset, epoch in offsets:
+            tp = self.tp(topic, partition)
+            txn.pending_offsets.append(GroupOffset(group_id, tp.topic_id, partition, offset, epoch))
+
+    @journaled
+    def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> list[Batch]:
+        """EndTxn: markers on every partition; on commit the pending offsets reach their groups.
+
+        A transaction that never began (no partitions, no offsets) ends with nothing to write.
+        """
+        txn = self._client_txn(transactional_id, producer_id, producer_epoch)
+        if not txn.ongoing:
+            return []
+        pending = list(txn.pending_offsets)
+        markers = self._end_transaction(txn, commit)
+        txn.pending_offsets = []
+        if commit:
+            for o in pending:
+                group = self.groups.get(o.group_id)
+                if group is None:
+                    group = self.groups[o.group_id] = GroupState(o.group_id)
+                group.commit(o)
         return markers
 
     def open_transactional_ids(self) -> list[str]:

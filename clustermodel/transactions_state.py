@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from coordinator.ports import TopicPartition
+from coordinator.ports import GroupOffset, TopicPartition
 
 
 class ProducerIdentity(msgspec.Struct, frozen=True):
@@ -21,6 +21,8 @@ class TxnState(msgspec.Struct):
     producer_epoch: int
     partitions: list[TopicPartition] = []
     ongoing: bool = False
+    # TxnOffsetCommit's offsets, written to their groups when the transaction commits.
+    pending_offsets: list[GroupOffset] = []
 
 
 class TxnCoordinatorState(msgspec.Struct):

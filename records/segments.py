@@ -70,6 +70,8 @@ __all__ = [
     "control_key",
     "control_type",
     "decode_batch",
+    "decode_record_section",
+    "encode_record_section",
     "decode_segment",
     "encode_batch",
     "encode_end_txn_marker",
@@ -584,6 +586,16 @@ def _decode_records(buf: bytes, pos: int, end: int, count: int, batch_pos: int) 
             batch_pos,
         )
     return tuple(records)
+
+
+def decode_record_section(buf: bytes, count: int) -> tuple[Record, ...]:
+    """The ``count`` records of an uncompressed v2 batch's record section (the bytes after its header)."""
+    return _decode_records(bytes(buf), 0, len(buf), count, 0)
+
+
+def encode_record_section(records: Iterable[Record]) -> bytes:
+    """The record section of an uncompressed v2 batch holding ``records``."""
+    return bytes(_encode_records(tuple(records)))
 
 
 def _overrun(start: int, index: int, length: int, what: str, batch_pos: int) -> None:

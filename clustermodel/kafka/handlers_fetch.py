@@ -1,0 +1,212 @@
+"""Fetch (long poll, isolation level, LSO, aborted transactions, leader epoch checks), ListOffsets,
+OffsetForLeaderEpoch."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from coordinator.ports import Batch, IsolationLevel, PortError
+from records.kafka_envelope import Request
+from records.registry import default_schemas
+from records.segments import SegmentError, decode_record_section
+
+from ..records import kafka_payload_parts
+
+from . import errors as E
+
+if TYPE_CHECKING:
+    from ..replica import Partition
+    from .listener import ClusterListeners
+
+S = default_schemas()
+_FetchResponse = S.struct("FetchResponse")
+_FetchTopic = S.nested("FetchResponse", "FetchableTopicResponse")
+_FetchPartition = S.nested("FetchResponse", "PartitionData")
+_Aborted = S.nested("FetchResponse", "AbortedTransaction")
+_Diverging = S.nested("FetchResponse", "EpochEndOffset")
+_FetchLeader = S.nested("FetchResponse", "LeaderIdAndEpoch")
+_ListOffsetsResponse = S.struct("ListOffsetsResponse")
+_LOTopic = S.nested("ListOffsetsResponse", "ListOffsetsTopicResponse")
+_LOPartition = S.nested("ListOffsetsResponse", "ListOffsetsPartitionResponse")
+_OFLEResponse = S.struct("OffsetForLeaderEpochResponse")
+_OFLETopic = S.nested("OffsetForLeaderEpochResponse", "OffsetForLeaderTopicResult")
+_OFLEPartition = S.nested("OffsetForLeaderEpochResponse", "EpochEndOffset")
+
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+
+
+def _leader_partition(cluster: ClusterListeners, broker: int, topic: str, index: int) -> tuple[int, Partition | None]:
+    """(error code, partition) for a request that must reach the partition's leader."""
+    model = cluster.model
+    topic_id = model.topic_ids.get(topic)
+    if topic_id is None or not 0 <= index < len(model.topics[topic_id].partitions):
+        return E.UNKNOWN_TOPIC_OR_PARTITION, None
+    part = model.topics[topic_id].partitions[index]
+    if not part.online:
+        return E.LEADER_NOT_AVAILABLE, part
+    if part.leader != broker:
+        return E.NOT_LEADER_OR_FOLLOWER, part
+    return E.NONE, part
+
+
+def _epoch(value: int) -> int | None:
+    return value if value >= 0 else None
+
+
+# ---------------------------------------------------------------- Fetch
+
+
+async def fetch(cluster: ClusterListeners, broker: int, req: Request) -> object:
+    body = req.body
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(0, body.max_wait_ms) / 1000
+    while True:
+        response, size, errors = _fetch_once(cluster, broker, req)
+        remaining = deadline - loop.time()
+        if size >= max(1, body.min_bytes) or errors or remaining <= 0:
+            return response
+        await cluster.wait_change(remaining)
+        if broker not in cluster.model.live:
+            return response
+
+
+def _fetch_once(cluster: ClusterListeners, broker: int, req: Request) -> tuple[object, int, bool]:
+    body = req.body
+    model = cluster.model
+    isolation = IsolationLevel(body.isolation_level) if body.isolation_level in (0, 1) else IsolationLevel.READ_UNCOMMITTED
+    budget = body.max_bytes if body.max_bytes > 0 else 0x7FFFFFFF
+    total = 0
+    errors = False
+    topics = []
+    for t in body.topics:
+        parts = []
+        for p in t.partitions:
+            code, part = _leader_partition(cluster, broker, t.topic, p.partition)
+            if code:
+                errors = True
+                leader = _FetchLeader(leader_id=part.leader, leader_epoch=part.leader_epoch) if part is not None else _FetchLeader()
+                parts.append(_FetchPartition(partition_index=p.partition, error_code=code, high_watermark=-1,
+                                             last_stable_offset=-1, log_start_offset=-1, current_leader=leader, records=None))
+                continue
+            try:
+                r = model.read_fetch(part.tp, p.fetch_offset, min(p.partition_max_bytes, budget) if total else p.partition_max_bytes,
+                                isolation, _epoch(p.current_leader_epoch), _epoch(p.last_fetched_epoch))
+            except PortError as exc:
+                errors = True
+                log = part.leader_log
+                parts.append(_FetchPartition(partition_index=p.partition, error_code=E.code_of(exc), high_watermark=part.hw,
+                                             last_stable_offset=part.lso(), log_start_offset=log.log_start,
+                                             current_leader=_FetchLeader(leader_id=part.leader, leader_epoch=part.leader_epoch),
+                                             records=None))
+                continue
+            wire = cluster.wire.wire
+            chunks = []
+            for b in r.batches:
+                data = wire(b)
+                if total and total + len(data) > budget:
+                    break
+                chunks.append(data)
+                total += len(data)
+            aborted = None
+            if isolation == IsolationLevel.READ_COMMITTED:
+                aborted = [_Aborted(producer_id=a.producer_id, first_offset=a.first_offset) for a in r.aborted_transactions]
+            diverging = _Diverging()
+            if r.diverging_epoch is not None:
+                diverging = _Diverging(epoch=r.diverging_epoch.epoch, end_offset=r.diverging_epoch.end_offset)
+            parts.append(_FetchPartition(
+                partition_index=p.partition, error_code=E.NONE, high_watermark=r.hw, last_stable_offset=r.lso,
+                log_start_offset=r.log_start, diverging_epoch=diverging, aborted_transactions=aborted,
+                preferred_read_replica=-1, records=b"".join(chunks),
+            ))
+        topics.append(_FetchTopic(topic=t.topic, topic_id=t.topic_id, partitions=parts))
+    # session_id 0: no incremental fetch session, clients send full fetch requests.
+    return _FetchResponse(error_code=E.NONE, session_id=0, responses=topics), total, errors
+
+
+# ---------------------------------------------------------------- ListOffsets
+
+
+def list_offsets(cluster: ClusterListeners, broker: int, req: Request) -> object:
+    body = req.body
+    topics = []
+    for t in body.topics:
+        parts = []
+        for p in t.partitions:
+            code, part = _leader_partition(cluster, broker, t.name, p.partition_index)
+            offset, timestamp, epoch = -1, -1, -1
+            if not code:
+                try:
+                    cluster.model.leader_partition(part.tp, _epoch(p.current_leader_epoch))
+                    offset, timestamp, epoch = _offset_for(part, p.timestamp, body.isolation_level)
+                except PortError as exc:
+                    code = E.code_of(exc)
+            parts.append(_LOPartition(partition_index=p.partition_index, error_code=code, timestamp=timestamp,
+                                      offset=offset, leader_epoch=epoch))
+        topics.append(_LOTopic(name=t.name, partitions=parts))
+    return _ListOffsetsResponse(topics=topics)
+
+
+def _offset_for(part: Partition, timestamp: int, isolation_level: int) -> tuple[int, int, int]:
+    log = part.leader_log
+    if timestamp == EARLIEST:
+        offset = log.log_start
+    elif timestamp == LATEST:
+        offset = part.lso() if isolation_level == 1 else part.hw
+    elif timestamp == MAX_TIMESTAMP:
+        best = None
+        for b in log.batches:
+            if not b.is_control and (best is None or b.timestamp > best.timestamp):
+                best = b
+        if best is None:
+            return -1, -1, -1
+        return best.base_offset, best.timestamp, best.leader_epoch
+    else:
+        # The first record stamped at or after the target: batches by their max timestamp, then,
+        # for a batch a client produced, its records' own timestamps.
+        for b in log.batches:
+            if not b.is_control and b.timestamp >= timestamp and b.base_offset < part.hw:
+                offset, ts = record_at_or_after(b, timestamp)
+                return max(offset, log.log_start), ts, b.leader_epoch
+        return -1, -1, -1
+    epoch = log.epochs.epoch_for_offset(offset - 1) if offset > log.log_start else log.epochs.epoch_for_offset(offset)
+    return offset, -1, part.leader_epoch if epoch is None else epoch
+
+
+def record_at_or_after(batch: Batch, timestamp: int) -> tuple[int, int]:
+    """(offset, timestamp) of the batch's first record stamped at or after ``timestamp``."""
+    parts = kafka_payload_parts(batch.payload)
+    if parts is not None:
+        base_timestamp, count, section = parts
+        try:
+            for r in decode_record_section(bytes(section), count):
+                if base_timestamp + r.timestamp_delta >= timestamp:
+                    return batch.base_offset + r.offset_delta, base_timestamp + r.timestamp_delta
+        except SegmentError:
+            pass
+    return batch.base_offset, batch.timestamp
+
+
+# ---------------------------------------------------------------- OffsetForLeaderEpoch
+
+
+def offset_for_leader_epoch(cluster: ClusterListeners, broker: int, req: Request) -> object:
+    topics = []
+    for t in req.body.topics:
+        parts = []
+        for p in t.partitions:
+            code, part = _leader_partition(cluster, broker, t.topic, p.partition)
+            epoch, end = -1, -1
+            if not code:
+                try:
+                    leader = cluster.model.leader_partition(part.tp, _epoch(p.current_leader_epoch))
+                    answer = leader.leader_log.end_offset_for_epoch(p.leader_epoch)
+                    epoch, end = answer.epoch, answer.end_offset
+                except PortError as exc:
+                    code = E.code_of(exc)
+            parts.append(_OFLEPartition(error_code=code, partition=p.partition, leader_epoch=epoch, end_offset=end))
+        topics.append(_OFLETopic(topic=t.topic, partitions=parts))
+    return _OFLEResponse(topics=topics)
+
+
+HANDLERS = {1: fetch, 2: list_offsets, 23: offset_for_leader_epoch}
