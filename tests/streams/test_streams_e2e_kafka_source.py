@@ -12,7 +12,8 @@ worker's source port is ``streams.kafka_source.KafkaSourceCluster``). Checked:
 - B's LSO is the source's (the open transaction was copied), and read_committed on B reads
   what a real read_committed consumer reads on the source;
 - the consumer group's committed offsets and the topic configs are synced to B;
-- ``--stop``: every partition STOPPED, the open transaction aborted on B, B writable.
+- the source stopped: every partition FAILED (NETWORK_EXCEPTION) and retried with backoff;
+- ``--stop`` meanwhile: every partition STOPPED, the open transaction aborted on B, B writable.
 
 Where noida-db is not Kafka, and how the port and the core take it (docs/kafka-source.md):
 no topic IDs in Metadata (the port derives stable ones from the cluster ID and the name); one
@@ -119,9 +120,16 @@ def test_mirror_from_a_real_broker_byte_for_byte_then_failover(broker: LocalBrok
                      <= b.describe_configs(rig.ids[name]).items(), 30)  # fmt: skip
         assert all(b.describe_topics([tid])[0].read_only for tid in rig.ids.values())
 
-        # Failover: --stop; the transaction left open on the source is aborted on B; B writable.
+        # The source goes away: SourceUnavailable, every partition FAILED (NETWORK_EXCEPTION), retried.
         open_on_b = [tp for tp in rig.tps if b.open_transactions(tp)]
         assert open_on_b
+        source.stop()
+        rig.wait("every partition FAILED, retried", lambda: len(rows := rig.describe("B", MIRROR)) == len(rig.tps)
+                 and all(r["state"] == "FAILED" and r["retryAttempt"] >= 1 for r in rows), 60)  # fmt: skip
+        assert all(r["errorMessage"].startswith("NETWORK_EXCEPTION") for r in rig.describe("B", MIRROR))
+
+        # Failover without the source: --stop; the transaction left open on the source is aborted
+        # on B; B writable.
         rig.cli("B", "--stop", "--mirror", MIRROR, "--topics", ",".join(TOPICS))
         rig.wait("every partition STOPPED", lambda: rig.all_in("B", MIRROR, MirrorState.STOPPED), 60)
         rig.wait("B's topics writable", lambda: not any(rig.read_only("B").values()), 30)
