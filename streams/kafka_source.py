@@ -316,7 +316,7 @@ class _Metadata:
         return topic, part
 
 
-def _error(tp: TopicPartition, code: int, what: str, request_epoch: int, part: PartitionMetadata | None) -> PortError:
+def port_error(tp: TopicPartition, code: int, what: str, request_epoch: int, part: PartitionMetadata | None) -> PortError:
     """A partition's Kafka error as the port error the core handles."""
     epoch = part.leader_epoch if part is not None else UNDEFINED_EPOCH
     leader = part.leader if part is not None else -1
@@ -590,7 +590,7 @@ class KafkaSourceCluster:
         if p.error_code == OFFSET_OUT_OF_RANGE:
             return _OutOfRange()
         if p.error_code != NONE:
-            return _error(tp, p.error_code, "Fetch", request_epoch, part)
+            return port_error(tp, p.error_code, "Fetch", request_epoch, part)
         diverging = None
         de = getattr(p, "diverging_epoch", None)
         if de is not None and (de.epoch >= 0 or de.end_offset >= 0):
@@ -656,7 +656,7 @@ class KafkaSourceCluster:
                 bad = next((a for a in answers if a is None or a.error_code != NONE), "ok")
                 if bad != "ok":
                     code = bad.error_code if bad is not None else NOT_LEADER_OR_FOLLOWER
-                    out[i] = _error(tp, code, "ListOffsets", part.leader_epoch, part)
+                    out[i] = port_error(tp, code, "ListOffsets", part.leader_epoch, part)
                     continue
                 start, hw, lso = (a.offset for a in answers)
                 # A consumer sees no LEO: the source's visible end is its HW.
@@ -688,7 +688,7 @@ class KafkaSourceCluster:
                 for p in t.partitions:
                     if p.partition == tp.partition:
                         if p.error_code != NONE:
-                            return {0: _error(tp, p.error_code, "OffsetsForLeaderEpoch", cur, part)}
+                            return {0: port_error(tp, p.error_code, "OffsetsForLeaderEpoch", cur, part)}
                         return {0: EpochEndOffset(p.leader_epoch, p.end_offset)}
             return {0: NotLeader(tp, part.leader, part.leader_epoch)}
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,16 +36,20 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition as KafkaTP
 
 from coordinator.ports import (
+    FencedLeaderEpoch,
     GroupType,
     IsolationLevel,
+    NotLeader,
     OffsetOutOfRange,
+    PartitionMetadata,
     SourceCluster,
     SourceUnavailable,
     TopicPartition,
+    UnknownLeaderEpoch,
     UnknownTopicId,
 )
 from streams.broker import LocalBroker
-from streams.kafka_source import KafkaSourceCluster, client_settings, parse_jaas
+from streams.kafka_source import KafkaProtocolError, KafkaSourceCluster, port_error, client_settings, parse_jaas, split_batches
 from streams.config import ConfigError
 from kafka_source_data import (
     CONFIGS,
@@ -294,3 +299,36 @@ def test_client_settings_from_the_mirror_config(source: tuple[LocalBroker, Kafka
             port.cluster_id()
     finally:
         port.close()
+
+
+def test_fetched_bytes_are_cut_to_whole_checked_v2_batches(source: tuple[LocalBroker, KafkaSourceCluster]) -> None:
+    """A partial last batch (a broker cuts a response at its byte limit) is dropped as a consumer
+    drops it; a corrupt batch or an old message format is an error, never copied."""
+    _, port = source
+    tp = _tps(port)[("idem", 0)]
+    raw = b"".join(b.payload for b in port.fetch(tp, 0, 1 << 20, IsolationLevel.READ_UNCOMMITTED).batches)
+    whole = split_batches(raw, tp)
+    assert len(whole) > 2 and b"".join(b.payload for b in whole) == raw
+    assert split_batches(raw[:-5], tp) == whole[:-1]
+    corrupt = bytearray(raw)
+    corrupt[len(whole[0].payload) - 1] ^= 0xFF  # the first batch's last byte: its CRC no longer matches
+    with pytest.raises(KafkaProtocolError, match="CRC"):
+        split_batches(bytes(corrupt), tp)
+    legacy = bytearray(raw)
+    legacy[16] = 1  # magic v1: a message set from before Kafka 0.11
+    with pytest.raises(KafkaProtocolError, match="message format v1"):
+        split_batches(bytes(legacy), tp)
+
+
+def test_kafka_errors_become_the_port_errors_the_core_handles() -> None:
+    tp = TopicPartition(uuid.uuid4(), 0)
+    part = PartitionMetadata(tp.topic_id, 0, leader=2, leader_epoch=7, replicas=(1, 2), isr=(2,))
+    assert isinstance(port_error(tp, 6, "Fetch", 7, part), NotLeader)  # NOT_LEADER_OR_FOLLOWER
+    offline = port_error(tp, 5, "Fetch", 7, part)  # LEADER_NOT_AVAILABLE
+    assert isinstance(offline, NotLeader) and offline.leader == -1
+    fenced = port_error(tp, 74, "Fetch", 5, part)
+    assert isinstance(fenced, FencedLeaderEpoch) and (fenced.request_epoch, fenced.leader_epoch) == (5, 7)
+    assert isinstance(port_error(tp, 75, "Fetch", 9, part), UnknownLeaderEpoch)
+    assert isinstance(port_error(tp, 3, "Fetch", 7, part), UnknownTopicId)
+    other = port_error(tp, 87, "Fetch", 7, part)
+    assert isinstance(other, KafkaProtocolError) and not other.retriable and "87" in str(other)
