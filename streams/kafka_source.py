@@ -107,6 +107,12 @@ _API_KEYS = {"Fetch": 1, "ListOffsets": 2, "Metadata": 3, "OffsetFetch": 9, "Fin
              "DescribeGroups": 15, "ListGroups": 16, "OffsetForLeaderEpoch": 23, "DescribeAcls": 29,
              "DescribeConfigs": 32, "ReadMirrorStates": 100}  # fmt: skip
 
+# A broker that ignores Fetch's byte limits (noida-db 0.2.3 sends the whole rest of the log) would
+# make every fetch resend what the last one cut off: what came beyond the budget serves the next
+# fetches of that partition (READ_UNCOMMITTED), up to this much per port and this long.
+READ_AHEAD_MAX_BYTES = 256 << 20
+READ_AHEAD_TTL_S = 10.0
+
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 CONSUMER_REPLICA_ID = -1
@@ -393,6 +399,8 @@ class KafkaSourceCluster:
         self._meta: _Metadata | None = None
         self._meta_at = 0.0
         self._closed = False
+        self._ahead: dict[tuple[TopicPartition, int], _Ahead] = {}
+        self._ahead_bytes = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"kafka-source {bootstrap_servers}",
                                         daemon=True)  # fmt: skip
@@ -506,7 +514,53 @@ class KafkaSourceCluster:
     # ------------------------------------------------------------------ fetch
 
     async def _fetch_many(self, calls: Sequence[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
-        args = [_fetch_args(*a, **kw) for a, kw in calls]
+        every = [_fetch_args(*a, **kw) for a, kw in calls]
+        out: list[Any] = [None] * len(every)
+        todo = []
+        for i, a in enumerate(every):
+            served = self._read_ahead(a)
+            if served is None:
+                todo.append(i)
+            else:
+                out[i] = served
+        if todo:
+            for i, r in zip(todo, await self._fetch_remote([every[i] for i in todo])):
+                out[i] = r
+        return out
+
+    def _read_ahead(self, a: tuple[Any, ...]) -> FetchResult | None:
+        """The next batches from what a broker sent beyond the asked bytes, if they start at the
+        fetch offset and are recent (READ_UNCOMMITTED only: aborted lists are per response)."""
+        tp, offset, max_bytes, isolation, current_epoch, _ = a
+        key = (tp, isolation)
+        ahead = self._ahead.pop(key, None)
+        if ahead is None:
+            return None
+        self._ahead_bytes -= ahead.size
+        if (ahead.offset != offset or self._loop.time() - ahead.at > READ_AHEAD_TTL_S
+                or (current_epoch is not None and current_epoch != ahead.result.leader_epoch)):  # fmt: skip
+            return None
+        kept = _within(ahead.batches, max(max_bytes, 1))
+        rest = ahead.batches[len(kept):]
+        if rest:
+            self._keep_ahead(key, ahead.result, rest, ahead.at)
+        return FetchResult(kept, ahead.result.hw, ahead.result.lso, ahead.result.log_start, ahead.result.leader_epoch)
+
+    def _keep_ahead(self, key: tuple[TopicPartition, int], result: FetchResult, rest: tuple[Batch, ...],
+                    at: float) -> None:  # fmt: skip
+        old = self._ahead.pop(key, None)
+        if old is not None:
+            self._ahead_bytes -= old.size
+        room = READ_AHEAD_MAX_BYTES - self._ahead_bytes
+        kept = _within(rest, room) if room > 0 else ()
+        if kept and sum(len(b.payload) for b in kept) > room:
+            kept = ()
+        if kept:
+            ahead = _Ahead(kept[0].base_offset, kept, result, at)
+            self._ahead[key] = ahead
+            self._ahead_bytes += ahead.size
+
+    async def _fetch_remote(self, args: list[tuple[Any, ...]]) -> list[Any]:
         pending = set(range(len(args)))
         results: dict[int, Any] = {}
 
@@ -579,29 +633,35 @@ class KafkaSourceCluster:
                     out[i] = NotLeader(tp, part.leader, part.leader_epoch)  # left out of the answer: ask again
                     continue
                 try:
-                    out[i] = self._fetch_result(tp, p, part, epochs[i], isolation, max(args[i][2], 1))
+                    out[i], rest = self._fetch_result(tp, p, part, epochs[i], isolation, max(args[i][2], 1))
                 except PortError as e:
                     out[i] = e
+                    continue
+                if rest and isolation == IsolationLevel.READ_UNCOMMITTED:
+                    self._keep_ahead((tp, isolation), out[i], rest, self._loop.time())
         return out
 
     @staticmethod
     def _fetch_result(tp: TopicPartition, p: Any, part: PartitionMetadata, request_epoch: int, isolation: int,
-                      max_bytes: int) -> Any:  # fmt: skip
+                      max_bytes: int) -> tuple[Any, tuple[Batch, ...]]:  # fmt: skip
+        """The partition's answer, and the whole batches sent beyond ``max_bytes``."""
         if p.error_code == OFFSET_OUT_OF_RANGE:
-            return _OutOfRange()
+            return _OutOfRange(), ()
         if p.error_code != NONE:
-            return port_error(tp, p.error_code, "Fetch", request_epoch, part)
+            return port_error(tp, p.error_code, "Fetch", request_epoch, part), ()
         diverging = None
         de = getattr(p, "diverging_epoch", None)
         if de is not None and (de.epoch >= 0 or de.end_offset >= 0):
             diverging = EpochEndOffset(de.epoch, de.end_offset)
-        batches = () if diverging is not None else _within(split_batches(p.records, tp), max_bytes)
+        every = () if diverging is not None else split_batches(p.records, tp)
+        batches = _within(every, max_bytes)
         aborted = ()
         if isolation == IsolationLevel.READ_COMMITTED and p.aborted_transactions:
             aborted = tuple(AbortedTransaction(a.producer_id, a.first_offset) for a in p.aborted_transactions)
         lso = p.last_stable_offset if p.last_stable_offset >= 0 else p.high_watermark
-        return FetchResult(batches, p.high_watermark, lso, max(p.log_start_offset, 0), part.leader_epoch, aborted,
-                           diverging)  # fmt: skip
+        result = FetchResult(batches, p.high_watermark, lso, max(p.log_start_offset, 0), part.leader_epoch, aborted,
+                             diverging)  # fmt: skip
+        return result, every[len(batches):]
 
     # ------------------------------------------------------------------ list offsets
 
@@ -968,6 +1028,14 @@ def _within(batches: tuple[Batch, ...], max_bytes: int) -> tuple[Batch, ...]:
         if used > max_bytes and n > 0:
             return batches[:n]
     return batches
+
+
+class _Ahead:
+    """Whole batches a broker sent beyond the asked bytes, kept for the next fetch of the partition."""
+
+    def __init__(self, offset: int, batches: tuple[Batch, ...], result: FetchResult, at: float) -> None:
+        self.offset, self.batches, self.result, self.at = offset, batches, result, at
+        self.size = sum(len(b.payload) for b in batches)
 
 
 class _OutOfRange:
