@@ -210,7 +210,9 @@ def open_source(mirror: ClusterMirrorImage, model_port: int, timeout: float) -> 
         if model_port <= 0:
             raise ValueError(f"bootstrap.servers {bootstrap!r} names a model cluster, but no cluster.model.port is set")
         return ReconnectingClient(model_port, model_cluster_of(bootstrap), timeout)
-    return KafkaSourceCluster(bootstrap, dict(mirror.configs), request_timeout_ms=int(timeout * 1000))
+    # Kafka's request.timeout.ms default, not the model's short one: a broker that ignores Fetch
+    # limits (noida-db) answers a first fetch with the whole log. A stop never waits on the source.
+    return KafkaSourceCluster(bootstrap, dict(mirror.configs), request_timeout_ms=max(int(timeout * 1000), 30_000))
 
 
 def model_server_ports(config: WorkerConfig, timeout: float = 5.0) -> PortFactory:

@@ -110,7 +110,7 @@ _API_KEYS = {"Fetch": 1, "ListOffsets": 2, "Metadata": 3, "OffsetFetch": 9, "Fin
 # A broker that ignores Fetch's byte limits (noida-db 0.2.3 sends the whole rest of the log) would
 # make every fetch resend what the last one cut off: what came beyond the budget serves the next
 # fetches of that partition (READ_UNCOMMITTED), up to this much per port and this long.
-READ_AHEAD_MAX_BYTES = 256 << 20
+READ_AHEAD_MAX_BYTES = 512 << 20
 READ_AHEAD_TTL_S = 10.0
 
 EARLIEST_TIMESTAMP = -2
@@ -496,17 +496,17 @@ class KafkaSourceCluster:
         self._meta_at = loop.time()
         return self._meta
 
-    async def _with_refresh(self, attempt: Callable[[_Metadata], Awaitable[dict[int, Any]]],
+    async def _with_refresh(self, attempt: Callable[[_Metadata, set[int]], Awaitable[dict[int, Any]]],
                             n: int) -> list[Any]:  # fmt: skip
-        """Runs ``attempt`` (index -> result or PortError); once more for those that failed with
-        an error a metadata refresh can cure."""
+        """Runs ``attempt`` on indices 0..n-1 (index -> result or PortError); once more for those
+        that failed with an error a metadata refresh can cure."""
         meta = await self._metadata()
-        got = await attempt(meta)
+        got = await attempt(meta, set(range(n)))
         again = [i for i, r in got.items() if isinstance(r, (NotLeader, FencedLeaderEpoch, UnknownLeaderEpoch,
                                                                 UnknownTopicId))]  # fmt: skip
         if again:
             meta = await self._metadata(force=True)
-            retry = await attempt(meta)
+            retry = await attempt(meta, set(again))
             for i in again:
                 got[i] = retry.get(i, got[i])
         return [got[i] for i in range(n)]
@@ -561,13 +561,12 @@ class KafkaSourceCluster:
             self._ahead_bytes += ahead.size
 
     async def _fetch_remote(self, args: list[tuple[Any, ...]]) -> list[Any]:
-        pending = set(range(len(args)))
         results: dict[int, Any] = {}
 
-        async def attempt(meta: _Metadata) -> dict[int, Any]:
+        async def attempt(meta: _Metadata, only: set[int]) -> dict[int, Any]:
             groups: dict[tuple[int, int], list[int]] = defaultdict(list)
             out: dict[int, Any] = {}
-            for i in sorted(pending):
+            for i in sorted(only):
                 tp = args[i][0]
                 try:
                     _, part = meta.leader(tp)
@@ -666,10 +665,12 @@ class KafkaSourceCluster:
     # ------------------------------------------------------------------ list offsets
 
     async def _list_offsets_many(self, tps: Sequence[TopicPartition]) -> list[Any]:
-        async def attempt(meta: _Metadata) -> dict[int, Any]:
+        async def attempt(meta: _Metadata, only: set[int]) -> dict[int, Any]:
             groups: dict[int, list[int]] = defaultdict(list)
             out: dict[int, Any] = {}
             for i, tp in enumerate(tps):
+                if i not in only:
+                    continue
                 try:
                     groups[meta.leader(tp)[1].leader].append(i)
                 except PortError as e:
@@ -726,7 +727,7 @@ class KafkaSourceCluster:
     # ------------------------------------------------------------------ epochs
 
     async def _epoch_end(self, tp: TopicPartition, leader_epoch: int | None, current: int | None) -> EpochEndOffset:
-        async def attempt(meta: _Metadata) -> dict[int, Any]:
+        async def attempt(meta: _Metadata, only: set[int]) -> dict[int, Any]:
             try:
                 topic, part = meta.leader(tp)
             except PortError as e:

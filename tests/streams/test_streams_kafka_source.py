@@ -332,3 +332,30 @@ def test_kafka_errors_become_the_port_errors_the_core_handles() -> None:
     assert isinstance(port_error(tp, 3, "Fetch", 7, part), UnknownTopicId)
     other = port_error(tp, 87, "Fetch", 7, part)
     assert isinstance(other, KafkaProtocolError) and not other.retriable and "87" in str(other)
+
+
+def test_stale_metadata_is_refreshed_and_the_call_retried(source: tuple[LocalBroker, KafkaSourceCluster]) -> None:
+    """A partition the port's cached metadata does not know yet (created on the source meanwhile):
+    the call refreshes the metadata and succeeds, without the caller doing anything."""
+    broker, port = source
+
+    async def grow(step: str) -> None:
+        from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        await admin.start()
+        try:
+            if step == "create":
+                await admin.create_topics([NewTopic("grow", 1, 1)])
+            else:
+                await admin.create_partitions({"grow": NewPartitions(total_count=2)})
+        finally:
+            await admin.close()
+
+    _run(grow("create"))
+    tid = next(t.topic_id for t in port.describe_topics() if t.name == "grow")  # cached from here on
+    _run(grow("partitions"))
+    new = TopicPartition(tid, 1)
+    assert port.list_offsets(new).hw == 0
+    assert port.call_many([("fetch", (new, 0, 1000, IsolationLevel.READ_UNCOMMITTED), None),
+                           ("list_offsets", (new,), None)])[0].batches == ()  # fmt: skip
