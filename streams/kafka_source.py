@@ -110,8 +110,8 @@ _API_KEYS = {"Fetch": 1, "ListOffsets": 2, "Metadata": 3, "OffsetFetch": 9, "Fin
 # A broker that ignores Fetch's byte limits (noida-db 0.2.3 sends the whole rest of the log) would
 # make every fetch resend what the last one cut off: what came beyond the budget serves the next
 # fetches of that partition (READ_UNCOMMITTED), up to this much per port and this long.
-READ_AHEAD_MAX_BYTES = 512 << 20
-READ_AHEAD_TTL_S = 10.0
+READ_AHEAD_MAX_BYTES = 1 << 30
+READ_AHEAD_TTL_S = 60.0
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -455,13 +455,20 @@ class KafkaSourceCluster:
         reply = await client.send(node, request)
         return reply.body
 
-    async def _any_node(self) -> int:
+    async def _send_any(self, request: CodecRequest) -> Any:
+        """To the first broker that answers (metadata, configs, ACLs, coordinator lookups)."""
+        from aiokafka.errors import KafkaError
+
         client = await self._connected()
-        meta = self._meta
-        nodes = sorted(meta.brokers) if meta else sorted(b.nodeId for b in client.cluster.brokers())
-        if not nodes:
-            raise SourceUnavailable(self.cluster, "no brokers in the metadata")
-        return nodes[0]
+        nodes = sorted(self._meta.brokers) if self._meta else []
+        nodes += sorted(b.nodeId for b in client.cluster.brokers() if b.nodeId not in nodes)
+        failure: BaseException = SourceUnavailable(self.cluster, "no brokers in the metadata")
+        for node in nodes:
+            try:
+                return await self._send(node, request)
+            except (KafkaError, OSError, asyncio.TimeoutError) as e:
+                failure = e
+        raise failure
 
     async def _supports(self, node: int, name: str) -> bool:
         client = await self._connected()
@@ -478,7 +485,7 @@ class KafkaSourceCluster:
         def build(version: int) -> Any:
             return _s("MetadataRequest")(topics=None, allow_auto_topic_creation=False)
 
-        body = await self._send(await self._any_node(), CodecRequest("Metadata", build, min_version=1))
+        body = await self._send_any(CodecRequest("Metadata", build, min_version=1))
         brokers = {b.node_id: (b.host, b.port) for b in body.brokers}
         cluster_id = body.cluster_id or f"unknown-cluster-id:{self.cluster}"
         topics: dict[uuid.UUID, _Topic] = {}
@@ -765,7 +772,7 @@ class KafkaSourceCluster:
             return _s("FindCoordinatorRequest")(key=group_id, key_type=0)
 
         for attempt in range(3):
-            body = await self._send(await self._any_node(), CodecRequest("FindCoordinator", build))
+            body = await self._send_any(CodecRequest("FindCoordinator", build))
             if body.error_code == NONE:
                 return int(body.node_id)
             if body.error_code not in _COORDINATOR_MOVED:
@@ -847,7 +854,7 @@ class KafkaSourceCluster:
                                                                         resource_name=name, configuration_keys=None)
             return _s("DescribeConfigsRequest")(resources=[r], include_synonyms=False)
 
-        body = await self._send(await self._any_node(), CodecRequest("DescribeConfigs", build, min_version=1))
+        body = await self._send_any(CodecRequest("DescribeConfigs", build, min_version=1))
         out: dict[str, str] = {}
         for r in body.results:
             if r.error_code in (UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID):
@@ -864,7 +871,7 @@ class KafkaSourceCluster:
                                              pattern_type_filter=_ANY, principal_filter=None, host_filter=None,
                                              operation=_ANY, permission_type=_ANY)  # fmt: skip
 
-        body = await self._send(await self._any_node(), CodecRequest("DescribeAcls", build, min_version=1))
+        body = await self._send_any(CodecRequest("DescribeAcls", build, min_version=1))
         if body.error_code == SECURITY_DISABLED:
             return []  # no authorizer: no ACLs to sync
         if body.error_code != NONE:
