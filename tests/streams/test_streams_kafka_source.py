@@ -19,13 +19,15 @@ Where noida-db 0.2.3 is not Kafka (also in docs/kafka-source.md), and how the po
 - It knows OffsetsForLeaderEpoch (v0-4; epoch 0 ends at the LEO), but not KIP-1279's
   ReadMirrorStates: no LME, the partition aligns from offset 0, as for an old source.
 - It has no authorizer and no ACLs; DescribeAcls answers an empty list.
-- Its SASL offers PLAIN only (any credentials pass), no SCRAM; it has no TLS listener.
+- Its SASL offers PLAIN only (any credentials pass), no SCRAM; it has no TLS listener (the TLS
+  tests put one in front of it: ``tls_front.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import time
 import uuid
 from collections.abc import Iterator
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 from aiokafka import AIOKafkaConsumer, TopicPartition as KafkaTP
 
 from coordinator.ports import (
@@ -51,6 +54,7 @@ from coordinator.ports import (
 from streams.broker import LocalBroker
 from streams.kafka_source import KafkaProtocolError, KafkaSourceCluster, port_error, client_settings, parse_jaas, split_batches
 from streams.config import ConfigError
+from tls_front import TlsFront
 from kafka_source_data import (
     CONFIGS,
     GROUP,
@@ -279,7 +283,7 @@ def test_client_settings_from_the_mirror_config(source: tuple[LocalBroker, Kafka
     port = KafkaSourceCluster(broker.bootstrap, {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
                                                  "sasl.jaas.config": jaas})  # fmt: skip
     try:
-        assert {t.name for t in port.describe_topics()} == set(TOPICS)
+        assert set(TOPICS) <= {t.name for t in port.describe_topics()}
     finally:
         port.close()
     # The broker offers no SCRAM: the port says the source is unavailable, without the secret.
@@ -359,3 +363,54 @@ def test_stale_metadata_is_refreshed_and_the_call_retried(source: tuple[LocalBro
     assert port.list_offsets(new).hw == 0
     assert port.call_many([("fetch", (new, 0, 1000, IsolationLevel.READ_UNCOMMITTED), None),
                            ("list_offsets", (new,), None)])[0].batches == ()  # fmt: skip
+
+
+def test_tls_and_mutual_tls_to_the_source(source: tuple[LocalBroker, KafkaSourceCluster], tmp_path: Path) -> None:
+    """``security.protocol=SSL`` (and SASL_SSL) with the PEM trust and key stores, through a TLS listener (trustme
+    certificates) in front of the real broker, which has none of its own (``tls_front``)."""
+    broker, plain = source
+    ca = trustme.CA()
+    ca_pem = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_pem))
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.1", "localhost").configure_cert(server)
+    tp = _tps(plain)[("idem", 1)]
+    expected = [b.payload for b in plain.fetch(tp, 0, 1 << 20, IsolationLevel.READ_UNCOMMITTED).batches]
+    front = TlsFront((broker.host, broker.port), server).start()
+    try:
+        props = {"security.protocol": "SSL", "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca_pem)}
+        with KafkaSourceCluster(f"127.0.0.1:{front.port}", props) as port:
+            assert set(TOPICS) <= {t.name for t in port.describe_topics()}
+            assert [b.payload for b in port.fetch(tp, 0, 1 << 20, IsolationLevel.READ_UNCOMMITTED).batches] == expected
+        assert front.handshakes >= 1
+        sasl = {**props, "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+                "sasl.jaas.config": f'{PLAIN_LOGIN} required username="mirror" password="pw";'}  # fmt: skip
+        with KafkaSourceCluster(f"127.0.0.1:{front.port}", sasl) as port:  # SASL/PLAIN inside TLS
+            assert set(TOPICS) <= {t.name for t in port.describe_topics()}
+        stranger = tmp_path / "stranger.pem"
+        trustme.CA().cert_pem.write_to_path(str(stranger))
+        with KafkaSourceCluster(f"127.0.0.1:{front.port}", {**props, "ssl.truststore.location": str(stranger)},
+                                request_timeout_ms=3000) as port:  # fmt: skip
+            with pytest.raises(SourceUnavailable):  # the listener's certificate is not trusted
+                port.describe_topics()
+    finally:
+        front.stop()
+    # Mutual TLS: the listener requires a client certificate; inline PEM key store and trust store.
+    mutual = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.1").configure_cert(mutual)
+    ca.configure_trust(mutual)
+    mutual.verify_mode = ssl.CERT_REQUIRED
+    leaf = ca.issue_cert("mirror.clients.example")
+    inline = {"security.protocol": "SSL", "ssl.truststore.type": "PEM",
+              "ssl.truststore.certificates": ca.cert_pem.bytes().decode()}  # fmt: skip
+    front = TlsFront((broker.host, broker.port), mutual).start()
+    try:
+        keystore = {"ssl.keystore.type": "PEM", "ssl.keystore.key": leaf.private_key_pem.bytes().decode(),
+                    "ssl.keystore.certificate.chain": "".join(c.bytes().decode() for c in leaf.cert_chain_pems)}
+        with KafkaSourceCluster(f"127.0.0.1:{front.port}", {**inline, **keystore}) as port:
+            assert set(TOPICS) <= {t.name for t in port.describe_topics()}
+        with KafkaSourceCluster(f"127.0.0.1:{front.port}", inline, request_timeout_ms=3000) as port:
+            with pytest.raises(SourceUnavailable):  # no client certificate
+                port.describe_topics()
+    finally:
+        front.stop()
