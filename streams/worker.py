@@ -307,6 +307,9 @@ async def _register_topics(controller: Any, port: int, stop: asyncio.Event, tick
             mirrors = controller.image.mirrors.mirrors
             for gone in rounds.keys() - mirrors.keys():
                 del rounds[gone]
+            used = {source_key(m) for m in mirrors.values()}
+            for key in [k for k in clients if k not in used]:  # a deleted mirror, or new connection settings
+                await asyncio.to_thread(clients.pop(key).close)
             for name, mirror in sorted(mirrors.items()):
                 last = rounds.get(name)
                 if last is not None and last[0] == mirror.source_bootstrap and time.monotonic() < last[1]:
