@@ -616,13 +616,16 @@ class KafkaSourceCluster:
             topics = [topic(topic=name, topic_id=meta.by_name[name].topic_id,
                             partitions=[part(partition=args[i][0].partition, current_leader_epoch=epochs[i],
                                              fetch_offset=args[i][1],
-                                             last_fetched_epoch=args[i][5] if args[i][5] is not None else -1,
+                                             last_fetched_epoch=(args[i][5] if args[i][5] is not None
+                                                                 and version >= 12 else -1),
                                              log_start_offset=-1, partition_max_bytes=max(args[i][2], 1))
                                         for i in members])
                       for name, members in by_topic.items()]  # fmt: skip
+            # Sessionless full fetches (session epoch -1); fields of newer versions only there.
+            newer = {"forgotten_topics_data": []} if version >= 7 else {}
             return _s("FetchRequest")(replica_id=CONSUMER_REPLICA_ID, max_wait_ms=0, min_bytes=0, max_bytes=total,
                                       isolation_level=isolation, session_id=0, session_epoch=-1, topics=topics,
-                                      forgotten_topics_data=[], rack_id="")  # fmt: skip
+                                      **newer)  # fmt: skip
 
         body = await self._send(node, CodecRequest("Fetch", build, min_version=4))
         out: dict[int, Any] = {}

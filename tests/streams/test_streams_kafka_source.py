@@ -52,7 +52,19 @@ from coordinator.ports import (
     UnknownTopicId,
 )
 from streams.broker import LocalBroker
-from streams.kafka_source import KafkaProtocolError, KafkaSourceCluster, port_error, client_settings, parse_jaas, split_batches
+from records.registry import default_schemas
+from streams.kafka_source import (
+    CodecRequest,
+    KafkaProtocolError,
+    KafkaSourceCluster,
+    UnsupportedApi,
+    _n,
+    _s,
+    client_settings,
+    parse_jaas,
+    port_error,
+    split_batches,
+)
 from streams.config import ConfigError
 from tls_front import TlsFront
 from kafka_source_data import (
@@ -414,3 +426,26 @@ def test_tls_and_mutual_tls_to_the_source(source: tuple[LocalBroker, KafkaSource
                 port.describe_topics()
     finally:
         front.stop()
+
+
+def test_requests_go_at_the_highest_version_both_sides_know() -> None:
+    """Version negotiation on the broker's ApiVersions: an old broker gets an old Fetch (no fields
+    of newer versions), one without the API gets a clear refusal."""
+    tp = TopicPartition(uuid.uuid4(), 0)
+
+    def fetch(version: int) -> Any:
+        part = _n("FetchRequest", "FetchPartition")(partition=0, current_leader_epoch=3, fetch_offset=5,
+                                                     last_fetched_epoch=-1, partition_max_bytes=100)  # fmt: skip
+        topic = _n("FetchRequest", "FetchTopic")(topic="t", topic_id=tp.topic_id, partitions=[part])
+        newer = {"forgotten_topics_data": []} if version >= 7 else {}
+        return _s("FetchRequest")(replica_id=-1, max_bytes=100, topics=[topic], **newer)
+
+    for broker_max, sent in ((4, 4), (11, 11), (17, 12)):
+        prepared = CodecRequest("Fetch", fetch, min_version=4).prepare({1: (0, broker_max)})
+        assert prepared.API_VERSION == sent
+        body = prepared.encode()
+        assert default_schemas().decode("FetchRequest", body, sent).topics[0].partitions[0].fetch_offset == 5
+    with pytest.raises(UnsupportedApi):
+        CodecRequest("Fetch", fetch, min_version=4).prepare({1: (0, 3)})
+    with pytest.raises(UnsupportedApi):
+        CodecRequest("ReadMirrorStates", fetch).prepare({1: (0, 12)})
