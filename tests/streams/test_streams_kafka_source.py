@@ -449,3 +449,11 @@ def test_requests_go_at_the_highest_version_both_sides_know() -> None:
         CodecRequest("Fetch", fetch, min_version=4).prepare({1: (0, 3)})
     with pytest.raises(UnsupportedApi):
         CodecRequest("ReadMirrorStates", fetch).prepare({1: (0, 12)})
+
+
+def test_mirror_config_refuses_a_sasl_mechanism_the_port_does_not_speak() -> None:
+    from coordinator.workflows.config import config_problems
+
+    assert config_problems({"sasl.mechanism": "SCRAM-SHA-512", "security.protocol": "SASL_SSL"}) == {}
+    problem = config_problems({"sasl.mechanism": "GSSAPI"})["sasl.mechanism"]
+    assert "Invalid value GSSAPI for configuration sasl.mechanism" in problem and "PLAIN" in problem
