@@ -238,7 +238,9 @@ def test_groups_configs_acls(source: tuple[LocalBroker, KafkaSourceCluster]) -> 
         c = AIOKafkaConsumer("idem", bootstrap_servers=broker.bootstrap, group_id="live-group")
         await c.start()
         try:
-            await c.getmany(timeout_ms=500)
+            deadline = asyncio.get_running_loop().time() + 15
+            while not c.assignment() and asyncio.get_running_loop().time() < deadline:
+                await c.getmany(timeout_ms=200)  # joined and assigned: a member of the group
             return await asyncio.to_thread(port.is_group_active, "live-group"), any(
                 g.group_id == "live-group" and g.active and g.member_count == 1 for g in port.list_groups())
         finally:
