@@ -192,18 +192,41 @@ def model_cluster_of(bootstrap: str) -> str:
     return bootstrap.removeprefix("model://").strip("/")
 
 
+def source_key(mirror: ClusterMirrorImage) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """What a mirror's source connection depends on: its bootstrap and its client settings."""
+    from coordinator.workflows.config import is_connection_config
+
+    return mirror.source_bootstrap, tuple(sorted((k, v) for k, v in mirror.configs.items() if is_connection_config(k)))
+
+
+def open_source(mirror: ClusterMirrorImage, model_port: int, timeout: float) -> Any:
+    """A mirror's source port: the model cluster for ``bootstrap.servers=model://NAME``, else a
+    Kafka-protocol broker list (``host:port[,host:port]``) reached with the mirror's client
+    settings (``streams.kafka_source``; bad settings fail its calls, naming the setting)."""
+    from streams.kafka_source import KafkaSourceCluster, is_model_bootstrap
+
+    bootstrap = mirror.source_bootstrap
+    if is_model_bootstrap(bootstrap):
+        if model_port <= 0:
+            raise ValueError(f"bootstrap.servers {bootstrap!r} names a model cluster, but no cluster.model.port is set")
+        return ReconnectingClient(model_port, model_cluster_of(bootstrap), timeout)
+    # Kafka's request.timeout.ms default, not the model's short one: a broker that ignores Fetch
+    # limits (noida-db) answers a first fetch with the whole log. A stop never waits on the source.
+    return KafkaSourceCluster(bootstrap, dict(mirror.configs), request_timeout_ms=max(int(timeout * 1000), 30_000))
+
+
 def model_server_ports(config: WorkerConfig, timeout: float = 5.0) -> PortFactory:
     """Ports on the cluster-model server: ``cluster.model.port``; the destination cluster is
     ``cluster.model.cluster`` (default: ``cluster.name``), the source is the mirror's
-    ``bootstrap.servers=model://NAME``. Each cluster mirror gets its own connections."""
+    ``bootstrap.servers``: ``model://NAME`` or a real Kafka-protocol broker list (``open_source``).
+    Each cluster mirror gets its own connections."""
     port = int(config.extra.get("cluster.model.port", "0"))
     if port <= 0:
         raise ValueError("cluster.model.port is required for the model-server ports")
     dest = config.extra.get("cluster.model.cluster", config.cluster_name)
 
     def ports(mirror_name: str, mirror: ClusterMirrorImage) -> tuple[Any, Any]:
-        return (ReconnectingClient(port, model_cluster_of(mirror.source_bootstrap), timeout),
-                ReconnectingClient(port, dest, timeout))  # fmt: skip
+        return open_source(mirror, port, timeout), ReconnectingClient(port, dest, timeout)
 
     return ports
 

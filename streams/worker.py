@@ -48,7 +48,7 @@ from records.registry import default_schemas
 from streams import admin_tls
 from streams import config as worker_config
 from streams import membership
-from streams.app import CoordinatorWorker, ReconnectingClient, model_cluster_of, worker_topic_specs
+from streams.app import CoordinatorWorker, ReconnectingClient, model_cluster_of, open_source, source_key, worker_topic_specs
 from streams.config import WorkerConfig, ensure_topics
 from streams.liveness import LoopWatchdog
 
@@ -207,11 +207,18 @@ class _ModelOffsets:
     def __init__(self, controller: Any, port: int, dest: str) -> None:
         self.controller, self.port, self.dest = controller, port, dest
         self.clients: dict[str, ReconnectingClient] = {}
+        self.sources: dict[Any, Any] = {}  # source_key -> a model client or a KafkaSourceCluster
 
     def client(self, cluster: str) -> ReconnectingClient:
         c = self.clients.get(cluster)
         if c is None:
             c = self.clients[cluster] = ReconnectingClient(self.port, cluster, 2.0)
+        return c
+
+    def source(self, key: Any, mirror: Any) -> Any:
+        c = self.sources.get(key)
+        if c is None:
+            c = self.sources[key] = open_source(mirror, self.port, 2.0)
         return c
 
     async def __call__(self, keys: Sequence[tuple[str, uuid.UUID, int]]
@@ -221,26 +228,29 @@ class _ModelOffsets:
 
         # Mirror -> source cluster on the loop: the controller's image is built there, not thread-safe.
         mirrors = self.controller.image.mirrors
-        sources: dict[str, str | None] = {}
+        sources: dict[str, Any] = {}
+        ports: dict[Any, Any] = {}
         for name in {k[0] for k in keys}:
             m = mirrors.get(name)
-            try:
-                sources[name] = model_cluster_of(m.source_bootstrap) if m is not None else None
-            except ValueError:
-                sources[name] = None
+            sources[name] = source_key(m) if m is not None else None
+            if m is not None and sources[name] not in ports:
+                try:
+                    ports[sources[name]] = self.source(sources[name], m)
+                except ValueError:
+                    sources[name] = None
         tps = [TopicPartition(k[1], k[2]) for k in keys]
-        by_source: dict[str, list[int]] = {}
+        by_source: dict[Any, list[int]] = {}
         for i, k in enumerate(keys):
             if (src := sources[k[0]]) is not None:
                 by_source.setdefault(src, []).append(i)
         # Clients are made here, on the loop; the thread then uses each one alone.
-        jobs = [(self.client(src), [tps[i] for i in idx]) for src, idx in by_source.items()]
+        jobs = [(ports[src], [tps[i] for i in idx]) for src, idx in by_source.items()]
         jobs.append((self.client(self.dest), tps))
         results = await asyncio.to_thread(lambda: [self._list_offsets(c, t) for c, t in jobs])
         hws: list[tuple[int, str | None]] = [(-1, None)] * len(keys)
         for src, idx, found in zip(by_source, by_source.values(), results[:-1], strict=True):
             for i, o in zip(idx, found, strict=True):
-                hws[i] = (-1, f"source {src}: {o}") if isinstance(o, str) else (o.hw, None)
+                hws[i] = (-1, f"source {_source_name(src[0])}: {o}") if isinstance(o, str) else (o.hw, None)
         return {k: (hw, o.leo if not isinstance(o, str) else -1, why)
                 for k, (hw, why), o in zip(keys, hws, results[-1], strict=True)}  # fmt: skip
 
@@ -259,6 +269,14 @@ class _ModelOffsets:
                 return out + [str(e)] * (len(tps) - start)
             out += [r if isinstance(r, PartitionOffsets) else str(r) for r in replies]
         return out
+
+
+def _source_name(bootstrap: str) -> str:
+    """A model source by its cluster name, a Kafka source by its bootstrap servers."""
+    try:
+        return model_cluster_of(bootstrap)
+    except ValueError:
+        return bootstrap
 
 
 def _refresh_interval_s(mirror: Any) -> float:
@@ -282,22 +300,29 @@ async def _register_topics(controller: Any, port: int, stop: asyncio.Event, tick
     destination learns of source changes anyway), and is never under ``cost_factor`` times what
     the last describe took. A new mirror, a changed source or newly registered topics reset it.
     """
-    clients: dict[str, ReconnectingClient] = {}
+    clients: dict[Any, Any] = {}  # source_key -> source port
     rounds: dict[str, tuple[str, float, float]] = {}  # mirror -> (source bootstrap, next describe at, period)
     while not stop.is_set():
         try:
             mirrors = controller.image.mirrors.mirrors
             for gone in rounds.keys() - mirrors.keys():
                 del rounds[gone]
+            used = {source_key(m) for m in mirrors.values()}
+            for key in [k for k in clients if k not in used]:  # a deleted mirror, or new connection settings
+                await asyncio.to_thread(clients.pop(key).close)
             for name, mirror in sorted(mirrors.items()):
                 last = rounds.get(name)
                 if last is not None and last[0] == mirror.source_bootstrap and time.monotonic() < last[1]:
                     continue
-                try:
-                    cluster = model_cluster_of(mirror.source_bootstrap)
-                except ValueError:
-                    continue
-                client = clients.setdefault(cluster, ReconnectingClient(port, cluster, 10.0))
+                key = source_key(mirror)
+                cluster = _source_name(mirror.source_bootstrap)
+                client = clients.get(key)
+                if client is None:
+                    try:
+                        client = clients[key] = open_source(mirror, port, 10.0)
+                    except ValueError as e:
+                        log.warning("mirror %s: cannot reach its source: %s", name, e)
+                        continue
                 started = time.monotonic()
                 try:
                     topics = await asyncio.to_thread(client.describe_topics)

@@ -97,6 +97,7 @@ BOOTSTRAP_CONFIG = "bootstrap.servers"
 CONNECTION_CONFIGS = frozenset({BOOTSTRAP_CONFIG, "security.protocol", "client.id", "mirror.source.cluster.id"})
 CONNECTION_PREFIXES = ("ssl.", "sasl.")
 SECURITY_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
+SASL_MECHANISMS = frozenset({"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"})  # what the source port speaks
 
 
 def is_connection_config(key: str) -> bool:
@@ -137,6 +138,8 @@ def _value_problem(key: str, field: str | None, value: str) -> str | None:
         return None if value.strip() else "a cluster mirror needs its source's bootstrap servers"
     if key == "security.protocol":
         return None if value.strip().upper() in SECURITY_PROTOCOLS else f"must be one of {sorted(SECURITY_PROTOCOLS)}"
+    if key == "sasl.mechanism":
+        return None if value.strip().upper() in SASL_MECHANISMS else f"must be one of {sorted(SASL_MECHANISMS)}"
     if key in (INCLUDE_CONFIG, EXCLUDE_CONFIG):
         try:
             compile_patterns(tuple(split_patterns(value)))

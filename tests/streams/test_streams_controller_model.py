@@ -117,13 +117,13 @@ class _Spy:
 
 
 def _controller(mirrors: dict[str, str]) -> Any:
-    """What _ModelOffsets reads of the controller: image.mirrors.get(name).source_bootstrap."""
-    found = {n: SimpleNamespace(source_bootstrap=b) for n, b in mirrors.items()}
+    """What _ModelOffsets reads of the controller: image.mirrors.get(name).source_bootstrap and configs."""
+    found = {n: SimpleNamespace(source_bootstrap=b, configs={"bootstrap.servers": b}) for n, b in mirrors.items()}
     return SimpleNamespace(image=SimpleNamespace(mirrors=SimpleNamespace(get=found.get)))
 
 
 def _view(port: int, states: dict[Any, PartitionStatus], **kwargs: Any) -> MirrorStateChangelogView:
-    offsets = _ModelOffsets(_controller({"a-to-b": "model://A", "elsewhere": "kafka:9092"}), port, "B")
+    offsets = _ModelOffsets(_controller({"a-to-b": "model://A", "elsewhere": "127.0.0.1:1"}), port, "B")
     view = MirrorStateChangelogView("127.0.0.1:1", "unused", 1, offsets=offsets, **kwargs)
     view._states = dict(states)  # as if read from __mirror_state (no consumer: nothing to catch up)
     return view
@@ -160,7 +160,7 @@ async def test_describe_offsets_are_batched_off_the_loop_and_right_per_partition
     assert got[("a-to-b", missing, 0)][3:5] == (-1, -1)  # unknown topic: -1, the rest still answered
     assert got[("a-to-b", missing, 0)].state is MirrorState.PREPARING
     elsewhere = got[("elsewhere", topics["orders-0"], 0)]
-    assert elsewhere.source_hw == -1  # its source is no model cluster
+    assert elsewhere.source_hw == -1  # its source, a Kafka broker, is not there
     assert elsewhere.destination_leo == _truth(model_port, "B", topics["orders-0"], 0).leo
 
 

@@ -1,0 +1,155 @@
+"""A source noida-db broker loaded by real aiokafka producers, for the Kafka source port tests.
+
+``load_source`` writes, over several topics and partitions: plain records (uncompressed and
+gzip, several records per batch), idempotent records, and transactions committed, aborted and
+one left open; a consumer group commits offsets; topics get explicit configs. It returns the
+producer holding the open transaction (the caller ends it).
+
+Reading helpers decode raw RecordBatches with kafka-python's record code (another
+implementation than ours, and it inflates gzip), and read the broker's own copy of its log from
+its data directory: noida-db 0.2.3 snapshots every partition's raw batches to ``kafka.json``
+about a second after a write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition as KafkaTP
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from kafka.record.memory_records import MemoryRecords
+
+from coordinator.ports import Batch, ControlType
+
+TOPICS = {"plain": 3, "idem": 2, "txn": 2}
+CONFIGS = {"plain": {"retention.ms": "604800001"}, "txn": {"max.message.bytes": "2000000", "retention.ms": "86400000"}}
+GROUP = "src-group"
+GROUP_OFFSETS = {("plain", 0): 3, ("plain", 1): 5, ("idem", 0): 7}
+OPEN_TXN = "src-open"
+
+
+async def load_source(bootstrap: str, scale: int = 1) -> AIOKafkaProducer:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(t, n, 1, topic_configs=CONFIGS.get(t, {})) for t, n in TOPICS.items()])
+    finally:
+        await admin.close()
+    # Plain: one producer uncompressed, one gzip; send() then flush() puts several records in a batch.
+    for compression in (None, "gzip"):
+        p = AIOKafkaProducer(bootstrap_servers=bootstrap, compression_type=compression, linger_ms=20)
+        await p.start()
+        try:
+            for i in range(40 * scale):
+                await p.send("plain", f"{compression}-{i}".encode() * 3, key=f"k{i % 7}".encode(), partition=i % 3)
+            await p.flush()
+        finally:
+            await p.stop()
+    idem = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all")
+    await idem.start()
+    try:
+        for i in range(30 * scale):
+            await idem.send_and_wait("idem", f"idem-{i}".encode(), partition=i % 2)
+    finally:
+        await idem.stop()
+    txn = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id="src-txn")
+    await txn.start()
+    try:
+        for n in range(6 * scale):
+            await txn.begin_transaction()
+            for i in range(4):
+                await txn.send_and_wait("txn" if i % 2 else "plain", f"txn-{n}-{i}".encode(), partition=(n + i // 2) % 2)
+            if n % 3 == 2:
+                await txn.abort_transaction()
+            else:
+                await txn.commit_transaction()
+    finally:
+        await txn.stop()
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=GROUP, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        consumer.assign([KafkaTP(t, p) for t, p in GROUP_OFFSETS])
+        await consumer.commit({KafkaTP(t, p): o for (t, p), o in GROUP_OFFSETS.items()})
+    finally:
+        await consumer.stop()
+    left_open = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=OPEN_TXN)
+    await left_open.start()
+    await left_open.begin_transaction()
+    await left_open.send_and_wait("txn", b"open-1", partition=1)
+    await left_open.send_and_wait("plain", b"open-2", partition=2)
+    return left_open
+
+
+def broker_log(data_dir: Path, hws: dict[tuple[str, int], int], timeout: float = 15.0) -> dict[tuple[str, int], list[tuple[int, bytes]]]:
+    """(base offset, raw batch) per partition, from the broker's own ``kafka.json``, once its
+    snapshot holds every partition up to ``hws``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = _read_log(data_dir / "kafka.json")
+        have = {k: (v[-1][0] + _last_delta(v[-1][1]) + 1 if v else 0) for k, v in got.items()}
+        if all(have.get(k, 0) >= hw for k, hw in hws.items()):
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"kafka.json never reached {hws}: {have}")
+        time.sleep(0.2)
+
+
+def _last_delta(raw: bytes) -> int:
+    return int.from_bytes(raw[23:27], "big", signed=True)
+
+
+def _read_log(path: Path) -> dict[tuple[str, int], list[tuple[int, bytes]]]:
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for name, topic in state["topics"]:
+        for pid, part in topic["partitions"]:
+            out[(name, int(pid))] = [(int(off), bytes(raw)) for off, raw in part["record_batches"]]
+    return out
+
+
+def values(batches: Iterable[Batch], aborted: Iterable[Any] = (), committed_only: bool = False) -> list[tuple[int, bytes | None]]:
+    """(offset, value) of the data records, decoded by kafka-python; ``committed_only`` drops
+    aborted transactions as a read_committed consumer does (aborted list plus ABORT markers)."""
+    starts = sorted(aborted, key=lambda a: a.first_offset)
+    aborting: set[int] = set()
+    out = []
+    for b in batches:
+        while starts and starts[0].first_offset <= b.base_offset:
+            aborting.add(starts.pop(0).producer_id)
+        if b.is_control:
+            if b.control_type == ControlType.ABORT:
+                aborting.discard(b.producer_id)
+            continue
+        if committed_only and b.is_transactional and b.producer_id in aborting:
+            continue
+        records = MemoryRecords(b.payload)
+        batch = records.next_batch()
+        out += [(r.offset, r.value) for r in batch]
+    return out
+
+
+async def consume(bootstrap: str, topic: str, partition: int, isolation: str, end: int) -> list[tuple[int, bytes | None]]:
+    """What a real aiokafka consumer reads from a partition, up to ``end``."""
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level=isolation,
+                         auto_offset_reset="earliest")  # fmt: skip
+    await c.start()
+    try:
+        tp = KafkaTP(topic, partition)
+        c.assign([tp])
+        await c.seek_to_beginning(tp)
+        out: list[tuple[int, bytes | None]] = []
+        deadline = asyncio.get_running_loop().time() + 15
+        while await c.position(tp) < end and asyncio.get_running_loop().time() < deadline:
+            got = await c.getmany(tp, timeout_ms=300)
+            out += [(m.offset, m.value) for m in got.get(tp, [])]
+        return out
+    finally:
+        await c.stop()
