@@ -24,6 +24,7 @@ import msgspec
 
 from records.codec import CodecError
 from records.registry import SchemaSet, default_schemas
+from records.varint import read_uvarint
 
 UNSUPPORTED_VERSION = 35
 API_VERSIONS_KEY = 18
@@ -33,6 +34,7 @@ MAX_REQUEST_BYTES = 104_857_600
 
 _SIZE = struct.Struct(">i")
 _KEY_VERSION_CID = struct.Struct(">hhi")
+_CID = struct.Struct(">i")
 
 
 class MalformedRequest(ValueError):
@@ -248,18 +250,42 @@ def error_response(schemas: SchemaSet, api_key: int, api_version: int, correlati
     return _HEADER_V0.pack(len(payload) + 4, correlation_id) + payload
 
 
-def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None, body: Any,
-                   schemas: SchemaSet | None = None) -> bytes:
-    """A whole request frame (tests and tools use it to speak to a listener)."""
+def request_header(api_key: int, api_version: int, correlation_id: int, client_id: str | None,
+                   schemas: SchemaSet | None = None) -> bytes:  # fmt: skip
+    """RequestHeader v1 (v2 for a flexible request version), encoded: a client's side of the header."""
     s = schemas or default_schemas()
     req = s.by_api_key(api_key, "request")
     if req is None:
         raise ValueError(f"no request schema for API key {api_key}")
-    header_version = 2 if req.is_flexible(api_version) else 1
     header = s.struct("RequestHeader")(
         request_api_key=api_key, request_api_version=api_version, correlation_id=correlation_id, client_id=client_id
     )
-    payload = s.codec("RequestHeader").encode(header, header_version) + s.codec(req.name).encode(body, api_version)
+    return s.codec("RequestHeader").encode(header, 2 if req.is_flexible(api_version) else 1)
+
+
+def response_header_size(data: bytes | bytearray | memoryview, api_key: int, api_version: int,
+                         schemas: SchemaSet | None = None) -> tuple[int, int]:  # fmt: skip
+    """(correlation id, header length) of the response ``data`` starts with (a client reading a reply)."""
+    (correlation_id,) = _CID.unpack_from(data, 0)
+    pos = 4
+    resp = (schemas or default_schemas()).by_api_key(api_key, "response")
+    if resp is None:
+        raise ValueError(f"no response schema for API key {api_key}")
+    if api_key != API_VERSIONS_KEY and resp.is_flexible(api_version):
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            _, pos = read_uvarint(data, pos)
+            size, pos = read_uvarint(data, pos)
+            pos += size
+    return correlation_id, pos
+
+
+def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None, body: Any,
+                   schemas: SchemaSet | None = None) -> bytes:
+    """A whole request frame (tests and tools use it to speak to a listener)."""
+    s = schemas or default_schemas()
+    header = request_header(api_key, api_version, correlation_id, client_id, s)  # checks the API exists
+    payload = header + s.codec(s.by_api_key(api_key, "request").name).encode(body, api_version)
     return _SIZE.pack(len(payload)) + payload
 
 

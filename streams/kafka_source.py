@@ -71,7 +71,7 @@ from coordinator.ports import (
     UnknownTopicId,
 )
 from coordinator.port_types import AbortedTransaction
-from records.envelope import request_header, response_header_size
+from records.kafka_envelope import request_header, response_header_size
 from records.registry import default_schemas
 from records.segments import ControlType, control_type, decode_batch
 from streams.config import ConfigError

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from records.envelope import response_header_size
+from records.kafka_envelope import response_header_size
 from records.registry import default_schemas
 
 METADATA = 3
