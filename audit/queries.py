@@ -205,103 +205,118 @@ def lag_per_topic(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> 
     return _lag(_read(spark, store, "offsets", "all", p), ["mirror", "topic"])
 
 
-_EVENTS: Final = (  # (label, kind column value): the order a failover and failback run in
-    (FAILOVER_STARTED, "fo_start"),
-    (FAILOVER_COMPLETED, "fo_done"),
-    (FAILBACK_STARTED, "fb_start"),
-    (FAILBACK_COMPLETED, "pm"),
-)
+_EVENTS: Final = (FAILOVER_STARTED, FAILOVER_COMPLETED, FAILBACK_STARTED, FAILBACK_COMPLETED)  # in the order they run
+# Kinds of transition, by index into _EVENTS: 0 -> STOPPING, 1 STOPPING -> STOPPED,
+# 2 STOPPED -> PREPARING, 3 PREPARING -> MIRRORING (which completes a failback only after a 2).
+_FO_START, _FO_DONE, _FB_START, _PM = range(4)
 
 
-def failover_partitions(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
-    """One row per (mirror, episode, topic ID, partition, event) of the failovers and failbacks.
-
-    Kinds of transition: ``fo_start`` (-> STOPPING), ``fo_done`` (STOPPING -> STOPPED),
-    ``fb_start`` (STOPPED -> PREPARING) and ``pm`` (PREPARING -> MIRRORING). An *episode* is
-    a run of them in one mirror with no gap longer than ``episode_gap_s``; episodes holding
-    only ``pm`` (first starts) are dropped. A partition's failback *completed* in an episode
-    when it has a PREPARING -> MIRRORING after its STOPPED -> PREPARING there.
-
-    Built without a window over events, which would sort every transition of a mirror or a
-    partition: episodes are numbered on the distinct seconds that hold events (exact for gaps
-    of a second or more), then a hash aggregate per (episode, partition) finds each event.
-    """
+def _failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
     S = MirrorState
     frm, to = F.col("from_state"), F.col("to_state")
     kind = (
-        F.when((to == S.STOPPING) & (frm != S.STOPPING), F.lit("fo_start"))
-        .when((frm == S.STOPPING) & (to == S.STOPPED), F.lit("fo_done"))
-        .when((frm == S.STOPPED) & (to == S.PREPARING), F.lit("fb_start"))
-        .when((frm == S.PREPARING) & (to == S.MIRRORING), F.lit("pm"))
+        F.when((to == S.STOPPING) & (frm != S.STOPPING), F.lit(_FO_START))
+        .when((frm == S.STOPPING) & (to == S.STOPPED), F.lit(_FO_DONE))
+        .when((frm == S.STOPPED) & (to == S.PREPARING), F.lit(_FB_START))
+        .when((frm == S.PREPARING) & (to == S.MIRRORING), F.lit(_PM))
     )
-    ev = (
+    return (
         _read(spark, store, "transitions", "all", p)
         .select("mirror", "topic_id", "partition", "at_ms", "metadata_offset", kind.alias("kind"))
         .where(F.col("kind").isNotNull())
         .withColumn("sec", F.floor(F.col("at_ms") / 1000))
     )
-    secs = ev.groupBy("mirror", "sec").agg(F.min("at_ms").alias("lo"), F.max("at_ms").alias("hi"))
-    per_mirror = Window.partitionBy("mirror").orderBy("sec")
-    prev_hi = F.lag("hi").over(per_mirror)
+
+
+def _seconds_with_episodes(ev: DataFrame, p: AuditParams) -> DataFrame:
+    """One row per (mirror, second, kind) holding events, with its episode: a run of events with
+    no gap longer than ``episode_gap_s`` (exact for gaps of a second or more). Small, so it is
+    materialised once: both the per-event figures and the per-partition pass read it."""
+    per_sec = ev.groupBy("mirror", "sec", "kind").agg(
+        F.count("*").alias("n"), F.min("at_ms").alias("lo"), F.max("at_ms").alias("hi"),
+        F.min("metadata_offset").alias("mo"),
+    )  # fmt: skip
+    ordered = Window.partitionBy("mirror").orderBy("sec", "kind")
+    before = F.max("hi").over(ordered.rowsBetween(Window.unboundedPreceding, -1))
+    sec_lo = F.min("lo").over(Window.partitionBy("mirror", "sec"))
     gap_ms = max(int(p.episode_gap_s * 1000), 1000)
-    starts = F.when(prev_hi.isNull() | (F.col("lo") - prev_hi > gap_ms), 1).otherwise(0)
-    running = per_mirror.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    episodes = secs.withColumn("_s", starts).withColumn("episode", F.sum("_s").over(running)).drop("_s", "lo", "hi")
+    # Only a second's first row can start an episode: the rows after it are less than a second away.
+    starts = F.when(before.isNull() | (sec_lo - before > gap_ms), 1).otherwise(0)
+    running = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    return per_sec.withColumn("_s", starts).withColumn("episode", F.sum("_s").over(running)).drop("_s").localCheckpoint()
 
-    def when_kind(k: str, c: str) -> Column:
-        return F.when(F.col("kind") == k, F.col(c))
 
-    aggs = []
-    for _, k in _EVENTS:
-        aggs += [
-            F.count(when_kind(k, "at_ms")).alias(f"n_{k}"),
-            F.min(when_kind(k, "at_ms")).alias(f"lo_{k}"),
-            F.max(when_kind(k, "at_ms")).alias(f"hi_{k}"),
-            F.min(when_kind(k, "metadata_offset")).alias(f"mo_{k}"),
-        ]
-    # Broadcast: the seconds table is small, and a planned sort-merge join would shuffle every
-    # event. The key has topic_id and not the topic name: one string less to hash per event.
-    pp = (
+def failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
+    """One row per (mirror, episode, event) of the failovers and failbacks that happened.
+
+    An *episode* is a run of failover and failback transitions in one mirror with no gap longer
+    than ``episode_gap_s``; episodes holding only PREPARING -> MIRRORING (first starts) give no
+    rows. A partition's failback *completed* in an episode when it has a PREPARING -> MIRRORING
+    after its STOPPED -> PREPARING there.
+
+    Counts and times of the first three events need no partition: they come from the small
+    per-second table. One hash aggregate per (episode, partition) finds what needs one (which
+    partitions had each event, and the failback-completed rule), kept to the few values that
+    rule needs: the widest rows are what this query shuffles.
+    """
+    ev = _failover_events(spark, store, p)
+    secs = _seconds_with_episodes(ev, p)
+    k = F.col("kind")
+
+    def of(kind: int, c: str) -> Column:
+        return F.when(k == kind, F.col(c))
+
+    by_kind = secs.groupBy("mirror", "episode").agg(*[
+        a for i in (_FO_START, _FO_DONE, _FB_START) for a in (
+            F.sum(of(i, "n")).alias(f"n{i}"), F.min(of(i, "lo")).alias(f"lo{i}"),
+            F.max(of(i, "hi")).alias(f"hi{i}"), F.min(of(i, "mo")).alias(f"mo{i}"),
+        )
+    ])  # fmt: skip
+    episodes = secs.select("mirror", "sec", "episode").distinct()
+    # Broadcast: the seconds table is small, and a planned sort-merge join would shuffle every event.
+    per_partition = (
         ev.join(F.broadcast(episodes), ["mirror", "sec"])
         .groupBy("mirror", "episode", "topic_id", "partition")
-        .agg(*aggs)
-    )
-    fb_done = (F.col("n_fb_start") > 0) & (F.col("hi_pm") > F.col("lo_fb_start"))
-    events = F.array(
-        *[
-            F.struct(
-                F.lit(label).alias("event"),
-                F.lit(i).alias("event_order"),
-                (fb_done if k == "pm" else F.col(f"n_{k}") > 0).alias("happened"),
-                F.col(f"n_{k}").alias("n"),
-                F.col(f"lo_{k}").alias("lo"),
-                F.col(f"hi_{k}").alias("hi"),
-                F.col(f"mo_{k}").alias("mo"),
-            )
-            for i, (label, k) in enumerate(_EVENTS)
-        ]
-    )
-    return (
-        pp.select("mirror", "episode", "topic_id", "partition", F.explode(events).alias("e"))
-        .where(F.col("e.happened"))
-        .select("mirror", "episode", "topic_id", "partition", "e.event", "e.event_order", "e.n",
-                F.col("e.lo").alias("first_ms"), F.col("e.hi").alias("last_ms"), F.col("e.mo").alias("metadata_offset"))
+        .agg(
+            F.max(of(_FO_START, "kind")).alias("has0"), F.max(of(_FO_DONE, "kind")).alias("has1"),
+            F.min(of(_FB_START, "at_ms")).alias("fb_lo"), F.max(of(_PM, "at_ms")).alias("pm_hi"),
+            F.min(of(_PM, "at_ms")).alias("pm_lo"), F.count(of(_PM, "at_ms")).alias("pm_n"),
+            F.min(of(_PM, "metadata_offset")).alias("pm_mo"),
+        )
     )  # fmt: skip
+    done = F.col("fb_lo").isNotNull() & (F.col("pm_hi") > F.col("fb_lo"))
+
+    def if_done(c: str) -> Column:
+        return F.when(done, F.col(c))
+
+    per_topic = per_partition.groupBy("mirror", "episode", "topic_id").agg(
+        F.count("has0").alias("p0"), F.count("has1").alias("p1"), F.count("fb_lo").alias("p2"),
+        F.count(if_done("pm_n")).alias("p3"), F.sum(if_done("pm_n")).alias("n3"),
+        F.min(if_done("pm_lo")).alias("lo3"), F.max(if_done("pm_hi")).alias("hi3"), F.min(if_done("pm_mo")).alias("mo3"),
+    )  # fmt: skip
+    per_episode = per_topic.groupBy("mirror", "episode").agg(
+        *[F.sum(f"p{i}").alias(f"p{i}") for i in range(4)],
+        *[F.count(F.when(F.col(f"p{i}") > 0, 1)).alias(f"t{i}") for i in range(4)],
+        F.sum("n3").alias("n3"), F.min("lo3").alias("lo3"), F.max("hi3").alias("hi3"), F.min("mo3").alias("mo3"),
+    )  # fmt: skip
+    events = F.array(*[
+        F.struct(
+            F.lit(label).alias("event"), F.lit(i).alias("event_order"), F.col(f"p{i}").alias("partitions"),
+            F.col(f"t{i}").alias("topics"), F.col(f"n{i}").alias("transitions"), F.col(f"lo{i}").alias("first_ms"),
+            F.col(f"hi{i}").alias("last_ms"), F.col(f"mo{i}").alias("first_metadata_offset"),
+        )
+        for i, label in enumerate(_EVENTS)
+    ])  # fmt: skip
+    return (
+        per_episode.join(by_kind, ["mirror", "episode"], "left")
+        .select("mirror", "episode", F.explode(events).alias("e"))
+        .where(F.col("e.partitions") > 0)
+        .select("mirror", "episode", "e.*")
+    )
 
 
 def failover_timeline(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
-    agg = (
-        failover_partitions(spark, store, p)
-        .groupBy("mirror", "episode", "event", "event_order")
-        .agg(
-            F.count("*").alias("partitions"),
-            F.countDistinct("topic_id").alias("topics"),
-            F.sum("n").alias("transitions"),
-            F.min("first_ms").alias("first_ms"),
-            F.max("last_ms").alias("last_ms"),
-            F.min("metadata_offset").alias("first_metadata_offset"),
-        )
-    )
+    agg = failover_events(spark, store, p)
     ep = Window.partitionBy("mirror", "episode")
     # Episodes of first starts only left no rows: renumber 1, 2, ... per mirror (few rows here).
     number = F.dense_rank().over(Window.partitionBy("mirror").orderBy("episode"))
