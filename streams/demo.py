@@ -5,11 +5,16 @@
 Starts the noida-db broker, the cluster-model server (clusters A and B), and one coordinator
 per destination cluster (SPEC, "One coordinator per destination cluster"): a controller and a
 worker for B (mirror ``a-to-b``) and a controller and a worker for A (mirror ``b-to-a``), each
-a separate process with its own topic prefix. Then: live producers on A (keyed records,
-transactions committed, aborted and left open) -> ``a-to-b`` catches up -> failover
-(``--stop``, with transactions still open on A: copied to B, aborted there once each) ->
+a separate process with its own topic prefix. The applications are aiokafka clients on the
+model's Kafka listeners (``streams.demo_clients``); the model's own API only referees and moves
+the model's clock. Then:
+producers on A (keyed records, transactions committed and aborted) and consumer group
+``demo-orders-app`` reading A -> ``a-to-b`` catches up; a produce to B's mirror topic is refused
+-> A's producers leave transactions open and stop, the group reads to A's LSO and stops ->
+failover (``--stop``, with transactions still open on A: copied to B, aborted there once each;
+its last group offset sync carries the group's last commit to B) -> the group resumes on B,
 producers on B (again leaving transactions open) -> failback (``b-to-a``) -> A catches up with
-B's HW -> describe and a verdict computed from the two clusters' logs -> the audit verdict (Spark)
+B's HW -> describe and a verdict computed from the two clusters' logs and what the clients saw -> the audit verdict (Spark)
 on the snapshots the workers export every second (``audit.export.*``: states, transitions from
 ``__mirror_state``, the clusters' offsets and leader epochs) to Parquet, one store per
 coordinator under ``<workdir>/audit/<cluster>``; ``--no-audit`` turns both off. Every process is stopped on exit, on failure and on Ctrl-C.
@@ -296,8 +301,8 @@ class Demo:
         _, line = self.procs.spawn("model-server", [PY, "-m", "clustermodel.server", "--port", "0", "--cluster", "A",
                                                     "--cluster", "B", "--seed", str(self.seed)], ready="PORT")  # fmt: skip
         port = int(line.split()[1])
-        # The referee's view (model API): offsets, logs, open transactions. The applications use
-        # only the Kafka listeners.
+        # The referee's view (model API): offsets, logs, open transactions, the clock. The
+        # applications use only the Kafka listeners.
         a, b = ClusterClient(port, "A"), ClusterClient(port, "B")
         boot = {"A": a.bootstrap_servers(), "B": b.bootstrap_servers()}
         self.say(f"cluster-model server with clusters A and B on 127.0.0.1:{port}; Kafka listeners "
@@ -344,8 +349,8 @@ class Demo:
         ends_a = self.joined(group_a, f"group {GROUP} on A")
         committed_a = apps.run(dc.committed_offsets(boot["A"], GROUP, parts))
         self.say(f"A's producers stopped: {len(produced)} records, 3 transactions left open; group {GROUP} read "
-                 f"{len(read_a)} records on A up to the read_committed end ({sum(ends_a.values())} offsets) and "
-                 f"stopped; its last commit: {sum(v or 0 for v in committed_a.values())} offsets")  # fmt: skip
+                 f"{len(read_a)} records on A up to the read_committed end (LSO) of its {len(ends_a)} partitions and "
+                 "stopped without committing the last second's reads")  # fmt: skip
         wait_for("a-to-b to catch up with A's HW", caught_up(a, b), 60, clock)
         a_open = {tp: a.open_transactions(tp) for tp in tps}
         self.say(f"a-to-b caught up with A's HW, {sum(map(len, a_open.values()))} transaction(s) still open on A "
@@ -359,8 +364,8 @@ class Demo:
         read_b: list[dc.Consumed] = []
         group_b = apps.submit(dc.consume_group(boot["B"], GROUP, list(TOPICS), len(parts), read_b, drain_b, final_commit=True))
         producing_b = apps.submit(dc.produce_mix(boot["B"], "B", list(TOPICS), stop_b, self.seed + 1))
-        self.say(f"B is writable; group {GROUP} resumes on B from the offsets the last sync wrote "
-                 f"({sum(v or 0 for v in synced_b.values())}); producing on B")  # fmt: skip
+        self.say(f"B is writable; group {GROUP} resumes on B from the offsets the last group offset sync wrote "
+                 f"(those it committed last on A: {'yes' if synced_b == committed_a else 'NO'}); producing on B")  # fmt: skip
         time.sleep(3)
         stop_b.set()
         produced_b = self.joined(producing_b, "B's producers")
@@ -467,7 +472,8 @@ class Demo:
         fields, control type, payload) up to B's HW; A's LEO, HW and LSO equal B's; a read_committed
         reader gets the same records from both; the same transactions are open on A as on B; every
         transaction open on A at the failover reached B and was aborted there exactly once (before
-        the stop's MIRROR_PID_RESET), none that A had committed; DLE >= SLE.
+        the stop's MIRROR_PID_RESET), none that A had committed; DLE >= SLE. Then what the clients
+        saw (``client_check``): no gap, duplicates within the last sync, the produce refused.
         """
         problems: list[str] = []
         names = {tid: n for n, tid in ((t.name, t.topic_id) for t in a.describe_topics())}
