@@ -1,13 +1,23 @@
-"""The main job's client-side checks: the gap and duplicate accounting (pure), and the verdict
-line that fails on a gap or on a produce the mirror topic accepted before the stop."""
+"""The main job's client-side checks: the gap and duplicate accounting (pure), the verdict line
+that fails on a gap or on a produce the mirror topic accepted before the stop, and the job's
+aiokafka clients against a real clustermodel-server."""
 
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+from clustermodel.client import ClusterClient
 from streams.demo import GROUP, REFUSED_AS, Demo
-from streams.demo_clients import Consumed, Produced, account
+from streams.demo_clients import (ClientLoop, Consumed, Produced, account, committed_offsets, consume_group,
+                                  create_topics, leave_open, produce_mix, refused_produce)  # fmt: skip
 
 T = "orders"
 
@@ -80,3 +90,57 @@ def test_verdict_fails_on_an_accepted_or_wrongly_refused_produce_and_on_gaps(tmp
     demo.refused = REFUSED_AS
     demo.clients = account(produced(4), read(range(3)), [], {(T, 0): 3}, {(T, 0): 3}, {(T, 0): 4})
     assert demo.client_check() and "gaps 1" in demo.out.getvalue()
+
+
+@pytest.fixture
+def model_port() -> Iterator[int]:
+    """A clustermodel-server with clusters A and B and their Kafka listeners."""
+    proc = subprocess.Popen([sys.executable, "-m", "clustermodel.server", "--port", "0", "--cluster", "A", "--cluster", "B",
+                             "--seed", "5"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("PORT "), line
+        yield int(line.split()[1])
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_the_demo_clients_on_real_listeners(model_port: int) -> None:
+    """The job's clients against a real server: a group reading to the LSO while producers run
+    sees every committed record once and nothing else; a read-only topic refuses a produce the
+    way aiokafka 0.14 reports READ_ONLY_TOPIC, and accepts it once writable."""
+    a, b = ClusterClient(model_port, "A"), ClusterClient(model_port, "B")
+    boot_a, boot_b = a.bootstrap_servers(), b.bootstrap_servers()
+    topics = {"t1": 2, "t2": 1}
+    parts = [(t, p) for t, n in topics.items() for p in range(n)]
+    apps = ClientLoop()
+    try:
+        apps.run(create_topics(boot_a, topics))
+        stop, drain, seen = threading.Event(), threading.Event(), []  # type: ignore[var-annotated]
+        producing = apps.submit(produce_mix(boot_a, "A", list(topics), stop, seed=3, records_per_s=500,
+                                            txn_ratio=0.5, abort_ratio=0.5))  # fmt: skip
+        group = apps.submit(consume_group(boot_a, "g", list(topics), len(parts), seen, drain, final_commit=True))
+        time.sleep(1.5)
+        stop.set()
+        produced = producing.result(30)
+        produced += apps.run(leave_open(boot_a, "A", list(topics), 1, seed=3))
+        drain.set()
+        ends = group.result(30)
+        committed = apps.run(committed_offsets(boot_a, "g", parts))
+        assert committed == ends  # the final commit is the read_committed end
+        assert "demo-A-open-0" in a.open_transactional_ids()
+        r = account(produced, seen, [], committed, committed, ends)
+        assert r.problems == [] and (r.gaps, r.duplicates, r.held, r.left_open) == (0, 0, 0, 2)
+        assert r.aborted > 0 and r.consumed_a == r.committed > 0
+
+        meta = next(t for t in a.describe_topics() if t.name == "t2")
+        b.create_topic("t2", meta.topic_id, 1, read_only=True, mirror_name="m", mirror_source_cluster_id=a.cluster_id())
+        assert apps.run(refused_produce(boot_b, "t2")) == REFUSED_AS
+        b.set_read_only(meta.topic_id, False)
+        assert apps.run(refused_produce(boot_b, "t2")) is None
+    finally:
+        apps.close()
+        a.close()
+        b.close()
