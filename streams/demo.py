@@ -5,11 +5,16 @@
 Starts the noida-db broker, the cluster-model server (clusters A and B), and one coordinator
 per destination cluster (SPEC, "One coordinator per destination cluster"): a controller and a
 worker for B (mirror ``a-to-b``) and a controller and a worker for A (mirror ``b-to-a``), each
-a separate process with its own topic prefix. Then: live producers on A (keyed records,
-transactions committed, aborted and left open) -> ``a-to-b`` catches up -> failover
-(``--stop``, with transactions still open on A: copied to B, aborted there once each) ->
+a separate process with its own topic prefix. The applications are aiokafka clients on the
+model's Kafka listeners (``streams.demo_clients``); the model's own API only referees and moves
+the model's clock. Then:
+producers on A (keyed records, transactions committed and aborted) and consumer group
+``demo-orders-app`` reading A -> ``a-to-b`` catches up; a produce to B's mirror topic is refused
+-> A's producers leave transactions open and stop, the group reads to A's LSO and stops ->
+failover (``--stop``, with transactions still open on A: copied to B, aborted there once each;
+its last group offset sync carries the group's last commit to B) -> the group resumes on B,
 producers on B (again leaving transactions open) -> failback (``b-to-a``) -> A catches up with
-B's HW -> describe and a verdict computed from the two clusters' logs -> the audit verdict (Spark)
+B's HW -> describe and a verdict computed from the two clusters' logs and what the clients saw -> the audit verdict (Spark)
 on the snapshots the workers export every second (``audit.export.*``: states, transitions from
 ``__mirror_state``, the clusters' offsets and leader epochs) to Parquet, one store per
 coordinator under ``<workdir>/audit/<cluster>``; ``--no-audit`` turns both off. Every process is stopped on exit, on failure and on Ctrl-C.
@@ -39,6 +44,8 @@ from typing import Any
 from clustermodel.records import read_committed_values
 from clustermodel.client import ClusterClient
 from clustermodel.workload import Workload
+from streams import demo_clients as dc
+from streams.demo_clients import ClientLoop
 from coordinator.ports import ControlType, IsolationLevel, PortError, TopicPartition
 from streams import cli
 from streams.broker import LocalBroker
@@ -46,6 +53,8 @@ from streams.broker import LocalBroker
 TOPICS = {"orders": 3, "payments": 2, "audit": 1}
 PY = sys.executable
 ADMIN = "User:demo-admin"
+REFUSED_AS = "UnknownError"  # aiokafka 0.14 has no class for READ_ONLY_TOPIC (134)
+GROUP = "demo-orders-app"  # the applications' consumer group, moved from A to B at the failover
 
 
 class DemoError(RuntimeError):
@@ -242,6 +251,9 @@ class Demo:
         self.procs = Processes(workdir)
         self.broker: LocalBroker | None = None
         self.clock: Clock | None = None
+        self.apps: ClientLoop | None = None
+        self.clients: dc.ClientReport | None = None
+        self.refused: str | None = None
         self.endpoints: dict[str, str] = {}
         self.t0 = time.monotonic()
 
@@ -289,16 +301,27 @@ class Demo:
         _, line = self.procs.spawn("model-server", [PY, "-m", "clustermodel.server", "--port", "0", "--cluster", "A",
                                                     "--cluster", "B", "--seed", str(self.seed)], ready="PORT")  # fmt: skip
         port = int(line.split()[1])
-        self.say(f"cluster-model server with clusters A and B on 127.0.0.1:{port}")
+        # The referee's view (model API): offsets, logs, open transactions, the clock. The
+        # applications use only the Kafka listeners.
         a, b = ClusterClient(port, "A"), ClusterClient(port, "B")
-        ids = {name: a.add_topic(name, n).topic_id for name, n in TOPICS.items()}
+        boot = {"A": a.bootstrap_servers(), "B": b.bootstrap_servers()}
+        self.say(f"cluster-model server with clusters A and B on 127.0.0.1:{port}; Kafka listeners "
+                 f"A {boot['A']}, B {boot['B']}")  # fmt: skip
+        apps = self.apps = ClientLoop()
+        apps.run(dc.create_topics(boot["A"], TOPICS))
+        ids = {t.name: t.topic_id for t in a.describe_topics() if t.name in TOPICS}
         tps = [TopicPartition(ids[t], p) for t, n in TOPICS.items() for p in range(n)]
+        parts = [(t, p) for t, n in TOPICS.items() for p in range(n)]
         self.coordinator("B", port)
         self.coordinator("A", port)
         self.clock = clock = Clock(port)
         clock.start()
-        wl = clock.produce("A", self.seed)
-        self.say("producing on A (keyed records; transactions committed, aborted and left open)")
+        stop_a, drain_a = threading.Event(), threading.Event()
+        read_a: list[dc.Consumed] = []
+        producing_a = apps.submit(dc.produce_mix(boot["A"], "A", list(TOPICS), stop_a, self.seed))
+        group_a = apps.submit(dc.consume_group(boot["A"], GROUP, list(TOPICS), len(parts), read_a, drain_a, final_commit=False))
+        self.say(f"aiokafka on A: idempotent producer (keyed records), transactional producer (committed and aborted), "
+                 f"consumer group {GROUP} (read_committed, commits every second)")  # fmt: skip
 
         cfg_ab = self.workdir / "a-to-b.properties"
         cfg_ab.write_text("bootstrap.servers=model://A\nmetadata.refresh.interval.ms=1000\n")
@@ -314,10 +337,20 @@ class Demo:
                     return False  # the mirror topic is not created yet
             return check
 
-        time.sleep(4)  # mirror under live load
-        wl = clock.quiet() or wl
-        self.say(f"A's producers paused: {wl.stats.records} records, {wl.stats.committed} committed, "
-                 f"{wl.stats.aborted} aborted, {wl.stats.left_open} transactions left open")  # fmt: skip
+        wait_for("the mirror topics on B", lambda: {t.name for t in b.describe_topics()} >= set(TOPICS), 30, clock)
+        refused = apps.run(dc.refused_produce(boot["B"], "orders"), 30)
+        self.say(f"produce to B's mirror topic orders before the stop: "
+                 f"{'ACCEPTED' if refused is None else f'refused ({refused}: aiokafka 0.14 name for READ_ONLY_TOPIC, 134)'}")  # fmt: skip
+        time.sleep(3)  # mirror under live load
+        stop_a.set()
+        produced = self.joined(producing_a, "A's producers")
+        produced += apps.run(dc.leave_open(boot["A"], "A", list(TOPICS), 3, self.seed))
+        drain_a.set()
+        ends_a = self.joined(group_a, f"group {GROUP} on A")
+        committed_a = apps.run(dc.committed_offsets(boot["A"], GROUP, parts))
+        self.say(f"A's producers stopped: {len(produced)} records, 3 transactions left open; group {GROUP} read "
+                 f"{len(read_a)} records on A up to the read_committed end (LSO) of its {len(ends_a)} partitions and "
+                 "stopped without committing the last second's reads")  # fmt: skip
         wait_for("a-to-b to catch up with A's HW", caught_up(a, b), 60, clock)
         a_open = {tp: a.open_transactions(tp) for tp in tps}
         self.say(f"a-to-b caught up with A's HW, {sum(map(len, a_open.values()))} transaction(s) still open on A "
@@ -326,11 +359,24 @@ class Demo:
         wait_for("B's topics to become writable", lambda: all(not t.read_only for t in b.describe_topics(list(ids.values()))), 30, clock)
         a_before = {tp: a.list_offsets(tp) for tp in tps}
         b_at_stop = {tp: b.list_offsets(tp) for tp in tps}
-        wlb = clock.produce("B", self.seed + 1)
-        self.say("B is writable; producing on B")
+        synced_b = apps.run(dc.committed_offsets(boot["B"], GROUP, parts))
+        stop_b, drain_b = threading.Event(), threading.Event()
+        read_b: list[dc.Consumed] = []
+        group_b = apps.submit(dc.consume_group(boot["B"], GROUP, list(TOPICS), len(parts), read_b, drain_b, final_commit=True))
+        producing_b = apps.submit(dc.produce_mix(boot["B"], "B", list(TOPICS), stop_b, self.seed + 1))
+        self.say(f"B is writable; group {GROUP} resumes on B from the offsets the last group offset sync wrote "
+                 f"(those it committed last on A: {'yes' if synced_b == committed_a else 'NO'}); producing on B")  # fmt: skip
         time.sleep(3)
-        wlb = clock.quiet() or wlb
-        self.say(f"B's producers paused: {wlb.stats.records} records ({wlb.stats.left_open} transactions left open)")
+        stop_b.set()
+        produced_b = self.joined(producing_b, "B's producers")
+        produced_b += apps.run(dc.leave_open(boot["B"], "B", list(TOPICS), 2, self.seed + 1))
+        drain_b.set()
+        ends_b = self.joined(group_b, f"group {GROUP} on B")
+        self.clients = dc.account(produced + produced_b, read_a, read_b, committed_a, synced_b, ends_b)
+        self.refused = refused
+        self.say(f"B's producers stopped: {len(produced_b)} records (2 transactions left open); group {GROUP} read "
+                 f"{len(read_b)} records on B and committed")  # fmt: skip
+        apps.close()
 
         cfg_ba = self.workdir / "b-to-a.properties"
         cfg_ba.write_text("bootstrap.servers=model://B\nmetadata.refresh.interval.ms=1000\n")
@@ -426,7 +472,8 @@ class Demo:
         fields, control type, payload) up to B's HW; A's LEO, HW and LSO equal B's; a read_committed
         reader gets the same records from both; the same transactions are open on A as on B; every
         transaction open on A at the failover reached B and was aborted there exactly once (before
-        the stop's MIRROR_PID_RESET), none that A had committed; DLE >= SLE.
+        the stop's MIRROR_PID_RESET), none that A had committed; DLE >= SLE. Then what the clients
+        saw (``client_check``): no gap, duplicates within the last sync, the produce refused.
         """
         problems: list[str] = []
         names = {tid: n for n, tid in ((t.name, t.topic_id) for t in a.describe_topics())}
@@ -459,6 +506,7 @@ class Demo:
         for r in rows:
             self.out.write(f"    {r[0]:<11} {r[1]:>10}  {r[2]:>5}  {r[3]:>5}  {r[4]:>5}  {r[5]:>5}  {r[6]:>12}  {r[7]:>12}  "
                            f"{r[8]:>9}  {r[9]:>8}\n")  # fmt: skip
+        problems.extend(self.client_check())
         if problems:
             self.out.write("\nVERDICT: FAILED\n" + "".join(f"  - {p}\n" for p in problems))
             return 1
@@ -467,10 +515,40 @@ class Demo:
                        "(offsets, leader epochs, producer fields, markers, payloads); LEO, HW and LSO equal; "
                        "read_committed reads the same records on both; the same transactions open on both; "
                        f"the {opened} transaction(s) open on A at the failover reached B and were aborted there "
-                       "exactly once; DLE >= SLE everywhere\n")  # fmt: skip
+                       "exactly once; DLE >= SLE everywhere; the clients saw every committed record, "
+                       "none twice beyond the last sync, and a produce refused on the mirror topic\n")  # fmt: skip
         return 0
 
+    def client_check(self) -> list[str]:
+        """Prints what the Kafka clients saw; returns what is wrong with it."""
+        r = self.clients
+        if r is None:
+            return ["the clients' accounting is missing"]
+        self.out.write(
+            f"\n    CLIENTS (aiokafka): produced {r.produced} records ({r.committed} committed, {r.aborted} in aborted "
+            f"transactions, {r.left_open} in transactions left open); group {GROUP}: consumed {r.consumed_a} on A, "
+            f"{r.consumed_b} on B after the switch; duplicates {r.duplicates} (bound: {r.duplicate_bound} read on A "
+            f"past the group's last commit, which the last sync carried to B); gaps {r.gaps}; held behind open "
+            f"transactions {r.held}; produce to the mirror topic before the stop: "
+            f"{'ACCEPTED' if self.refused is None else 'refused (' + self.refused + ')'}\n")  # fmt: skip
+        problems = [f"clients: {p}" for p in r.problems]
+        if self.refused is None:
+            problems.append("clients: a produce to B's mirror topic was accepted before the stop")
+        elif self.refused != REFUSED_AS:
+            problems.append(f"clients: the produce to B's mirror topic before the stop got {self.refused}, "
+                            f"not {REFUSED_AS} (READ_ONLY_TOPIC)")  # fmt: skip
+        return problems
+
+    def joined(self, fut: Any, what: str, timeout: float = 90.0) -> Any:
+        try:
+            return fut.result(timeout)
+        except Exception as e:  # noqa: BLE001 - any client failure fails the demo, with its cause
+            raise DemoError(f"{what} failed: {type(e).__name__}: {e}") from e
+
     def close(self) -> None:
+        if self.apps is not None:
+            self.apps.close()
+            self.apps = None
         if self.clock is not None and self.clock.is_alive():
             self.clock.stop()
         self.procs.close()

@@ -7,11 +7,15 @@ The fetcher copies up to the source's HW (SPEC "Transactions"), so transactions 
 at the failover are on B and aborted there exactly once, and those B's producers leave open are
 open on A after the failback as they are on B. The verdict: logs identical up to B's HW, LEO, HW
 and LSO equal, read_committed contents equal, the same open transactions on both, DLE >= SLE.
+A and B are driven only by aiokafka clients: what they saw is checked too (a consumer group that
+moves from A to B with no gap and duplicates bounded by the last sync; a refused produce before
+the stop).
 """
 
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -42,3 +46,15 @@ def test_failover_and_failback_through_cli_and_workers(tmp_path: Path) -> None:
     for name, _b_leo_at_stop, b_hw, b_lso, a_leo, a_lso, sle, dle, _committed, same in rows:
         assert b_hw == a_leo and b_lso == a_lso, name
         assert int(dle) >= int(sle) and same == "yes", name
+    # What the aiokafka clients saw.
+    m = re.search(r"CLIENTS \(aiokafka\): produced (\d+) records \((\d+) committed, (\d+) in aborted transactions, "
+                  r"(\d+) in transactions left open\); group \S+: consumed (\d+) on A, (\d+) on B after the switch; "
+                  r"duplicates (\d+) \(bound: (\d+) .*?\); gaps (\d+);.*produce to the mirror topic before the stop: "
+                  r"refused \(UnknownError\)", text)
+    assert m, text
+    produced, committed, aborted, left_open, on_a, on_b, dups, bound, gaps = map(int, m.groups())
+    assert produced == committed + aborted + left_open and min(committed, aborted, left_open) > 0
+    assert gaps == 0 and dups <= bound
+    assert on_a > 0 and on_b > 0 and on_a + on_b - dups >= committed  # every committed record read at least once
+    assert "group demo-orders-app resumes on B from the offsets the last group offset sync wrote " \
+           "(those it committed last on A: yes)" in text
