@@ -7,10 +7,12 @@ ReadMirrorStates (a broker without it has no LME: the partition aligns from offs
 from __future__ import annotations
 
 import asyncio
+import enum
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from coordinator.image import AclOperation, AclPermissionType, AclResourceType, PatternType
 from coordinator.ports import (
     UNDEFINED_EPOCH,
     AclBinding,
@@ -27,11 +29,8 @@ from streams.kafka_wire import (
     _ACTIVE_GROUP_STATES,
     _ANY,
     _COORDINATOR_MOVED,
-    _OPERATIONS,
-    _PATTERN_TYPES,
-    _PERMISSIONS,
-    _RESOURCE_TYPES,
     DYNAMIC_TOPIC_CONFIG,
+    GROUP_ID_NOT_FOUND,
     NONE,
     SECURITY_DISABLED,
     TOPIC_RESOURCE,
@@ -99,8 +98,13 @@ class ClusterReads:
             body = await self.conn.send(node, CodecRequest("ListGroups", build))
             if body.error_code != NONE:
                 raise KafkaProtocolError(f"ListGroups at broker {node}: Kafka error code {body.error_code}")
-            # Consumer groups only: share groups need DescribeShareGroupOffsets, not sent yet; other
-            # protocol types (connect) commit no offsets.
+            # Share groups (ListGroups v5 groupType) are listed, but the classic DescribeGroups does not
+            # see them: active from the listed state; their offsets need DescribeShareGroupOffsets, not
+            # sent yet. Other protocol types (connect) commit no offsets.
+            for g in body.groups:
+                if (getattr(g, "group_type", None) or "").lower() == "share":
+                    active = (getattr(g, "group_state", None) or "") in _ACTIVE_GROUP_STATES
+                    out[g.group_id] = GroupDescription(g.group_id, GroupType.SHARE, active, 0)
             ids = [g.group_id for g in body.groups if (g.protocol_type or "consumer") == "consumer"
                    and (getattr(g, "group_type", None) or "classic").lower() in ("classic", "consumer")]  # fmt: skip
             described = await self._describe_groups(node, ids) if ids else {}
@@ -119,6 +123,8 @@ class ClusterReads:
             return _s("OffsetFetchRequest")(group_id=group_id, topics=None, require_stable=False)
 
         body = await self.conn.send(node, CodecRequest("OffsetFetch", build, min_version=2))
+        if body.error_code == GROUP_ID_NOT_FOUND:
+            return []  # not a classic or consumer group (a share group): no offsets OffsetFetch can give
         if body.error_code != NONE:
             raise KafkaProtocolError(f"OffsetFetch of group {group_id}: Kafka error code {body.error_code}")
         out = []
@@ -180,10 +186,9 @@ class ClusterReads:
         out = []
         for r in body.resources:
             for a in r.acls:
-                out.append(AclBinding(_RESOURCE_TYPES.get(r.resource_type, str(r.resource_type)), r.resource_name,
-                                      _PATTERN_TYPES.get(r.pattern_type, str(r.pattern_type)), a.principal, a.host,
-                                      _OPERATIONS.get(a.operation, str(a.operation)),
-                                      _PERMISSIONS.get(a.permission_type, str(a.permission_type))))  # fmt: skip
+                out.append(AclBinding(_name(AclResourceType, r.resource_type), r.resource_name,
+                                      _name(PatternType, r.pattern_type), a.principal, a.host,
+                                      _name(AclOperation, a.operation), _name(AclPermissionType, a.permission_type)))
         return out
 
     async def last_mirrored_epoch(self, mirror_name: str, tp: TopicPartition) -> int | None:
@@ -205,3 +210,11 @@ class ClusterReads:
                 if p.partition_index == tp.partition and p.error_code == NONE and p.last_mirror_epoch >= 0:
                     return int(p.last_mirror_epoch)
         return None
+
+
+def _name(codes: type[enum.IntEnum], code: int) -> str:
+    """An AclBinding string from Kafka's code (the project's enums: Kafka's, plus CLUSTER_MIRROR)."""
+    try:
+        return codes(code).name
+    except ValueError:
+        return str(code)

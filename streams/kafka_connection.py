@@ -189,11 +189,13 @@ class KafkaConnection:
     async def with_refresh(self, attempt: Callable[[_Metadata, set[int]], Awaitable[dict[int, Any]]],
                            n: int) -> list[Any]:  # fmt: skip
         """Runs ``attempt`` on indices 0..n-1 (index -> result or PortError); once more for those
-        that failed with an error a metadata refresh can cure."""
+        that failed with an error a metadata refresh can cure. A leader that cannot be reached is
+        one of them: a crashed broker closes its connections and the metadata names the new leader
+        (as a Kafka consumer does on a disconnect)."""
         meta = await self.metadata()
         got = await attempt(meta, set(range(n)))
         again = [i for i, r in got.items() if isinstance(r, (NotLeader, FencedLeaderEpoch, UnknownLeaderEpoch,
-                                                                UnknownTopicId))]  # fmt: skip
+                                                                UnknownTopicId, SourceUnavailable))]  # fmt: skip
         if again:
             meta = await self.metadata(force=True)
             retry = await attempt(meta, set(again))

@@ -254,6 +254,8 @@ class PartitionReads:
     # ------------------------------------------------------------------ epochs
 
     async def epoch_end(self, tp: TopicPartition, leader_epoch: int | None, current: int | None) -> EpochEndOffset:
+        from aiokafka.errors import KafkaError
+
         async def attempt(meta: _Metadata, only: set[int]) -> dict[int, Any]:
             try:
                 topic, part = meta.leader(tp)
@@ -272,6 +274,8 @@ class PartitionReads:
                 body = await self.conn.send(part.leader, CodecRequest("OffsetForLeaderEpoch", build, min_version=2))
             except UnsupportedApi:
                 return {0: EpochEndOffset(UNDEFINED_EPOCH, -1)}  # a pre-0.11 broker keeps no epochs
+            except (KafkaError, OSError, asyncio.TimeoutError) as e:
+                return {0: await self.conn.as_port_error(e)}  # the leader is gone: refresh, retry
             for t in body.topics:
                 for p in t.partitions:
                     if p.partition == tp.partition:

@@ -41,6 +41,7 @@ COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
 SECURITY_DISABLED = 54
+GROUP_ID_NOT_FOUND = 69
 KAFKA_STORAGE_ERROR = 56
 FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75
@@ -65,13 +66,6 @@ CONSUMER_REPLICA_ID = -1
 TOPIC_RESOURCE = 2
 DYNAMIC_TOPIC_CONFIG = 1
 _ACTIVE_GROUP_STATES = {"Stable", "PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"}
-# AclBinding's string enums from Kafka's ResourceType, PatternType, AclOperation, AclPermissionType codes.
-_RESOURCE_TYPES = {2: "TOPIC", 3: "GROUP", 4: "CLUSTER", 5: "TRANSACTIONAL_ID", 6: "DELEGATION_TOKEN", 7: "USER"}
-_PATTERN_TYPES = {3: "LITERAL", 4: "PREFIXED"}
-_OPERATIONS = {2: "ALL", 3: "READ", 4: "WRITE", 5: "CREATE", 6: "DELETE", 7: "ALTER", 8: "DESCRIBE",
-               9: "CLUSTER_ACTION", 10: "DESCRIBE_CONFIGS", 11: "ALTER_CONFIGS", 12: "IDEMPOTENT_WRITE",
-               13: "CREATE_TOKENS", 14: "DESCRIBE_TOKENS"}  # fmt: skip
-_PERMISSIONS = {2: "DENY", 3: "ALLOW"}
 _ANY = 1
 
 # RecordBatch v2 header: baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes,
