@@ -22,10 +22,11 @@ What each port read sends:
   broker, FindCoordinator then OffsetFetch at the group's coordinator;
 - ``describe_configs``/``describe_acls``: DescribeConfigs (DYNAMIC_TOPIC_CONFIG entries), DescribeAcls.
 
-Failures: NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH
-and an unknown topic refresh the metadata and retry once, then raise the port error the core
-handles (NotLeader, FencedLeaderEpoch, UnknownLeaderEpoch, UnknownTopicId); a broker that cannot
-be reached raises SourceUnavailable (the core backs the partition off, then FAILED with backoff).
+Failures: NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
+an unknown topic and a leader whose connection fails refresh the metadata and retry once, then
+raise the port error the core handles (NotLeader, FencedLeaderEpoch, UnknownLeaderEpoch,
+UnknownTopicId); a source that cannot be reached raises SourceUnavailable (the core backs the
+partition off, then FAILED with backoff).
 
 A fetched ``Batch``'s ``payload`` is the whole RecordBatch as the source holds it (header
 included), so the destination keeps it byte for byte; its fields (offsets, epochs, producer
