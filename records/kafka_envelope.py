@@ -318,7 +318,7 @@ MODEL_LISTENER_VERSIONS: dict[int, tuple[int, int]] = {
     13: (0, 5),   # LeaveGroup
     14: (0, 5),   # SyncGroup
     15: (0, 5),   # DescribeGroups
-    16: (0, 4),   # ListGroups
+    16: (0, 5),   # ListGroups (v5: group types)
     18: (0, 4),   # ApiVersions
     19: (2, 7),   # CreateTopics
     20: (1, 6),   # DeleteTopics

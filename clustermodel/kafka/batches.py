@@ -167,8 +167,24 @@ class WireCache:
         return data
 
 
+def whole_record_batch(batch: Batch) -> bytes | None:
+    """The payload itself if it is a whole RecordBatch v2 for this batch (what the Kafka source port
+    mirrors: the source's batch, header included), CRC32C checked; else None."""
+    p = batch.payload
+    if len(p) < 61 or p[16] != 2:
+        return None
+    base, length, _epoch, _magic, crc = _PREFIX.unpack_from(p, 0)
+    if base != batch.base_offset or length + 12 != len(p) or crc32c(p[21:]) != crc:
+        return None
+    return p
+
+
 def to_wire(batch: Batch) -> bytes:
-    """A model batch as Kafka RecordBatch v2 bytes, CRC32C included."""
+    """A model batch as Kafka RecordBatch v2 bytes, CRC32C included. A mirrored Kafka batch goes out
+    byte for byte, as the source served it (Kafka's mirror keeps the source's batches)."""
+    whole = whole_record_batch(batch)
+    if whole is not None:
+        return whole
     attributes = (ATTR_TRANSACTIONAL if batch.is_transactional else 0) | (ATTR_CONTROL if batch.is_control else 0)
     parts = kafka_payload_parts(batch.payload)
     if parts is not None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from coordinator.ports import GroupType
 from records.kafka_envelope import Request
 from records.registry import default_schemas
 
 from . import errors as E
-from .group_coordinator import EMPTY
+from .group_coordinator import EMPTY, STABLE
 from .handlers_cluster import coordinator_for
 
 if TYPE_CHECKING:
@@ -198,18 +199,31 @@ def offset_fetch(cluster: ClusterListeners, broker: int, req: Request) -> object
 
 
 def _state_of(cluster: ClusterListeners, group_id: str) -> tuple[str, str]:
-    """(state, protocol type) of a group the coordinator or only the model knows (e.g. a mirrored one)."""
+    """(state, protocol type) of a group the coordinator or only the model knows (e.g. a mirrored one,
+    or one whose members joined through the model's control API: Stable, as Kafka shows a group
+    with members)."""
     g = cluster.groups.groups.get(group_id)
     if g is not None and (g.members or g.state != EMPTY):
         return g.state, g.protocol_type or ""
-    if group_id in cluster.model.groups or g is not None:
+    modelled = cluster.model.groups.get(group_id)
+    if modelled is not None and modelled.group_type == GroupType.SHARE:
+        return (STABLE if modelled.members else EMPTY), "share"
+    if modelled is not None and modelled.members:
+        return STABLE, "consumer"
+    if modelled is not None or g is not None:
         return EMPTY, (g.protocol_type if g is not None and g.protocol_type else "consumer")
     return "Dead", ""
+
+
+def _is_share(cluster: ClusterListeners, group_id: str) -> bool:
+    modelled = cluster.model.groups.get(group_id)
+    return modelled is not None and modelled.group_type == GroupType.SHARE
 
 
 def list_groups(cluster: ClusterListeners, broker: int, req: Request) -> object:
     ids = sorted(set(cluster.groups.groups) | set(cluster.model.groups))
     states = set(req.body.states_filter or ()) if req.api_version >= 4 else set()
+    types = {t.lower() for t in (req.body.types_filter or ())} if req.api_version >= 5 else set()
     out = []
     for gid in ids:
         if coordinator_for(cluster, gid) != broker:
@@ -217,7 +231,11 @@ def list_groups(cluster: ClusterListeners, broker: int, req: Request) -> object:
         state, ptype = _state_of(cluster, gid)
         if states and state not in states:
             continue
-        out.append(_Listed(group_id=gid, protocol_type=ptype, group_state=state, group_type="classic"))
+        # ListGroups v5's groupType: share groups (KIP-932) apart from classic ones.
+        gtype = "share" if _is_share(cluster, gid) else "classic"
+        if types and gtype not in types:
+            continue
+        out.append(_Listed(group_id=gid, protocol_type=ptype, group_state=state, group_type=gtype))
     return _ListResponse(error_code=E.NONE, groups=out)
 
 
@@ -228,10 +246,20 @@ def describe_groups(cluster: ClusterListeners, broker: int, req: Request) -> obj
         if code:
             out.append(_Described(error_code=code, group_id=gid, group_state="", protocol_type="", protocol_data=""))
             continue
+        if _is_share(cluster, gid):
+            # The classic DescribeGroups does not see share groups: Kafka answers Dead.
+            out.append(_Described(error_code=E.NONE, group_id=gid, group_state="Dead", protocol_type="",
+                                  protocol_data="", members=[], authorized_operations=-(2**31)))
+            continue
         state, ptype = _state_of(cluster, gid)
         g = cluster.groups.groups.get(gid)
         members = []
         protocol = ""
+        modelled = cluster.model.groups.get(gid)
+        if (g is None or not g.members) and modelled is not None:
+            # Members that joined through the model's control API: ids only, no protocol metadata.
+            members = [_DescribedMember(member_id=m, group_instance_id=None, client_id="", client_host="",
+                                        member_metadata=b"", member_assignment=b"") for m in modelled.members]
         if g is not None and g.members:
             protocol = g.protocol_name or ""
             for m in g.members.values():

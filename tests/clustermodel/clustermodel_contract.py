@@ -1,7 +1,9 @@
 """The port contract: one abstract suite, run against every implementation of the ports.
 
 Subclasses provide ``new_cluster(name)``, returning an object with the port methods and the
-model's control methods (add_topic, produce, ...): the in-process ClusterModel, or a server client.
+model's control methods (add_topic, produce, ...): the in-process ClusterModel, a server client, or
+the Kafka source port over a server's Kafka listeners. ``not_supported`` names the tests of
+operations an implementation does not have, each with the reason it is skipped.
 """
 
 from __future__ import annotations
@@ -48,8 +50,17 @@ def recs(*values: bytes) -> list[tuple[bytes | None, bytes | None]]:
 class PortContract:
     """Every test here must pass for every port implementation."""
 
+    #: test name -> why this implementation skips it (an operation it does not have).
+    not_supported: dict[str, str] = {}
+
     def new_cluster(self, name: str) -> Any:
         raise NotImplementedError
+
+    @pytest.fixture(autouse=True)
+    def _skip_not_supported(self, request: pytest.FixtureRequest) -> None:
+        reason = self.not_supported.get(request.node.originalname)
+        if reason:
+            pytest.skip(reason)
 
     @pytest.fixture
     def src(self) -> Any:
@@ -116,8 +127,12 @@ class PortContract:
         assert diverged.batches == () and diverged.diverging_epoch == EpochEndOffset(0, 1)
 
     def test_offline_partition_is_not_leader(self, src: Any) -> None:
-        tp = src.tp("t", 0)
-        md = src.describe_topics()[0].partitions[0]
+        # Two replicas of three brokers: a live broker still answers, as in Kafka, where an offline
+        # partition shows as leader -1 (LEADER_NOT_AVAILABLE) in Metadata.
+        src.add_topic("o", 1, 2)
+        tp = src.tp("o", 0)
+        src.list_offsets(tp)  # a reader that knew the old leader
+        md = next(t for t in src.describe_topics() if t.name == "o").partitions[0]
         for broker in md.replicas:
             src.crash_broker(broker)
         with pytest.raises(NotLeader):
@@ -125,6 +140,31 @@ class PortContract:
         for broker in md.replicas:
             src.restart_broker(broker)
         assert src.list_offsets(tp).leader_epoch > 0
+
+    def test_leadership_moves_and_crashes_are_followed(self, src: Any) -> None:
+        tp = src.tp("t", 0)
+        src.produce("t", 0, recs(b"a"))
+        assert src.fetch(tp, 0, 1 << 20).hw == 1  # a reader that knows the first leader
+        first = src.describe_topics()[0].partitions[0]
+        moved_to = next(b for b in first.isr if b != first.leader)
+        src.elect_leader("t", 0, moved_to)
+        src.produce("t", 0, recs(b"b"))
+        # The old leader answers NOT_LEADER_OR_FOLLOWER: the reader finds the new one and retries.
+        moved = src.fetch(tp, 0, 1 << 20, RC, 1)
+        assert [b.base_offset for b in moved.batches] == [0, 1] and moved.leader_epoch == 1
+        with pytest.raises(FencedLeaderEpoch):
+            src.fetch(tp, 0, 100, RC, 0)
+        # The new leader crashes: its connections close, another ISR member leads at epoch 2.
+        src.crash_broker(moved_to)
+        src.produce("t", 0, recs(b"c"))
+        assert src.end_offset_for_epoch(tp, 1, 2) == EpochEndOffset(1, 2)
+        after = src.fetch(tp, 2, 1 << 20, RC, 2, 1)
+        assert [b.base_offset for b in after.batches] == [2] and (after.hw, after.leader_epoch) == (3, 2)
+        assert src.list_offsets(tp).leader_epoch == 2
+        now = src.describe_topics()[0].partitions[0]
+        assert now.leader not in (moved_to, -1) and now.leader_epoch == 2 and moved_to not in now.isr
+        src.restart_broker(moved_to)
+        assert [b.base_offset for b in src.fetch(tp, 0, 1 << 20).batches] == [0, 1, 2]
 
     def test_transactions_lso_and_aborted(self, src: Any) -> None:
         tp = src.tp("t", 0)
