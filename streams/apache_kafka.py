@@ -177,7 +177,8 @@ class ApacheKafkaCluster:
     """A KRaft cluster of Apache Kafka on 127.0.0.1: ``brokers=1`` is one combined-mode node
     (node 1); ``brokers=N>1`` (or ``combined=False``) is controller node 0 plus brokers 1..N.
 
-    ``overrides`` are extra server properties for every node (e.g. ``{"log.retention.ms": ...}``).
+    ``overrides`` are extra server properties for every node (e.g. ``{"log.retention.ms": ...}``);
+    ``format_args`` go to every node's ``kafka-storage format`` (e.g. ``--feature group.version=0``).
     Use as a context manager, or ``start()``/``stop()``. ``startup_s`` is the wall time from the
     first JVM launch to a ready cluster (formatting excluded: ``format_s``).
     """
@@ -192,6 +193,7 @@ class ApacheKafkaCluster:
         host: str = LOOPBACK,
         lib: Path | None = None,
         die_with_parent: bool = True,
+        format_args: Sequence[str] = (),
     ) -> None:
         if brokers < 1:
             raise ValueError("brokers must be at least 1")
@@ -203,6 +205,7 @@ class ApacheKafkaCluster:
         self.heap = heap
         self.overrides = dict(overrides or {})
         self.lib = lib
+        self.format_args = list(format_args)  # e.g. ["--feature", "group.version=0"]
         self.die_with_parent = die_with_parent
         self.cluster_id = new_cluster_id()
         self.version = kafka_version()
@@ -299,6 +302,7 @@ class ApacheKafkaCluster:
             args = ["format", "-t", self.cluster_id, "-c", str(node.properties_path), "--ignore-formatted"]
             # The controller starts a dynamic quorum with itself as its only voter.
             args.append("--standalone" if "controller" in node.roles else "--no-initial-controllers")
+            args += self.format_args
             cmd = java_command(STORAGE_TOOL, args, lib=self.lib)
             procs.append((node, subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
         for node, proc in procs:
