@@ -147,7 +147,7 @@ def java_console_producer(bootstrap: str) -> Any:
         cmd = java_command(
             "org.apache.kafka.tools.ConsoleProducer",
             ["--bootstrap-server", bootstrap, "--topic", DATA_TOPIC, "--compression-codec", codec,
-             "--producer-property", "linger.ms=1000", "--producer-property", "batch.size=65536"],
+             "--producer-property", "linger.ms=200", "--producer-property", "batch.size=65536"],
         )  # fmt: skip
         proc = subprocess.run(cmd, input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
