@@ -32,6 +32,9 @@ from streams.metadata_log import (
     read_dlq,
 )
 
+# Each broker test runs on noida-db and on Apache Kafka (tests/streams/conftest.py).
+pytestmark = pytest.mark.brokers("noida-db", "apache-kafka")
+
 S = default_schemas()
 
 
