@@ -65,7 +65,7 @@ def write_metadata_activity(bootstrap: str) -> None:
         a.alter_configs(
             [
                 ConfigResource(ConfigResourceType.TOPIC, "yardstick-b", {"retention.ms": (AlterConfigOp.SET, "604800000")}),
-                ConfigResource(ConfigResourceType.BROKER, "1", {"log.cleaner.backoff.ms": (AlterConfigOp.SET, "20000")}),
+                ConfigResource(ConfigResourceType.BROKER, "1", {"max.connections": (AlterConfigOp.SET, "1000")}),
             ],
             incremental=True,
         )
