@@ -274,6 +274,10 @@ class ApacheKafkaCluster:
             "share.coordinator.state.topic.min.isr": min_isr,
             "share.coordinator.state.topic.num.partitions": "3",
             "group.initial.rebalance.delay.ms": "0",
+            # A restarted broker re-registers only once its old session has expired (9 s by
+            # default), and a killed one is fenced only then: 3 s keeps restarts quick.
+            "broker.heartbeat.interval.ms": "500",
+            "broker.session.timeout.ms": "3000",
             "num.network.threads": "2",
             "num.io.threads": "2",
             "background.threads": "2",
