@@ -1,5 +1,5 @@
 """Dumps a log segment as JSON lines, as ``kafka-dump-log --cluster-metadata-decoder`` does
-(or, with ``data=True``, as ``kafka-dump-log --deep-iteration --print-data-log`` does).
+(or, with ``data_records``, as ``kafka-dump-log --deep-iteration --print-data-log`` does).
 
 One line per record: the batch's fields (base offset, leader epoch, CRC, position, flags) and
 the record's own, with the value decoded. Metadata records print as
@@ -8,8 +8,8 @@ type, with KRaft and KIP-1279 control values decoded from their schemas. A corru
 truncated batch is reported with its byte position after every good batch before it.
 Compressed batches (gzip, snappy, lz4, zstd) are decompressed. In data mode keys and values
 print as UTF-8 text (``key``, ``payload``), undecodable bytes replaced, as Kafka's
-StringDecoder does. A record whose value does not decode is printed with the error and its raw bytes: the dump
-goes on, and the error is returned. Sensitive config values and key material are printed as
+StringDecoder does. A record whose value does not decode is printed with the error and its
+raw bytes: the dump goes on, and the error is returned. Sensitive config values and key material are printed as
 ``(redacted)``, as Kafka's ``RecordRedactor`` does, unless ``include_secrets``; with ``--raw``
 the whole payload of such a record is.
 """

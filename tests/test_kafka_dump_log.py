@@ -9,6 +9,8 @@ under KIP1279_REQUIRE_KAFKA=1). tests/kafka_yardstick.py says how the samples ar
 from __future__ import annotations
 
 import copy
+import io
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -117,3 +119,27 @@ def test_live_data_segment_dumps_as_kafka_does(apache_kafka: ApacheKafkaCluster,
     segment = copy_whole_batches(node.log_dir / f"{DATA_TOPIC}-0" / SEGMENT, written_segments / "data" / SEGMENT)
     kafka_text = dump_log_segments([segment], "--deep-iteration", "--print-data-log")
     _check_data(kafka_text, ours(segment, "--data"))
+
+
+def test_a_corrupt_compressed_batch_is_reported_and_the_dump_goes_on(tmp_path: Path) -> None:
+    from crc32c import crc32c
+
+    from records.cli import main
+    from records.segments import iter_segment
+
+    data = bytearray((DATA_DIR / SEGMENT).read_bytes())
+    position = 0
+    for batch in iter_segment(bytes(data), decompress=True):
+        if batch.compression == 3:  # lz4
+            break
+        position += batch.size_in_bytes
+    end = position + batch.size_in_bytes
+    data[position + 61 : end] = bytes(b ^ 0x5A for b in data[position + 61 : end])  # garble the frame
+    data[position + 17 : position + 21] = crc32c(bytes(data[position + 21 : end])).to_bytes(4, "big")  # a valid CRC
+    bad = tmp_path / SEGMENT
+    bad.write_bytes(bytes(data))
+    out = io.StringIO()
+    assert main(["dump-log", "--data", str(bad)], out=out) == 2
+    offsets = [json.loads(line)["offset"] for line in out.getvalue().splitlines()]
+    lz4 = set(range(batch.base_offset, batch.last_offset + 1))
+    assert not lz4 & set(offsets) and max(offsets) > batch.last_offset  # skipped, and later batches printed
