@@ -92,7 +92,7 @@ def write_data_activity(bootstrap: str, lib_java_producer: Any = None) -> None:
     """A data topic with idempotent, transactional (committed and aborted) and compressed batches.
 
     kafka-python's idempotent producer also makes the broker fetch a producer-ID block from the
-    controller (a ``ProducerIdsRecord`` in the metadata log). ``lib_java_producer(codec, lines)``,
+    controller (a ``ProducerIdsRecord`` in the metadata log). ``lib_java_producer({codec: lines})``,
     when given, produces the snappy, lz4 and zstd batches with Kafka's own Java producer.
     """
     from kafka import KafkaProducer
@@ -133,25 +133,30 @@ def write_data_activity(bootstrap: str, lib_java_producer: Any = None) -> None:
     finally:
         t.close()
     if lib_java_producer is not None:
-        for codec in JAVA_CODECS:
-            lib_java_producer(codec, [f"{codec}-{i}-" + "y" * 30 for i in range(3)])
+        lib_java_producer({codec: [f"{codec}-{i}-" + "y" * 30 for i in range(3)] for codec in JAVA_CODECS})
 
 
 def java_console_producer(bootstrap: str) -> Any:
-    """A function that produces lines with Kafka's ConsoleProducer, one batch per call."""
+    """A function that produces ``{codec: lines}`` with Kafka's ConsoleProducer: one batch per
+    codec, each from its own JVM, all started at once (JVM start-up is the cost)."""
     import subprocess
 
     from streams.apache_kafka import java_command
 
-    def produce(codec: str, lines: list[str]) -> None:
-        cmd = java_command(
-            "org.apache.kafka.tools.ConsoleProducer",
-            ["--bootstrap-server", bootstrap, "--topic", DATA_TOPIC, "--compression-codec", codec,
-             "--producer-property", "linger.ms=200", "--producer-property", "batch.size=65536"],
-        )  # fmt: skip
-        proc = subprocess.run(cmd, input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120)
-        if proc.returncode != 0:
-            raise RuntimeError(f"ConsoleProducer ({codec}) failed: {proc.stderr[-1500:]}")
+    def produce(batches: dict[str, list[str]]) -> None:
+        procs = {}
+        for codec, lines in batches.items():
+            cmd = java_command(
+                "org.apache.kafka.tools.ConsoleProducer",
+                ["--bootstrap-server", bootstrap, "--topic", DATA_TOPIC, "--compression-codec", codec,
+                 "--producer-property", "linger.ms=200", "--producer-property", "batch.size=65536"],
+            )  # fmt: skip
+            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            procs[codec] = (proc, "\n".join(lines) + "\n")
+        for codec, (proc, text) in procs.items():
+            _, err = proc.communicate(text, timeout=120)
+            if proc.returncode != 0:
+                raise RuntimeError(f"ConsoleProducer ({codec}) failed: {err[-1500:]}")
 
     return produce
 
