@@ -128,7 +128,12 @@ def cmd_dump_log(args: argparse.Namespace, out: TextIO) -> int:
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror}") from None
     errors = dump_segment(
-        data, MetadataRecordSerde(schemas), out, decode_payloads=not args.raw, include_secrets=args.include_secrets
+        data,
+        MetadataRecordSerde(schemas),
+        out,
+        decode_payloads=not args.raw,
+        include_secrets=args.include_secrets,
+        data_records=args.data,
     )
     for e in errors:
         sys.stderr.write(f"error: {path}: {e}\n")
@@ -164,6 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("--schemas")
     dl.add_argument("--raw", action="store_true", help="print payloads as base64 instead of decoding them")
     dl.add_argument("--include-secrets", action="store_true", help=SECRETS_HELP)
+    dl.add_argument(
+        "--data",
+        action="store_true",
+        help="a data topic's segment: print keys and values as text (kafka-dump-log --print-data-log), "
+        "not as metadata records",
+    )
     dl.set_defaults(run=cmd_dump_log)
     return p
 

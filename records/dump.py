@@ -1,12 +1,15 @@
-"""Dumps a log segment as JSON lines, as ``kafka-dump-log --cluster-metadata-decoder`` does.
+"""Dumps a log segment as JSON lines, as ``kafka-dump-log --cluster-metadata-decoder`` does
+(or, with ``data_records``, as ``kafka-dump-log --deep-iteration --print-data-log`` does).
 
 One line per record: the batch's fields (base offset, leader epoch, CRC, position, flags) and
 the record's own, with the value decoded. Metadata records print as
 ``{"type": "TOPIC_RECORD", "version": 0, "data": {...}}``; control records by their control
 type, with KRaft and KIP-1279 control values decoded from their schemas. A corrupt or
 truncated batch is reported with its byte position after every good batch before it.
-A record whose value does not decode is printed with the error and its raw bytes: the dump
-goes on, and the error is returned. Sensitive config values and key material are printed as
+Compressed batches (gzip, snappy, lz4, zstd) are decompressed. In data mode keys and values
+print as UTF-8 text (``key``, ``payload``), undecodable bytes replaced, as Kafka's
+StringDecoder does. A record whose value does not decode is printed with the error and its
+raw bytes: the dump goes on, and the error is returned. Sensitive config values and key material are printed as
 ``(redacted)``, as Kafka's ``RecordRedactor`` does, unless ``include_secrets``; with ``--raw``
 the whole payload of such a record is.
 """
@@ -20,7 +23,16 @@ from typing import Any, TextIO
 from records.codec import CodecError
 from records.framing import FrameError, MetadataRecordSerde
 from records.redact import REDACTED, may_hold_secrets, needs_redaction, redact_message_json
-from records.segments import ControlType, Record, RecordBatch, SegmentError, control_type, iter_segment
+from records.segments import (
+    COMPRESSION_CODECS,
+    NO_SEQUENCE,
+    ControlType,
+    Record,
+    RecordBatch,
+    SegmentError,
+    control_type,
+    iter_segment,
+)
 
 # Control values that have a schema: control type -> message name.
 CONTROL_SCHEMAS = {
@@ -32,6 +44,15 @@ CONTROL_SCHEMAS = {
     ControlType.MIRROR_PID_RESET: "MirrorPidResetRecord",
 }
 _INT16 = 2
+_INT32_MAX = 2**31 - 1
+
+
+def sequence_at(base_sequence: int, delta: int) -> int:
+    """``baseSequence + delta``, wrapping past Int32.MAX_VALUE as Kafka's sequences do."""
+    if base_sequence == NO_SEQUENCE:
+        return NO_SEQUENCE
+    seq = base_sequence + delta
+    return seq - _INT32_MAX - 1 if seq > _INT32_MAX else seq
 
 
 def batch_json(batch: RecordBatch, position: int, size: int, crc: int) -> dict[str, Any]:
@@ -40,17 +61,25 @@ def batch_json(batch: RecordBatch, position: int, size: int, crc: int) -> dict[s
         "lastOffset": batch.last_offset,
         "count": len(batch.records),
         "baseSequence": batch.base_sequence,
+        "lastSequence": sequence_at(batch.base_sequence, batch.last_offset_delta),
         "producerId": batch.producer_id,
         "producerEpoch": batch.producer_epoch,
         "partitionLeaderEpoch": batch.partition_leader_epoch,
         "isTransactional": batch.is_transactional,
         "isControl": batch.is_control,
+        "deleteHorizonMs": batch.delete_horizon_ms,
         "position": position,
+        "timestampType": "LOG_APPEND_TIME" if batch.is_log_append_time else "CREATE_TIME",
         "createTime": batch.max_timestamp,
         "size": size,
         "magic": 2,
+        "compressCodec": COMPRESSION_CODECS.get(batch.compression, f"unknown({batch.compression})"),
         "crc": crc,
     }
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 def control_payload(record: Record, serde: MetadataRecordSerde) -> dict[str, Any]:
@@ -113,12 +142,22 @@ def undecodable_payload(value: bytes, serde: MetadataRecordSerde, include_secret
 
 
 def dump_segment(
-    data: bytes, serde: MetadataRecordSerde, out: TextIO, *, decode_payloads: bool = True, include_secrets: bool = False
+    data: bytes,
+    serde: MetadataRecordSerde,
+    out: TextIO,
+    *,
+    decode_payloads: bool = True,
+    include_secrets: bool = False,
+    data_records: bool = False,
 ) -> list[str]:
-    """Writes one JSON line per record; returns the errors met (the segment's last, if corrupt)."""
+    """Writes one JSON line per record; returns the errors met (the segment's last, if corrupt).
+
+    ``data_records``: the segment is a data topic's, not ``__cluster_metadata``: keys and
+    values print as text (``key``, ``payload``) rather than as metadata records.
+    """
     errors: list[str] = []
     position = 0
-    for item in iter_segment(data):
+    for item in iter_segment(data, decompress=True):
         if isinstance(item, SegmentError):
             errors.append(str(item))
             next_position = getattr(item, "next_position", None)
@@ -131,14 +170,20 @@ def dump_segment(
         for record in batch.records:
             line: dict[str, Any] = dict(header)
             line["offset"] = batch.base_offset + record.offset_delta
+            line["timestamp"] = batch.timestamp_of(record)
+            line["sequence"] = sequence_at(batch.base_sequence, record.offset_delta)
             line["keySize"] = -1 if record.key is None else len(record.key)
             line["valueSize"] = -1 if record.value is None else len(record.value)
             line["headerKeys"] = [h.key for h in record.headers]
+            if data_records and not batch.is_control:
+                line["key"] = _text(record.key)
             try:
                 if record.value is None:
                     line["payload"] = None
                 elif batch.is_control:
                     line["payload"] = control_payload(record, serde) if decode_payloads else base64.b64encode(record.value).decode("ascii")
+                elif data_records:
+                    line["payload"] = _text(record.value) if decode_payloads else base64.b64encode(record.value).decode("ascii")
                 else:
                     line["payload"] = metadata_payload(record.value, serde, decode_payloads, include_secrets)
             except (CodecError, FrameError, SegmentError, ValueError) as e:

@@ -9,7 +9,8 @@ A segment file is a plain concatenation of record batches. Each v2 batch is a
     | recordsCount int32 | records...
 
 ``batchLength`` counts the bytes after itself; the CRC32C covers ``attributes``
-through the end of the batch. Only uncompressed batches are supported.
+through the end of the batch. Encoding writes uncompressed batches only; decoding reads
+compressed ones (gzip, snappy, lz4, zstd) when asked to (``decompress=True``).
 
 Every decoding problem is a :class:`SegmentError` (a ``ValueError``) carrying the
 byte ``position`` from the start of the buffer, so a reader can report exactly where
@@ -73,6 +74,7 @@ __all__ = [
     "decode_record_section",
     "encode_record_section",
     "decode_segment",
+    "decompress_records",
     "encode_batch",
     "encode_end_txn_marker",
     "encode_mirror_pid_reset",
@@ -404,18 +406,64 @@ def _codec_name(codec: int) -> str:
     return f"{COMPRESSION_CODECS.get(codec, 'unknown')} ({codec})"
 
 
-def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[RecordBatch, int]:
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"  # snappy-java's stream header, which Kafka's producer writes
+_XERIAL_HEADER = 16  # magic, version int32, compatible version int32
+
+
+def decompress_records(codec: int, data: bytes) -> bytes:
+    """The records section of a compressed batch, decompressed (Kafka's codecs 1-4).
+
+    Raises ValueError with the reason (unknown codec, missing library, corrupt data).
+    """
+    if codec == 1:
+        try:
+            return zlib.decompress(data, 16 + zlib.MAX_WBITS)
+        except zlib.error as e:
+            raise ValueError(f"gzip: {e}") from None
+    if codec not in (2, 3, 4):
+        raise ValueError(f"unknown compression codec {codec}")
+    try:
+        import cramjam
+    except ImportError:
+        raise ValueError(f"decompressing {_codec_name(codec)} needs the cramjam package (pip install cramjam)") from None
+    try:
+        if codec == 2:
+            if not data.startswith(_XERIAL_MAGIC):
+                return bytes(cramjam.snappy.decompress_raw(data))
+            out = bytearray()
+            pos = _XERIAL_HEADER
+            while pos < len(data):
+                if pos + 4 > len(data):
+                    raise ValueError("truncated snappy block length")
+                (size,) = _UINT32.unpack_from(data, pos)
+                pos += 4
+                if pos + size > len(data):
+                    raise ValueError(f"snappy block of {size} bytes runs past the batch")
+                out += bytes(cramjam.snappy.decompress_raw(data[pos : pos + size]))
+                pos += size
+            return bytes(out)
+        if codec == 3:
+            return bytes(cramjam.lz4.decompress(data))
+        return bytes(cramjam.zstd.decompress(data))
+    except cramjam.DecompressionError as e:
+        raise ValueError(f"{COMPRESSION_CODECS[codec]}: {e}") from None
+
+
+def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, decompress: bool = False) -> tuple[RecordBatch, int]:
     """Decode the batch starting at ``pos``; returns it and the position after it.
 
     Checks, in order: enough bytes for the header, the magic, the length, that the
     whole batch is present, the CRC32C, the compression codec, then every record.
+    A compressed batch is an :class:`UnsupportedBatchError` unless ``decompress``: then its
+    records are decompressed and decoded (the batch keeps its stored length, CRC and
+    attributes, so it is not re-encodable as is).
     """
     if not isinstance(buf, bytes):
         buf = bytes(buf)  # bytes slicing is the fast path for keys and values
-    return _decode_batch(buf, pos)
+    return _decode_batch(buf, pos, decompress)
 
 
-def _decode_batch(buf: bytes, pos: int) -> tuple[RecordBatch, int]:
+def _decode_batch(buf: bytes, pos: int, decompress: bool = False) -> tuple[RecordBatch, int]:
     remaining = len(buf) - pos
     if remaining < _HEADER_UP_TO_MAGIC:
         raise TruncatedBatchError(
@@ -456,16 +504,31 @@ def _decode_batch(buf: bytes, pos: int) -> tuple[RecordBatch, int]:
     if computed != stored_crc:
         raise CorruptBatchError("CRC mismatch", pos, f"stored 0x{stored_crc:08x}, computed 0x{computed:08x}")
     codec = attributes & ATTR_COMPRESSION_MASK
-    if codec:
+    if codec and decompress:
+        try:
+            inner = decompress_records(codec, buf[pos + RECORD_BATCH_OVERHEAD : end])
+        except ValueError as e:
+            raise UnsupportedBatchError(
+                "undecompressable batch", pos, f"batch at offset {base_offset} ({_codec_name(codec)}): {e}", end
+            ) from None
+        if count < 0:
+            raise CorruptBatchError("bad record count", pos, f"batch declares {count} records")
+        try:
+            records = _decode_records(inner, 0, len(inner), count, 0)
+        except SegmentError as e:
+            # Positions inside decompressed bytes mean nothing in the file: report the batch.
+            raise CorruptBatchError(e.what, pos, f"in the decompressed records of the batch at offset {base_offset}: {e.detail}") from None
+    elif codec:
         raise UnsupportedBatchError(
             "unsupported compression",
             pos,
             f"batch at offset {base_offset} uses codec {_codec_name(codec)}; only none (0) is supported",
             end,
         )
-    if count < 0:
-        raise CorruptBatchError("bad record count", pos, f"batch declares {count} records")
-    records = _decode_records(buf, pos + RECORD_BATCH_OVERHEAD, end, count, pos)
+    else:
+        if count < 0:
+            raise CorruptBatchError("bad record count", pos, f"batch declares {count} records")
+        records = _decode_records(buf, pos + RECORD_BATCH_OVERHEAD, end, count, pos)
     batch = RecordBatch(
         base_offset=base_offset,
         partition_leader_epoch=leader_epoch,
@@ -624,12 +687,14 @@ def _read_nullable(
 # --- segments ----------------------------------------------------------------
 
 
-def iter_segment(data: bytes | bytearray | memoryview, start: int = 0) -> Iterator[RecordBatch | SegmentError]:
+def iter_segment(
+    data: bytes | bytearray | memoryview, start: int = 0, decompress: bool = False
+) -> Iterator[RecordBatch | SegmentError]:
     """Every batch of a segment, in order, with errors yielded in place rather than raised.
 
-    An :class:`UnsupportedBatchError` (magic 0/1, compressed) is yielded and the scan
-    goes on past it, since its frame is intact. Any other error is yielded last:
-    nothing after a corrupt or truncated batch can be trusted.
+    An :class:`UnsupportedBatchError` (magic 0/1, compressed without ``decompress``) is
+    yielded and the scan goes on past it, since its frame is intact. Any other error is
+    yielded last: nothing after a corrupt or truncated batch can be trusted.
     """
     if not isinstance(data, bytes):
         data = bytes(data)
@@ -637,7 +702,7 @@ def iter_segment(data: bytes | bytearray | memoryview, start: int = 0) -> Iterat
     n = len(data)
     while pos < n:
         try:
-            batch, pos = _decode_batch(data, pos)
+            batch, pos = _decode_batch(data, pos, decompress)
         except UnsupportedBatchError as e:
             yield e
             pos = e.next_position

@@ -32,6 +32,11 @@ DEFAULT_METADATA_TOPIC = "__kip1279_metadata"
 DEFAULT_MIRROR_STATE_TOPIC = "__mirror_state"
 DEFAULT_DESIRED_STATE_TOPIC = "__kip1279_mirror_desired"
 DEFAULT_STATE_PARTITIONS = 50
+# fetch.max.wait.ms of the consumers that catch up to end offsets on demand (describe's state and
+# sync-status views): a real Kafka broker answers a connection's requests in order, so each
+# catch-up's ListOffsets would wait behind an idle Fetch (500 ms by default), and a describe took
+# about a second on Apache Kafka (none on noida-db, which never holds a Fetch).
+CATCH_UP_FETCH_MAX_WAIT_MS = 20
 DEFAULT_CONTROLLER_PORT = 9393
 # The worker's consumer group timing; defaults are Faust's (broker_session_timeout etc.).
 DEFAULT_SESSION_TIMEOUT_MS = 60_000

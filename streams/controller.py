@@ -49,7 +49,7 @@ from streams.admin_client import (  # noqa: F401 - scrub/secret_values re-export
     secret_values,
 )
 from streams import admin_tls
-from streams.config import WorkerConfig
+from streams.config import CATCH_UP_FETCH_MAX_WAIT_MS, WorkerConfig
 from streams.metadata_log import (
     DeadLetterQueue,
     MetadataLogLoader,
@@ -296,7 +296,8 @@ class MirrorStateChangelogView:
 
     async def start(self) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False,
-                                    auto_offset_reset="earliest", client_id="kip1279-controller-states")  # fmt: skip
+                                    auto_offset_reset="earliest", client_id="kip1279-controller-states",
+                                    fetch_max_wait_ms=CATCH_UP_FETCH_MAX_WAIT_MS)  # fmt: skip
         await consumer.start()
         tps = [TopicPartition(self.topic, p) for p in range(self.num_partitions)]
         consumer.assign(tps)

@@ -227,6 +227,10 @@ async def read_changelog(bootstrap: str, topic: str, timeout: float = 15.0) -> l
                                 client_id="kip1279-demo-audit")  # fmt: skip
     await consumer.start()
     try:
+        # Apache Kafka answers a Metadata request for no topics with none (noida-db with all): ask
+        # for this one (aiokafka's consumer has no public call for that).
+        consumer._client.add_topic(topic)
+        await consumer._client.force_metadata_update()
         tps = [KTP(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or set())]
         if not tps:
             raise DemoError(f"changelog topic {topic} not found")

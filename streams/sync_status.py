@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import NewTopic
 
 from coordinator.readiness import SyncReport
-from streams.config import WorkerConfig
+from streams.config import CATCH_UP_FETCH_MAX_WAIT_MS, WorkerConfig
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,8 @@ class SyncStatusView:
 
     async def start(self) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False,
-                                    auto_offset_reset="earliest", client_id="kip1279-controller-sync-status")  # fmt: skip
+                                    auto_offset_reset="earliest", client_id="kip1279-controller-sync-status",
+                                    fetch_max_wait_ms=CATCH_UP_FETCH_MAX_WAIT_MS)  # fmt: skip
         await consumer.start()
         tp = TopicPartition(self.topic, 0)
         consumer.assign([tp])

@@ -1,4 +1,10 @@
-"""Real-broker fixtures for the stream worker tests: one noida-db broker per test session.
+"""Real-broker fixtures for the stream worker tests: one noida-db broker per test session, and
+the session's Apache Kafka node (tests/kafka_fixtures.py) for the modules that opt in.
+
+A module marked ``pytestmark = pytest.mark.brokers("noida-db", "apache-kafka")`` runs each test
+that uses ``worker_config`` (or ``kafka_broker``) once per broker; unmarked, they run on noida-db
+only. On Apache Kafka they are skipped with one reason when Java or its jars are missing, and
+the ``slow`` ones (the worker crash and rebalance scenarios) unless KIP1279_KAFKA_SCENARIOS=1.
 
 Each test isolates itself with its own topic prefix (``cluster_name``), so the tests share one
 broker process without seeing each other's topics. The broker is stopped (SIGTERM, then kill
@@ -8,6 +14,7 @@ after 5 s) when the session ends, even on failure.
 from __future__ import annotations
 
 import itertools
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +25,21 @@ from streams.broker import LocalBroker
 from streams.config import WorkerConfig
 
 _counter = itertools.count()
+BROKER_KINDS = ("noida-db", "apache-kafka")
+SCENARIOS_ENV = "KIP1279_KAFKA_SCENARIOS"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "brokers(*kinds): run the module's broker tests on each of noida-db, apache-kafka")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marker = metafunc.definition.get_closest_marker("brokers")
+    if marker is not None and "kafka_broker" in metafunc.fixturenames:
+        unknown = set(marker.args) - set(BROKER_KINDS)
+        if unknown:
+            raise pytest.UsageError(f"unknown broker kinds {sorted(unknown)}; known: {BROKER_KINDS}")
+        metafunc.parametrize("kafka_broker", marker.args, indirect=True)
 
 
 @pytest.fixture(scope="session")
@@ -31,11 +53,22 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
 
 
 @pytest.fixture
-def worker_config(broker: LocalBroker, tmp_path: Path) -> WorkerConfig:
+def kafka_broker(request: pytest.FixtureRequest) -> object:
+    """The broker of this test: noida-db, or (parametrised by ``brokers``) the session's Apache Kafka.
+    Anything with ``.bootstrap``."""
+    kind = getattr(request, "param", "noida-db")
+    if kind == "apache-kafka" and request.node.get_closest_marker("slow") and not os.environ.get(SCENARIOS_ENV):
+        # The crash and rebalance scenarios passed on Apache Kafka too, but cost ~110 s more.
+        pytest.skip(f"slow scenario on Apache Kafka: set {SCENARIOS_ENV}=1 to run it")
+    return request.getfixturevalue("broker" if kind == "noida-db" else "apache_kafka")
+
+
+@pytest.fixture
+def worker_config(kafka_broker: LocalBroker, tmp_path: Path) -> WorkerConfig:
     """A config whose topics are unique to this test (prefix = a fresh cluster name)."""
     name = f"t{next(_counter)}-{uuid.uuid4().hex[:6]}"
     return WorkerConfig(
-        bootstrap_servers=broker.bootstrap,
+        bootstrap_servers=kafka_broker.bootstrap,
         cluster_name=name,
         state_partitions=4,
         data_dir=str(tmp_path / "data"),

@@ -25,6 +25,9 @@ from streams.admin_client import ClusterMirrorAdmin
 from streams.config import WorkerConfig
 from streams.controller import ClusterMirrorController, MirrorStateChangelogView
 
+# Each broker test runs on noida-db and on Apache Kafka (tests/streams/conftest.py).
+pytestmark = pytest.mark.brokers("noida-db", "apache-kafka")
+
 S = default_schemas()
 ADMIN = "User:admin"
 SECRET = "pa55-w0rd-XYZZY"

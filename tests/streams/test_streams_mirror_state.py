@@ -12,6 +12,7 @@ import uuid
 from contextlib import redirect_stdout
 from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from coordinator.states import ErrorCode, MirrorState
@@ -21,6 +22,9 @@ from streams.config import WorkerConfig
 from streams.metadata_log import ensure_topics
 
 codec = mss.default_codec()
+# Each broker test runs on noida-db and on Apache Kafka (tests/streams/conftest.py).
+pytestmark = pytest.mark.brokers("noida-db", "apache-kafka")
+
 TID = uuid.UUID("6a1c3b52-7c1e-4d7e-9b1a-2f0c1d2e3f40")
 
 

@@ -43,7 +43,9 @@ SESSION_S = int(GROUP_TIMING["--session-timeout-ms"]) / 1000
 
 
 @pytest.mark.slow
-def test_worker_sigkill_at_seeded_points_of_start_stop_and_failback(broker: LocalBroker, tmp_path: Path) -> None:
+@pytest.mark.brokers("noida-db", "apache-kafka")
+def test_worker_sigkill_at_seeded_points_of_start_stop_and_failback(kafka_broker: LocalBroker, tmp_path: Path) -> None:
+    broker = kafka_broker
     rng = random.Random(SEED)
     plan = {phase: [(round(rng.uniform(0.0, MAX_DELAY), 2), rng.random() < WIPE_SHARE) for _ in range(POINTS_PER_PHASE)]
             for phase in ("start", "stop", "failback")}  # fmt: skip

@@ -96,7 +96,9 @@ _RUNS: list[Run] = []  # what the scenario's stop sampled, for the xfail after i
 
 
 @pytest.mark.slow
-def test_two_workers_survive_a_rebalance_mid_start_and_mid_stop(broker: LocalBroker, tmp_path: Path) -> None:
+@pytest.mark.brokers("noida-db", "apache-kafka")
+def test_two_workers_survive_a_rebalance_mid_start_and_mid_stop(kafka_broker: LocalBroker, tmp_path: Path) -> None:
+    broker = kafka_broker
     rig = Rig(tmp_path, broker.bootstrap, TOPICS, tick=0.1)
     t0 = time.monotonic()
 

@@ -385,10 +385,19 @@ async def read_history(bootstrap: str, topic: str, timeout: float) -> dict[tuple
 async def _group_members(bootstrap: str, group: str) -> list[tuple[str, str, bytes]]:
     from aiokafka.admin import AIOKafkaAdminClient
 
+    from aiokafka.errors import GroupCoordinatorNotAvailableError
+
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="kip1279-test-describe")
     await admin.start()
     try:
-        node = await admin.find_coordinator(group)
+        for _ in range(100):  # Apache Kafka: no coordinator until __consumer_offsets is created
+            try:
+                node = await admin.find_coordinator(group)
+                break
+            except GroupCoordinatorNotAvailableError:
+                await asyncio.sleep(0.1)
+        else:
+            node = await admin.find_coordinator(group)
         (resp,) = await admin.describe_consumer_groups([group], group_coordinator_id=node)
         # DescribeGroups v0-v3 members: member id, client id, host, metadata, assignment
         return [(m[0], m[1], m[4]) for g in resp.groups for m in g[5]]

@@ -1,0 +1,78 @@
+"""Apache Kafka for the tests: one KRaft cluster per test session, shared by every test that asks.
+
+``apache_kafka`` is a combined-mode single node (started on first use, stopped at session end).
+Where Java or the jars bin/setup fetches are missing, every test that needs it is skipped with
+the same one-line reason; ``KIP1279_REQUIRE_KAFKA=1`` (set by .ci/run) turns that skip into a
+failure, so CI always runs them. Tests isolate themselves by topic names.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from streams.apache_kafka import ApacheKafkaCluster, missing_reason
+
+REQUIRE_ENV = "KIP1279_REQUIRE_KAFKA"
+
+# The shared node: an authorizer (so tests can create ACLs) whose super user is the PLAINTEXT
+# principal, so nothing is denied; and group.version formatted at 0, then raised to Kafka's
+# default (1) by an UpdateFeatures right after start, so the metadata log holds a
+# FeatureLevelRecord the controller wrote for a client's request (the records yardstick uses it).
+SESSION_OVERRIDES = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:ANONYMOUS",
+    # The log cleaner looks for work every 0.2 s instead of 15 s, so compaction shows within a test.
+    "log.cleaner.backoff.ms": "200",
+}
+SESSION_FORMAT_ARGS = ("--feature", "group.version=0")
+
+
+def kafka_required() -> bool:
+    return os.environ.get(REQUIRE_ENV, "").strip() not in ("", "0", "false", "no")
+
+
+def require_apache_kafka() -> None:
+    """Skip (or, under KIP1279_REQUIRE_KAFKA=1, fail) when Apache Kafka cannot run here."""
+    reason = missing_reason()
+    if reason is None:
+        return
+    if kafka_required():
+        pytest.fail(f"{REQUIRE_ENV}=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def start_session_cluster(base_dir: Path) -> ApacheKafkaCluster:
+    """The shared node, started and ready, at Kafka's default feature levels."""
+    from kafka import KafkaAdminClient
+
+    cluster = ApacheKafkaCluster(base_dir, brokers=1, overrides=SESSION_OVERRIDES, format_args=SESSION_FORMAT_ARGS)
+    cluster.start()
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, client_id="kip1279-fixture")
+        try:
+            result = admin.update_features({"group.version": 1})
+        finally:
+            admin.close()
+        if result.get("group.version") != "OK":
+            raise RuntimeError(f"UpdateFeatures group.version=1 failed: {result}")
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafkaCluster]:
+    require_apache_kafka()
+    t0 = time.monotonic()
+    cluster = start_session_cluster(tmp_path_factory.mktemp("apache-kafka"))
+    cluster.session_ready_s = time.monotonic() - t0  # type: ignore[attr-defined]
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

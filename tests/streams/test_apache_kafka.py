@@ -1,0 +1,157 @@
+"""streams/apache_kafka.py: Apache Kafka (KRaft) started by the project on loopback.
+
+The session's shared node (``apache_kafka``) and one 1-controller + 3-broker cluster of this
+module's own; skipped with one reason where Java or the jars are missing (a failure under
+KIP1279_REQUIRE_KAFKA=1).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from kafka_fixtures import REQUIRE_ENV, require_apache_kafka
+
+from streams.apache_kafka import ApacheKafkaCluster, kafka_version, metadata_broker_ids, missing_reason
+from streams.broker import BrokerError, probe
+
+
+def _listening_addresses(pid: int) -> set[tuple[str, int]]:
+    """The (address, port) pairs a process listens on, from /proc (IPv4 and IPv6)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            cols = line.split()
+            if cols[3] != "0A" or cols[9] not in inodes:  # 0A: LISTEN
+                continue
+            addr_hex, port_hex = cols[1].split(":")
+            raw = bytes.fromhex(addr_hex)
+            if table == "tcp":
+                addr = socket.inet_ntop(socket.AF_INET, raw[::-1])
+            else:
+                words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
+                addr = socket.inet_ntop(socket.AF_INET6, words)
+            found.add((addr, int(port_hex, 16)))
+    return found
+
+
+def _produce_and_read_back(bootstrap: str, topic: str, replication: int) -> list[bytes]:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, 1, replication)])
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    try:
+        for i in range(3):
+            producer.send(topic, f"v{i}".encode()).get(timeout=30)
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=10000)
+    try:
+        return [m.value for _, m in zip(range(3), consumer)]
+    finally:
+        consumer.close()
+
+
+def test_missing_jars_give_one_reason_and_the_switch_makes_it_a_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KIP1279_KAFKA_LIB", str(tmp_path))
+    reason = missing_reason()
+    assert reason is not None and f"Apache Kafka {kafka_version()} jars are not in {tmp_path}" in reason
+    monkeypatch.delenv(REQUIRE_ENV, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="jars are not in"):
+        require_apache_kafka()
+    monkeypatch.setenv(REQUIRE_ENV, "1")
+    with pytest.raises(pytest.fail.Exception, match=f"{REQUIRE_ENV}=1 but .*jars are not in"):
+        require_apache_kafka()
+    monkeypatch.setenv("PATH", str(tmp_path))  # no java at all
+    assert "Java 17" in (missing_reason() or "")
+
+
+def test_refuses_a_non_loopback_host(tmp_path: Path) -> None:
+    with pytest.raises(BrokerError, match="loopback"):
+        ApacheKafkaCluster(tmp_path, host="0.0.0.0")
+
+
+def test_session_node_is_a_loopback_kraft_combined_node(apache_kafka: ApacheKafkaCluster) -> None:
+    node = apache_kafka.nodes[0]
+    assert node.roles == ("broker", "controller") and apache_kafka.combined
+    assert metadata_broker_ids("127.0.0.1", node.broker_port or 0) == {1}
+    assert probe("127.0.0.1", node.controller_port or 0)
+    assert node.proc is not None
+    listening = _listening_addresses(node.proc.pid)
+    assert {("127.0.0.1", node.broker_port), ("127.0.0.1", node.controller_port)} <= listening
+    assert all(addr == "127.0.0.1" for addr, _ in listening), listening
+    props = node.properties_path.read_text()
+    assert f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.broker_port},CONTROLLER://127.0.0.1:{node.controller_port}" in props
+    assert _produce_and_read_back(apache_kafka.bootstrap, "apache-kafka-roundtrip", 1) == [b"v0", b"v1", b"v2"]
+    print(f"session node ready in {apache_kafka.session_ready_s:.1f}s (JVM to ready {apache_kafka.startup_s:.1f}s)")  # type: ignore[attr-defined]
+
+
+def test_controller_and_three_brokers(tmp_path: Path) -> None:
+    require_apache_kafka()
+    cluster = ApacheKafkaCluster(tmp_path, brokers=3)
+    try:
+        cluster.start()
+        print(f"3-broker cluster: formatted in {cluster.format_s:.1f}s, ready in {cluster.startup_s:.1f}s")
+        controller = cluster.controller
+        assert controller.roles == ("controller",) and controller.broker_port is None
+        assert [n.node_id for n in cluster.brokers] == [1, 2, 3]
+        for b in cluster.brokers:
+            assert metadata_broker_ids("127.0.0.1", b.broker_port or 0) == {1, 2, 3}
+            assert b.proc is not None and all(a == "127.0.0.1" for a, _ in _listening_addresses(b.proc.pid))
+        assert _produce_and_read_back(cluster.bootstrap, "rf3", 3) == [b"v0", b"v1", b"v2"]
+
+        code = cluster.stop_node(2)
+        print(f"broker 2 exit code on SIGTERM: {code}")
+        assert code in (0, 143) and not cluster.node(2).is_running()  # a clean exit, not the SIGKILL fallback
+        deadline = time.monotonic() + 30
+        while metadata_broker_ids("127.0.0.1", cluster.node(1).broker_port or 0) != {1, 3}:
+            assert time.monotonic() < deadline, "broker 2 still listed after its clean stop"
+            time.sleep(0.2)
+        cluster.start_node(2)  # on its own storage: back in the cluster
+        assert metadata_broker_ids("127.0.0.1", cluster.node(2).broker_port or 0) == {1, 2, 3}
+        assert cluster.stop_node(3, kill=True) == -signal.SIGKILL
+    finally:
+        procs = [n.proc for n in cluster.nodes if n.proc is not None]
+        t0 = time.monotonic()
+        cluster.stop()
+        print(f"stopped in {time.monotonic() - t0:.1f}s")
+    assert all(p.poll() is not None for p in procs)
+
+
+def test_console_script_runs_kafka_until_sigterm(tmp_path: Path) -> None:
+    require_apache_kafka()
+    script = Path(sys.executable).with_name("kip1279-kafka")
+    proc = subprocess.Popen([str(script), "run", "--data-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        bootstrap = proc.stdout.readline().strip()
+        host, port = bootstrap.split(":")
+        assert host == "127.0.0.1" and metadata_broker_ids(host, int(port)) == {1}
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        assert not probe(host, int(port))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    check = subprocess.run([str(script), "check"], capture_output=True, text=True)
+    assert check.returncode == 0 and f"Apache Kafka {kafka_version()} is ready" in check.stdout
