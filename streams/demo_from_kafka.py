@@ -32,7 +32,7 @@ from clustermodel.records import filter_aborted
 from coordinator.ports import Batch, IsolationLevel, OpenTransaction, PartitionOffsets, PortError, TopicPartition
 from streams import demo_clients as dc
 from streams.broker import LocalBroker
-from streams.demo import GROUP, PY, TOPICS, Clock, Demo, DemoError, failover_aborts, log_batches, wait_for
+from streams.demo import GROUP, PY, TOPICS, Clock, Demo, failover_aborts, log_batches, wait_for
 
 MIRROR = "kafka-to-b"
 _CRC_AT, _ATTRIBUTES_AT = 17, 21  # RecordBatch v2: the CRC32C field, and where what it covers starts
