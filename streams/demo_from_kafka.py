@@ -14,8 +14,9 @@ The verdict's evidence comes from the real source over the Kafka protocol (``Kaf
 Fetch for the raw batches, ListOffsets for log start, HW and LSO, Metadata for the leader
 epochs; a plain aiokafka ``read_committed`` consumer for the committed records) and from B's log
 through the model's API (the referee). ``verdict_problems`` is pure, so a test can tamper with
-the evidence. No failback: a real noida-db lacks KIP-1279's APIs (nothing could truncate it),
-which the job shows by probing it (``streams.destination_check``).
+the evidence. No failback: a real noida-db lacks KIP-1279's APIs (nothing could truncate it); the
+job starts a controller with the source as its destination, which must refuse to start, naming
+what is missing (``streams.destination_check``).
 """
 
 from __future__ import annotations
@@ -153,6 +154,7 @@ class FromKafkaDemo(Demo):
         self.source_skips_open_transactions = True  # noida-db 0.2.3, see demo_clients.account
         self.source: LocalBroker | None = None
         self.referee: Any = None  # KafkaSourceCluster on the source
+        self.failback_problems: list[str] = []
 
     @property
     def audit_roots(self) -> dict[str, Any]:
@@ -253,7 +255,7 @@ class FromKafkaDemo(Demo):
             source_offsets=src_offsets[(n, p)], source_committed=src_committed[(n, p)], source_epoch=epochs[(n, p)],
             b_at_lag0=b_lag0[(n, p)], b_committed=b_committed[(n, p)], b_log=log_batches(b, tps[(n, p)]),
             b_epoch=b.list_offsets(tps[(n, p)]).leader_epoch) for n, p in sorted(tps)]  # fmt: skip
-        self.no_failback(src)
+        self.no_failback(src, port)
         if self.audit_enabled:
             self.await_exports()
         clock.stop()
@@ -280,17 +282,25 @@ class FromKafkaDemo(Demo):
             offset = got[-1].next_offset
         return out
 
-    def no_failback(self, src: str) -> None:
-        """Failback would mirror B back into the source; a coordinator refuses such a destination."""
-        from streams.destination_check import DestinationError, require_kip1279
+    def no_failback(self, src: str, model_port: int) -> None:
+        """Failback would be a mirror into the source, run by a coordinator whose destination is
+        the source: that controller is started (``destination.bootstrap.servers``) and must refuse."""
+        import subprocess
 
+        argv = [PY, "-m", "streams.worker", "--controller", "--listener", "127.0.0.1:0", "--bootstrap-server",
+                self.broker.bootstrap, "--cluster-name", "K", "--data-dir", str(self.workdir / "data-K"),  # type: ignore[union-attr]
+                "--model-port", str(model_port), "--destination-bootstrap-server", src, "--loglevel", "warning"]  # fmt: skip
         try:
-            require_kip1279(src, {"client.id": "kip1279-demo-probe"})
-            verdict = "it has KIP-1279's APIs (unexpected for noida-db)"
-        except DestinationError as e:
-            verdict = str(e)
-        self.say("no failback in this mode: a coordinator with the source as its destination refuses to start: "
-                 + verdict)  # fmt: skip
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+            code, text = done.returncode, (done.stdout + done.stderr).strip()
+        except subprocess.TimeoutExpired:
+            code, text = None, "still running after 30 s (stopped)"
+        refused = code == 2 and "is not a KIP-1279 cluster" in text
+        if not refused:
+            self.failback_problems.append(f"a controller with the source as its destination did not refuse to start "
+                                          f"(exit {code}): {text[-300:]}")  # fmt: skip
+        self.say(f"no failback in this mode (the source is a real noida-db without KIP-1279): a controller for the "
+                 f"source as a destination (--destination-bootstrap-server {src}) exited with code {code}: {text}")  # fmt: skip
 
     def verdict_from_kafka(self, evidence: Sequence[PartitionEvidence]) -> int:
         self.out.write("\n    PARTITION   SRC-HW  SRC-LSO  B-HW@LAG0  B-LSO@LAG0  B-LEO  BATCHES  SAME-BYTES  "
@@ -303,7 +313,7 @@ class FromKafkaDemo(Demo):
                            f"{len(p.source_batches):>7}  {'yes' if same else 'NO':>10}  "
                            f"{len(p.source_committed):>7}/{len(p.b_committed):<8}  "
                            f"{len(open_transactions(p.source_batches)):>9}  {p.source_epoch:>3}  {p.b_epoch:>3}\n")  # fmt: skip
-        problems = verdict_problems(evidence, self.client_check())
+        problems = verdict_problems(evidence, [*self.client_check(), *self.failback_problems])
         if problems:
             self.out.write("\nVERDICT: FAILED\n" + "".join(f"  - {p}\n" for p in problems))
             return 1

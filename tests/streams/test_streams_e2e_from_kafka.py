@@ -6,7 +6,8 @@ moves to B. The job's verdict is computed from what the source returns over the 
 and from B's log (``streams.demo_from_kafka.verdict_problems``, unit-tested on tampered evidence
 in ``tests/streams/test_demo_from_kafka.py``). Here: the command exits 0 with VERDICT OK, every
 partition's row says the bytes are the same and the offsets agree, the clients' accounting has
-no gap, and the job refused failback, naming the KIP-1279 APIs the source broker lacks.
+no gap, and a controller started with the source as its destination (what a failback needs)
+refused to start, naming the KIP-1279 APIs the source broker lacks.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def test_demo_from_kafka_migrates_a_real_broker_to_b() -> None:
     assert produced == committed_n + aborted + left_open and min(committed_n, aborted, left_open) > 0
     assert gaps == 0 and dups <= bound and on_src > 0 and on_b > 0
     assert "(its last commit on the source: yes)" in text
-    assert "no failback in this mode" in text and "is not a KIP-1279 cluster" in text
+    assert "no failback in this mode" in text and "exited with code 2: error: destination.bootstrap.servers=" in text
+    assert "is not a KIP-1279 cluster" in text
     for api in ("WriteMirrorStates (101)", "ReadMirrorStates (100)", "BumpLeaderEpochs (105)"):
         assert api in text
