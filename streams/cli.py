@@ -464,6 +464,9 @@ def controller_main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
     try:
         cfg = worker_config.load(args.config, bootstrap_servers=args.bootstrap_server, controller_listener=args.listener)
+        from streams.destination_check import check_destination
+
+        check_destination(cfg.extra)  # fails fast on a destination without KIP-1279
     except worker_config.ConfigError as e:
         sys.stderr.write(f"error: {e}\n")
         return EXIT_USAGE

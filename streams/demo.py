@@ -1,6 +1,8 @@
 """The main job: failover and failback between two model clusters, end to end, on loopback.
 
-    python -m streams.demo [--workdir DIR] [--seed N] [--keep] [--no-audit]
+    python -m streams.demo [--workdir DIR] [--seed N] [--keep] [--no-audit] [--from-kafka]
+
+``--from-kafka`` runs a migration from a real noida-db broker to B instead (``streams.demo_from_kafka``).
 
 Starts the noida-db broker, the cluster-model server (clusters A and B), and one coordinator
 per destination cluster (SPEC, "One coordinator per destination cluster"): a controller and a
@@ -119,9 +121,9 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 class Clock(threading.Thread):
     """Moves the model clusters' clock (replication, ISR) and runs the producers, 100 ms a tick."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, clusters: Sequence[str] = ("A", "B")) -> None:
         super().__init__(daemon=True, name="model-clock")
-        self.clients = {c: ClusterClient(port, c) for c in ("A", "B")}
+        self.clients = {c: ClusterClient(port, c) for c in clusters}
         self.workload: Workload | None = None
         self.lock = threading.Lock()
         self.halt = threading.Event()
@@ -259,6 +261,8 @@ class Demo:
         self.clients: dc.ClientReport | None = None
         self.refused: str | None = None
         self.endpoints: dict[str, str] = {}
+        self.source_name = "A"  # the cluster the applications leave at the failover (client_check's wording)
+        self.source_skips_open_transactions = False  # see demo_clients.account
         self.t0 = time.monotonic()
 
     def say(self, text: str) -> None:
@@ -530,10 +534,15 @@ class Demo:
             return ["the clients' accounting is missing"]
         self.out.write(
             f"\n    CLIENTS (aiokafka): produced {r.produced} records ({r.committed} committed, {r.aborted} in aborted "
-            f"transactions, {r.left_open} in transactions left open); group {GROUP}: consumed {r.consumed_a} on A, "
-            f"{r.consumed_b} on B after the switch; duplicates {r.duplicates} (bound: {r.duplicate_bound} read on A "
+            f"transactions, {r.left_open} in transactions left open); group {GROUP}: consumed {r.consumed_a} on "
+            f"{self.source_name}, {r.consumed_b} on B after the switch; duplicates {r.duplicates} (bound: "
+            f"{r.duplicate_bound} read on {self.source_name} "
             f"past the group's last commit, which the last sync carried to B); gaps {r.gaps}; held behind open "
-            f"transactions {r.held}; produce to the mirror topic before the stop: "
+            f"transactions {r.held}; "
+            + (f"committed transactional records the source's read_committed Fetch never served the live group "
+               f"(it serves past the LSO, leaving out open transactions): {r.skipped_by_source}; "
+               if self.source_skips_open_transactions else "")
+            + "produce to the mirror topic before the stop: "
             f"{'ACCEPTED' if self.refused is None else 'refused (' + self.refused + ')'}\n")  # fmt: skip
         problems = [f"clients: {p}" for p in r.problems]
         if self.refused is None:
@@ -567,10 +576,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     p.add_argument("--no-audit", action="store_true", help="skip the audit snapshot and its Spark verdict at the end")
+    p.add_argument("--from-kafka", action="store_true",
+                   help="migrate from a real noida-db broker (a second instance) to model cluster B instead: "
+                        "mirror kafka-to-b, failover, clients moving to B; no failback (streams.demo_from_kafka)")
     args = p.parse_args(argv)
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="kip1279-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    demo = Demo(workdir, args.seed, audit=not args.no_audit)
+    if args.from_kafka:
+        from streams.demo_from_kafka import FromKafkaDemo
+
+        demo: Demo = FromKafkaDemo(workdir, args.seed, audit=not args.no_audit)
+    else:
+        demo = Demo(workdir, args.seed, audit=not args.no_audit)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     code = 1
     try:

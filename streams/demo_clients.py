@@ -8,6 +8,7 @@ accounting of what they saw.
   every second; on ``drain`` it reads up to the end a ``read_committed`` client sees (the LSO),
   then commits or not (an application stopped at the failover does not).
 - ``committed_offsets``: a group's committed offsets as a client fetches them (OffsetFetch).
+- ``read_committed``: what a plain ``read_committed`` consumer reads of some partitions, up to given ends.
 - ``refused_produce``: one produce that must be refused (a read-only mirror topic).
 - ``account``: pure. From what was produced and consumed, and the group's offsets, it counts
   duplicates and gaps and lists what is wrong.
@@ -205,6 +206,30 @@ async def consume_group(bootstrap: str, group: str, topics: Sequence[str], parti
         await c.stop()
 
 
+async def read_committed(bootstrap: str, ends: Mapping[TP, int], timeout_s: float = 30.0) -> dict[TP, list[tuple[int, bytes]]]:
+    """(offset, value) of what a plain ``read_committed`` consumer (no group) reads of each
+    partition in ``ends``, from its log start up to that end (an LSO)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False,
+                         auto_offset_reset="earliest", client_id="kip1279-demo-referee")  # fmt: skip
+    await c.start()
+    try:
+        tps = {TopicPartition(*tp): end for tp, end in ends.items()}
+        c.assign(list(tps))
+        await c.seek_to_beginning(*tps)
+        out: dict[TP, list[tuple[int, bytes]]] = {tp: [] for tp in ends}
+        deadline = time.monotonic() + timeout_s
+        while [tp for tp, end in tps.items() if await c.position(tp) < end]:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"read_committed: not at the given ends within {timeout_s:.0f}s")
+            for tp, msgs in (await c.getmany(timeout_ms=200)).items():
+                out[(tp.topic, tp.partition)].extend((m.offset, m.value) for m in msgs if m.offset < tps[tp])
+        return out
+    finally:
+        await c.stop()
+
+
 async def refused_produce(bootstrap: str, topic: str) -> str | None:
     """One produce to ``topic``; the name of the error it got, None if it was accepted.
 
@@ -235,11 +260,14 @@ class ClientReport(NamedTuple):
     gaps: int
     held: int  # committed records past the final read_committed end (behind a transaction left open)
     problems: list[str]
+    # Committed transactional records below the group's last commit on A that A's broker never
+    # served to the live group (``source_skips_open_transactions``); 0 otherwise.
+    skipped_by_source: int = 0
 
 
 def account(produced: Sequence[Produced], consumed_a: Sequence[Consumed], consumed_b: Sequence[Consumed],
             committed_a: Mapping[TP, int | None], synced_b: Mapping[TP, int | None],
-            ends: Mapping[TP, int]) -> ClientReport:  # fmt: skip
+            ends: Mapping[TP, int], source_skips_open_transactions: bool = False) -> ClientReport:  # fmt: skip
     """What the clients saw, checked.
 
     ``committed_a``: the group's offsets on A when its member there stopped; ``synced_b``: its
@@ -251,6 +279,12 @@ def account(produced: Sequence[Produced], consumed_a: Sequence[Consumed], consum
     - no gap: every committed record below ``ends`` was read at least once, on A or on B;
     - the switch: the group's offsets on B are its last commit on A, B reads nothing below them,
       and the duplicates of a partition are at most the records read on A at or past that commit.
+
+    ``source_skips_open_transactions``: A is a broker whose read_committed Fetch serves past the
+    LSO, leaving out the batches of transactions still open (noida-db 0.2.3; Kafka stops at the
+    LSO), so a live group never sees records whose transaction commits after it read past them.
+    Such records below the group's last commit on A (transactional, committed) count as
+    ``skipped_by_source``, not as gaps: the switch only decides what is read from that commit on.
     """
     problems: list[str] = []
     by_key = {(p.topic, p.partition, p.offset): p for p in produced}
@@ -269,6 +303,11 @@ def account(produced: Sequence[Produced], consumed_a: Sequence[Consumed], consum
     committed = [p for p in produced if p.status in COMMITTED_STATUSES]
     missing = [p for p in committed if p.offset < ends.get((p.topic, p.partition), 0)
                and (p.topic, p.partition, p.offset) not in reads]  # fmt: skip
+    skipped = []
+    if source_skips_open_transactions:
+        below = [p.status == "committed" and p.offset < (committed_a.get((p.topic, p.partition)) or 0) for p in missing]
+        skipped = [p for p, b in zip(missing, below) if b]
+        missing = [p for p, b in zip(missing, below) if not b]
     held = sum(1 for p in committed if p.offset >= ends.get((p.topic, p.partition), 0))
     if missing:
         shown = ", ".join(f"{p.topic}-{p.partition}@{p.offset}" for p in missing[:5])
@@ -299,4 +338,5 @@ def account(produced: Sequence[Produced], consumed_a: Sequence[Consumed], consum
         aborted=sum(1 for p in produced if p.status == "aborted"), left_open=sum(1 for p in produced if p.status == "open"),
         consumed_a=len(consumed_a), consumed_b=len(consumed_b), duplicates=sum(dup_by_tp.values()),
         duplicate_bound=sum(bound_by_tp.values()), gaps=len(missing), held=held, problems=problems,
+        skipped_by_source=len(skipped),
     )  # fmt: skip

@@ -50,6 +50,7 @@ from streams import config as worker_config
 from streams import membership
 from streams.app import CoordinatorWorker, ReconnectingClient, model_cluster_of, open_source, source_key, worker_topic_specs
 from streams.config import WorkerConfig, ensure_topics
+from streams.destination_check import check_destination
 from streams.liveness import LoopWatchdog
 
 log = logging.getLogger("streams.worker")
@@ -64,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-partitions", type=int, help="mirror.state.topic.num.partitions")
     p.add_argument("--model-port", type=int, help="cluster-model server port (cluster.model.port)")
     p.add_argument("--model-cluster", help="the model cluster this destination is (default: --cluster-name)")
+    p.add_argument("--destination-bootstrap-server",
+                   help="destination.bootstrap.servers: a destination cluster over the Kafka protocol; checked at "
+                        "start-up for KIP-1279's APIs (a cluster without them is refused, naming what it lacks)")
     p.add_argument("--session-timeout-ms", type=int,
                    help="worker.session.timeout.ms: a worker silent this long loses its table partitions")
     p.add_argument("--heartbeat-interval-ms", type=int, help="worker.heartbeat.interval.ms")
@@ -103,6 +107,8 @@ def load_config(args: argparse.Namespace) -> WorkerConfig:
         extra["cluster.model.port"] = str(args.model_port)
     if args.model_cluster:
         extra["cluster.model.cluster"] = args.model_cluster
+    if args.destination_bootstrap_server:
+        extra["destination.bootstrap.servers"] = args.destination_bootstrap_server
     return replace(cfg, extra=extra)
 
 
@@ -403,6 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger(name.strip()).setLevel(getattr(logging, level.strip().upper(), logging.INFO))
     try:
         cfg = load_config(args)
+        check_destination(cfg.extra)  # fails fast on a destination without KIP-1279
     except worker_config.ConfigError as e:
         sys.stderr.write(f"error: {e}\n")
         return 2
