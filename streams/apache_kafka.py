@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -140,6 +140,8 @@ class KafkaNode:
     broker_port: int | None
     controller_port: int | None
     proc: subprocess.Popen[bytes] | None = None
+    # Listener name -> port of the broker's extra listeners (SSL, SASL_SSL, ...), beside PLAINTEXT.
+    extra_ports: dict[str, int] = field(default_factory=dict)
     started_at: float = 0.0
     ready_after_s: float | None = None
     _out: object | None = field(default=None, repr=False)
@@ -194,7 +196,11 @@ class ApacheKafkaCluster:
         lib: Path | None = None,
         die_with_parent: bool = True,
         format_args: Sequence[str] = (),
+        extra_listeners: Mapping[str, str] | None = None,
     ) -> None:
+        """``extra_listeners``: listener name -> security protocol (``{"SASL_SSL": "SASL_SSL"}``),
+        each on its own free port of every broker, beside PLAINTEXT (which brokers use between
+        themselves); their settings go in ``overrides`` (``listener.name.sasl_ssl.*``, ``ssl.*``)."""
         if brokers < 1:
             raise ValueError("brokers must be at least 1")
         self.host = require_loopback(host)
@@ -218,6 +224,9 @@ class ApacheKafkaCluster:
             self.nodes.append(KafkaNode(0, ("controller",), self.base_dir / "node-0", None, free_port(host)))
             for i in range(1, brokers + 1):
                 self.nodes.append(KafkaNode(i, ("broker",), self.base_dir / f"node-{i}", free_port(host), None))
+        self.extra_listeners = {name.upper(): proto.upper() for name, proto in (extra_listeners or {}).items()}
+        for node in self.brokers:
+            node.extra_ports = {name: free_port(host) for name in self.extra_listeners}
 
     # --- addresses -------------------------------------------------------------------------
 
@@ -232,6 +241,10 @@ class ApacheKafkaCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(f"{self.host}:{n.broker_port}" for n in self.brokers)
+
+    def listener_bootstrap(self, name: str) -> str:
+        """``bootstrap.servers`` of one of the ``extra_listeners``."""
+        return ",".join(f"{self.host}:{n.extra_ports[name.upper()]}" for n in self.brokers)
 
     @property
     def metadata_log_dir(self) -> Path:
@@ -248,6 +261,7 @@ class ApacheKafkaCluster:
         listeners = []
         if node.is_broker:
             listeners.append(f"PLAINTEXT://{self.host}:{node.broker_port}")
+            listeners += [f"{name}://{self.host}:{port}" for name, port in node.extra_ports.items()]
         if "controller" in node.roles:
             listeners.append(f"CONTROLLER://{self.host}:{node.controller_port}")
         n_brokers = len(self.brokers)
@@ -261,7 +275,9 @@ class ApacheKafkaCluster:
             "listeners": ",".join(listeners),
             # Never let Kafka advertise (or fall back to) anything but loopback.
             "advertised.listeners": ",".join(listeners),
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": ",".join(
+                ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"] + [f"{n}:{p}" for n, p in self.extra_listeners.items()]
+            ),
             "log.dirs": str(node.log_dir),
             "num.partitions": "1",
             "default.replication.factor": "1",
