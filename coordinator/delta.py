@@ -506,6 +506,21 @@ class MetadataDelta:
     replay_begin_transaction_record = _provenance_only
     replay_end_transaction_record = _provenance_only
     replay_abort_transaction_record = _provenance_only
+    # Kafka's cluster records (brokers, controllers, SCRAM users, delegation tokens, quotas,
+    # producer-ID blocks, ELR): a KRaft log may hold them, the mirror image has no part for them.
+    replay_register_broker_record = _provenance_only
+    replay_unregister_broker_record = _provenance_only
+    replay_fence_broker_record = _provenance_only
+    replay_unfence_broker_record = _provenance_only
+    replay_broker_registration_change_record = _provenance_only
+    replay_register_controller_record = _provenance_only
+    replay_user_scram_credential_record = _provenance_only
+    replay_remove_user_scram_credential_record = _provenance_only
+    replay_delegation_token_record = _provenance_only
+    replay_remove_delegation_token_record = _provenance_only
+    replay_client_quota_record = _provenance_only
+    replay_producer_ids_record = _provenance_only
+    replay_clear_elr_record = _provenance_only
 
 
 @lru_cache(maxsize=16)
