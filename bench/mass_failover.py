@@ -60,6 +60,15 @@ def _mb(kb: int | None) -> float | None:
     return None if kb is None else round(kb / 1024, 1)
 
 
+def _cpu_s(pid: int) -> float | None:
+    """utime + stime of ``pid`` in seconds (/proc/PID/stat)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _reset_peak(pid: int) -> bool:
     """Resets VmHWM to the current RSS (Linux: ``echo 5 > /proc/PID/clear_refs``)."""
     try:
@@ -250,12 +259,20 @@ class Bench:
                 box["error"] = e
             box["end"] = time.monotonic()
 
+        procs = {n: p.pid for n, p in self.demo.procs.procs}
+        cpu0 = {n: _cpu_s(pid) for n, pid in procs.items()}
+        cpu0["noida-db"] = self._broker_cpu()
         spies = self._profile(worker)
         self.say(f"FAILOVER: kafka-cluster-mirrors --stop --mirror {MIRROR} --topics '.*' --wait {a_.failover_timeout:.0f}")
         th = threading.Thread(target=call, daemon=True, name="cli-stop")
         th.start()
         th.join(a_.failover_timeout + 30)  # the CLI bounds its own wait; this bounds a hung admin call
         elapsed = box.get("end", time.monotonic()) - t0
+        cpu1 = {n: _cpu_s(pid) for n, pid in procs.items()}
+        cpu1["noida-db"] = self._broker_cpu()
+        # CPU-seconds each process spent during the failover (where the time goes).
+        self.result["failover_cpu_seconds"] = {n.replace("-", "_"): round(cpu1[n] - c, 1) for n, c in cpu0.items()
+                                               if c is not None and cpu1.get(n) is not None}  # fmt: skip
         for sp in spies:
             try:
                 sp.wait(max(1.0, a_.profile + 10 - (time.monotonic() - t0)))
@@ -289,13 +306,18 @@ class Bench:
                                  f"({done}/{total}); {reason}" + (f"; {' | '.join(tail)}" if tail else ""))  # fmt: skip
         self.say(f"TIMED OUT: {self.result['reason']}")
 
+    def _broker_cpu(self) -> float | None:
+        proc = getattr(self.demo.broker, "_proc", None)
+        return _cpu_s(proc.pid) if proc is not None else None
+
     def _profile(self, worker: int) -> list[subprocess.Popen[bytes]]:
         """``--profile S``: py-spy records the worker and the model server for the failover's first S seconds."""
         if not self.args.profile:
             return []
         spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         out = []
-        for name, pid in (("worker", worker), ("model-server", self.pid("model-server"))):
+        for name, pid in (("worker", worker), ("model-server", self.pid("model-server")),
+                          ("controller", self.pid("controller-B"))):
             path = self.workdir / f"profile-{name}.txt"  # collapsed stacks (flamegraph.pl / speedscope input)
             out.append(subprocess.Popen([spy, "record", "-d", str(int(self.args.profile)), "-r", "50", "-f", "raw",
                                          "-o", str(path), "--pid", str(pid)],
