@@ -81,13 +81,14 @@ def _reset_peak(pid: int) -> bool:
 async def _states(endpoint: str) -> dict[str, int]:
     """Mirror partition states of ``a-to-b`` by name, from one describe."""
     async with ClusterMirrorAdmin(endpoint, principal=ADMIN, client_id="mass-failover-bench") as admin:
-        reply = await admin.describe([MIRROR])
+        # Counts per state, no offsets: polling must not slow the setup it waits for.
+        reply = await admin.describe([MIRROR], offsets=False, counts_only=True)
     counts: dict[str, int] = {}
     for m in reply.response.mirrors:  # type: ignore[attr-defined]
         for t in m.topics:
-            for p in t.partitions:
-                name = MirrorState(p.state).name if p.state in MirrorState._value2member_map_ else str(p.state)
-                counts[name] = counts.get(name, 0) + 1
+            for state, n in [(c.state, c.count) for c in t.state_counts] or [(p.state, 1) for p in t.partitions]:
+                name = MirrorState(state).name if state in MirrorState._value2member_map_ else str(state)
+                counts[name] = counts.get(name, 0) + n
     return counts
 
 

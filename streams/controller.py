@@ -192,7 +192,8 @@ def coordinator_validator(schemas: SchemaSet | None = None, ready_max_lag: int =
             return (), _list_response(s, admin.list_cluster_mirrors(image, b.include_topic_names, principal=who))
         elif api == "DescribeClusterMirrors":
             described = admin.describe_cluster_mirrors(image, list(b.mirror_names or ()), states=states, principal=who)
-            return (), _describe_response(s, described, statuses, ready_max_lag, req.syncs)
+            return (), _describe_response(s, described, statuses, ready_max_lag, req.syncs,
+                                          counts_only=getattr(b, "state_counts_only", False))  # fmt: skip
         else:
             return (), _error_response(s, api, ErrorCode.INVALID_REQUEST, f"unsupported API {api}")
         return r.records, _topic_response(s, api, r.response, ())
@@ -218,9 +219,13 @@ def _list_response(s: SchemaSet, mirrors: Sequence[admin.ListedMirror]) -> msgsp
 
 def _describe_response(s: SchemaSet, described: Sequence[admin.DescribedMirror],
                        statuses: Mapping[StateKey, PartitionStatus], ready_max_lag: int = 1000,
-                       syncs: Mapping[str, Sequence[SyncReport]] | None = None) -> msgspec.Struct:  # fmt: skip
+                       syncs: Mapping[str, Sequence[SyncReport]] | None = None,
+                       counts_only: bool = False) -> msgspec.Struct:  # fmt: skip
+    """``counts_only``: each topic with its partitions' counts per state and no details (a
+    progress poll of 50k partitions then costs a few thousand counts, not 50k rows)."""
     name = "DescribeClusterMirrorsResponse"
     mcls, tcls, pcls = s.nested(name, "DescribedMirror"), s.nested(name, "TopicPartitions"), s.nested(name, "PartitionDetail")
+    ccls = s.nested(name, "StateCount")
     now = time.monotonic()
     now_ms = int(time.time() * 1000)
     mirrors = []
@@ -229,6 +234,17 @@ def _describe_response(s: SchemaSet, described: Sequence[admin.DescribedMirror],
         counts = dict.fromkeys(MirrorState, 0)
         lags: dict[tuple[uuid.UUID, int], int] = {}
         for t in m.topics:
+            if counts_only:
+                per_state: dict[MirrorState, int] = {}
+                for p, state in t.partitions:
+                    st = statuses.get((m.name, t.topic_id, p))
+                    state = state if st is None else st.state
+                    per_state[state] = per_state.get(state, 0) + 1
+                for state, n in per_state.items():
+                    counts[state] += n
+                topics.append(tcls(topic_name=t.name, partitions=[],
+                                   state_counts=[ccls(state=int(k), count=n) for k, n in sorted(per_state.items())]))  # fmt: skip
+                continue
             parts = []
             for p, state in t.partitions:
                 st = statuses.get((m.name, t.topic_id, p), PartitionStatus(state))
@@ -610,7 +626,7 @@ class ClusterMirrorController:
         async with self._lock:
             # Only describe shows offsets; the commands validate against states alone.
             mirrors = (set(getattr(body, "mirror_names", None) or ()) or None) if describe else None
-            with_offsets = describe and getattr(body, "include_offsets", True)
+            with_offsets = describe and getattr(body, "include_offsets", True) and not getattr(body, "state_counts_only", False)
             if with_offsets:
                 max_age = max(0, getattr(body, "offsets_max_age_ms", 0)) / 1000
                 statuses = await self.status.statuses(offsets=True, mirrors=mirrors, max_age=max_age)

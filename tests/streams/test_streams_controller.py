@@ -401,3 +401,27 @@ async def ensure_state_topic(cfg: WorkerConfig) -> None:
     from streams.metadata_log import ensure_topics
 
     await ensure_topics(cfg.bootstrap_servers, [mss.mirror_state_topic_spec(cfg)])
+
+
+async def test_state_counts_only_describe_matches_the_details(controller: ClusterMirrorController,
+                                                              worker_config: WorkerConfig, tmp_path: Path) -> None:
+    """StateCountsOnly (what --wait polls): per topic, the counts the full describe's rows give,
+    and no rows."""
+    await create_mirror(controller, tmp_path)
+    assert (await run_cli(controller, "--start", "--mirror", "a-to-b", "--topics", "orders,payments"))[0] == 0
+    await _write_states(worker_config, {("orders", 0): (MirrorState.STOPPED, 0, None),
+                                        ("orders", 1): (MirrorState.FAILED, 1, "x"),
+                                        ("payments", 0): (MirrorState.STOPPED, 0, None)})  # payments-1: no state yet
+    async with ClusterMirrorAdmin(endpoint(controller), principal=ADMIN) as a:
+        full = (await a.describe(["a-to-b"], offsets=False)).response
+        counts = (await a.describe(["a-to-b"], counts_only=True)).response
+    expected: dict[str, dict[int, int]] = {}
+    for t in full.mirrors[0].topics:
+        for p in t.partitions:
+            expected.setdefault(t.topic_name, {}).setdefault(p.state, 0)
+            expected[t.topic_name][p.state] += 1
+    got = {t.topic_name: {c.state: c.count for c in t.state_counts} for t in counts.mirrors[0].topics}
+    assert got == expected == {"orders": {int(MirrorState.STOPPED): 1, int(MirrorState.FAILED): 1},
+                               "payments": {int(MirrorState.STOPPED): 1, int(MirrorState.UNKNOWN): 1}}
+    assert all(not t.partitions for t in counts.mirrors[0].topics)
+    assert counts.mirrors[0].error_code == 0
