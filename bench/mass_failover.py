@@ -13,7 +13,8 @@ stops them all; the clock runs from that call until every partition is STOPPED. 
 The LAST line is one JSON object: ``mass_failover_50k_seconds`` (the failover time, whatever the
 scale; ``null`` if it did not finish), ``transitions_per_s`` (partitions STOPPED per second),
 ``worker_peak_rss_mb`` (VmHWM of the worker over the whole run), plus the scale, the setup
-time, the peak RSS during the failover alone, and on a timeout ``timed_out``, ``reason`` and the
+time (``setup_seconds``), the peak RSS during the failover alone, the CPU-seconds each process
+spent during the failover (``failover_cpu_seconds``), and on a timeout ``timed_out``, ``reason`` and the
 partial progress. Every wait is bounded, so the bench always ends.
 """
 
@@ -312,7 +313,7 @@ class Bench:
         return _cpu_s(proc.pid) if proc is not None else None
 
     def _profile(self, worker: int) -> list[subprocess.Popen[bytes]]:
-        """``--profile S``: py-spy records the worker and the model server for the failover's first S seconds."""
+        """``--profile S``: py-spy records the worker, the model server and the controller for the failover's first S seconds."""
         if not self.args.profile:
             return []
         spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
@@ -359,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", help="keep everything here (default: a temporary directory)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     p.add_argument("--profile", type=float, default=0.0, metavar="SECONDS",
-                   help="py-spy record the worker and the model server for the failover's first SECONDS (collapsed stacks in the workdir)")
+                   help="py-spy record the worker, the model server and the controller for the failover's first SECONDS (collapsed stacks in the workdir)")
     p.add_argument("--hold", type=float, default=0.0, help="seconds to keep the processes up before the stop (profiling)")
     args = p.parse_args(argv)
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="kip1279-massfail-"))
