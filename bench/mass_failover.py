@@ -13,7 +13,8 @@ stops them all; the clock runs from that call until every partition is STOPPED. 
 The LAST line is one JSON object: ``mass_failover_50k_seconds`` (the failover time, whatever the
 scale; ``null`` if it did not finish), ``transitions_per_s`` (partitions STOPPED per second),
 ``worker_peak_rss_mb`` (VmHWM of the worker over the whole run), plus the scale, the setup
-time, the peak RSS during the failover alone, and on a timeout ``timed_out``, ``reason`` and the
+time (``setup_seconds``), the peak RSS during the failover alone, the CPU-seconds each process
+spent during the failover (``failover_cpu_seconds``), and on a timeout ``timed_out``, ``reason`` and the
 partial progress. Every wait is bounded, so the bench always ends.
 """
 
@@ -60,6 +61,15 @@ def _mb(kb: int | None) -> float | None:
     return None if kb is None else round(kb / 1024, 1)
 
 
+def _cpu_s(pid: int) -> float | None:
+    """utime + stime of ``pid`` in seconds (/proc/PID/stat)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _reset_peak(pid: int) -> bool:
     """Resets VmHWM to the current RSS (Linux: ``echo 5 > /proc/PID/clear_refs``)."""
     try:
@@ -72,13 +82,14 @@ def _reset_peak(pid: int) -> bool:
 async def _states(endpoint: str) -> dict[str, int]:
     """Mirror partition states of ``a-to-b`` by name, from one describe."""
     async with ClusterMirrorAdmin(endpoint, principal=ADMIN, client_id="mass-failover-bench") as admin:
-        reply = await admin.describe([MIRROR])
+        # Counts per state, no offsets: polling must not slow the setup it waits for.
+        reply = await admin.describe([MIRROR], offsets=False, counts_only=True)
     counts: dict[str, int] = {}
     for m in reply.response.mirrors:  # type: ignore[attr-defined]
         for t in m.topics:
-            for p in t.partitions:
-                name = MirrorState(p.state).name if p.state in MirrorState._value2member_map_ else str(p.state)
-                counts[name] = counts.get(name, 0) + 1
+            for state, n in [(c.state, c.count) for c in t.state_counts] or [(p.state, 1) for p in t.partitions]:
+                name = MirrorState(state).name if state in MirrorState._value2member_map_ else str(state)
+                counts[name] = counts.get(name, 0) + n
     return counts
 
 
@@ -250,12 +261,20 @@ class Bench:
                 box["error"] = e
             box["end"] = time.monotonic()
 
+        procs = {n: p.pid for n, p in self.demo.procs.procs}
+        cpu0 = {n: _cpu_s(pid) for n, pid in procs.items()}
+        cpu0["noida-db"] = self._broker_cpu()
         spies = self._profile(worker)
         self.say(f"FAILOVER: kafka-cluster-mirrors --stop --mirror {MIRROR} --topics '.*' --wait {a_.failover_timeout:.0f}")
         th = threading.Thread(target=call, daemon=True, name="cli-stop")
         th.start()
         th.join(a_.failover_timeout + 30)  # the CLI bounds its own wait; this bounds a hung admin call
         elapsed = box.get("end", time.monotonic()) - t0
+        cpu1 = {n: _cpu_s(pid) for n, pid in procs.items()}
+        cpu1["noida-db"] = self._broker_cpu()
+        # CPU-seconds each process spent during the failover (where the time goes).
+        self.result["failover_cpu_seconds"] = {n.replace("-", "_"): round(cpu1[n] - c, 1) for n, c in cpu0.items()
+                                               if c is not None and cpu1.get(n) is not None}  # fmt: skip
         for sp in spies:
             try:
                 sp.wait(max(1.0, a_.profile + 10 - (time.monotonic() - t0)))
@@ -289,13 +308,18 @@ class Bench:
                                  f"({done}/{total}); {reason}" + (f"; {' | '.join(tail)}" if tail else ""))  # fmt: skip
         self.say(f"TIMED OUT: {self.result['reason']}")
 
+    def _broker_cpu(self) -> float | None:
+        proc = getattr(self.demo.broker, "_proc", None)
+        return _cpu_s(proc.pid) if proc is not None else None
+
     def _profile(self, worker: int) -> list[subprocess.Popen[bytes]]:
-        """``--profile S``: py-spy records the worker and the model server for the failover's first S seconds."""
+        """``--profile S``: py-spy records the worker, the model server and the controller for the failover's first S seconds."""
         if not self.args.profile:
             return []
         spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         out = []
-        for name, pid in (("worker", worker), ("model-server", self.pid("model-server"))):
+        for name, pid in (("worker", worker), ("model-server", self.pid("model-server")),
+                          ("controller", self.pid("controller-B"))):
             path = self.workdir / f"profile-{name}.txt"  # collapsed stacks (flamegraph.pl / speedscope input)
             out.append(subprocess.Popen([spy, "record", "-d", str(int(self.args.profile)), "-r", "50", "-f", "raw",
                                          "-o", str(path), "--pid", str(pid)],
@@ -336,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", help="keep everything here (default: a temporary directory)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     p.add_argument("--profile", type=float, default=0.0, metavar="SECONDS",
-                   help="py-spy record the worker and the model server for the failover's first SECONDS (collapsed stacks in the workdir)")
+                   help="py-spy record the worker, the model server and the controller for the failover's first SECONDS (collapsed stacks in the workdir)")
     p.add_argument("--hold", type=float, default=0.0, help="seconds to keep the processes up before the stop (profiling)")
     args = p.parse_args(argv)
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="kip1279-massfail-"))

@@ -326,11 +326,14 @@ class ClusterMirrorAdmin:
     async def list(self, include_topic_names: bool = False) -> Reply:
         return await self.call("ListClusterMirrors", self._req("ListClusterMirrors", include_topic_names=include_topic_names))
 
-    async def describe(self, mirrors: Sequence[str] = (), *, offsets: bool = True, max_age_ms: int = 0) -> Reply:
+    async def describe(self, mirrors: Sequence[str] = (), *, offsets: bool = True, max_age_ms: int = 0,
+                       counts_only: bool = False) -> Reply:  # fmt: skip
         """``offsets=False``: states alone (no source HW / destination LEO lookups), for polling.
-        ``max_age_ms``: offsets looked up that long before may be reused (0: looked up for this call)."""
+        ``max_age_ms``: offsets looked up that long before may be reused (0: looked up for this call).
+        ``counts_only``: each topic's partition counts per state (``StateCounts``), no details."""
         body = self._req("DescribeClusterMirrors", mirror_names=list(mirrors), include_authorized_operations=False,
-                         include_offsets=offsets, offsets_max_age_ms=max_age_ms)  # fmt: skip
+                         include_offsets=offsets and not counts_only, offsets_max_age_ms=max_age_ms,
+                         state_counts_only=counts_only)  # fmt: skip
         return await self.call("DescribeClusterMirrors", body)
 
     async def delete(self, mirror: str, *, state_validation_offset: int = -1) -> Reply:

@@ -229,18 +229,25 @@ async def wait_for_states(admin: ClusterMirrorAdmin, mirror: str, topics: set[st
     last = None
     while True:
         asked = time.monotonic()
-        reply = await admin.describe([mirror], offsets=False)  # progress needs states, not offsets
+        # Progress needs counts per state, not offsets nor a row per partition.
+        reply = await admin.describe([mirror], offsets=False, counts_only=True)
         took = time.monotonic() - asked
-        parts = [p for m in reply.response.mirrors for t in m.topics if topics is None or t.topic_name in topics  # type: ignore[attr-defined]
-                 for p in t.partitions]  # fmt: skip
-        done = sum(1 for p in parts if p.state == target)
-        failed = sum(1 for p in parts if p.state == MirrorState.FAILED)
-        line = f"{done}/{len(parts)} partitions {target.name}" + (f", {failed} FAILED" if failed else "")
+        total = done = failed = 0
+        for m in reply.response.mirrors:  # type: ignore[attr-defined]
+            for t in m.topics:
+                if topics is not None and t.topic_name not in topics:
+                    continue
+                # StateCounts, or each partition from a controller that answers with details.
+                for state, n in [(c.state, c.count) for c in t.state_counts] or [(p.state, 1) for p in t.partitions]:
+                    total += n
+                    done += n if state == target else 0
+                    failed += n if state == MirrorState.FAILED else 0
+        line = f"{done}/{total} partitions {target.name}" + (f", {failed} FAILED" if failed else "")
         if line != last:
             err.write(line + "\n")
             err.flush()
             last = line
-        if parts and done == len(parts):
+        if total and done == total:
             return True
         if time.monotonic() >= deadline:
             err.write(f"timed out after {timeout:.0f}s: {line}\n")

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import ssl
 import logging
+import struct
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
@@ -191,7 +192,8 @@ def coordinator_validator(schemas: SchemaSet | None = None, ready_max_lag: int =
             return (), _list_response(s, admin.list_cluster_mirrors(image, b.include_topic_names, principal=who))
         elif api == "DescribeClusterMirrors":
             described = admin.describe_cluster_mirrors(image, list(b.mirror_names or ()), states=states, principal=who)
-            return (), _describe_response(s, described, statuses, ready_max_lag, req.syncs)
+            return (), _describe_response(s, described, statuses, ready_max_lag, req.syncs,
+                                          counts_only=getattr(b, "state_counts_only", False))  # fmt: skip
         else:
             return (), _error_response(s, api, ErrorCode.INVALID_REQUEST, f"unsupported API {api}")
         return r.records, _topic_response(s, api, r.response, ())
@@ -217,9 +219,13 @@ def _list_response(s: SchemaSet, mirrors: Sequence[admin.ListedMirror]) -> msgsp
 
 def _describe_response(s: SchemaSet, described: Sequence[admin.DescribedMirror],
                        statuses: Mapping[StateKey, PartitionStatus], ready_max_lag: int = 1000,
-                       syncs: Mapping[str, Sequence[SyncReport]] | None = None) -> msgspec.Struct:  # fmt: skip
+                       syncs: Mapping[str, Sequence[SyncReport]] | None = None,
+                       counts_only: bool = False) -> msgspec.Struct:  # fmt: skip
+    """``counts_only``: each topic with its partitions' counts per state and no details (a
+    progress poll of 50k partitions then costs a few thousand counts, not 50k rows)."""
     name = "DescribeClusterMirrorsResponse"
     mcls, tcls, pcls = s.nested(name, "DescribedMirror"), s.nested(name, "TopicPartitions"), s.nested(name, "PartitionDetail")
+    ccls = s.nested(name, "StateCount")
     now = time.monotonic()
     now_ms = int(time.time() * 1000)
     mirrors = []
@@ -228,6 +234,17 @@ def _describe_response(s: SchemaSet, described: Sequence[admin.DescribedMirror],
         counts = dict.fromkeys(MirrorState, 0)
         lags: dict[tuple[uuid.UUID, int], int] = {}
         for t in m.topics:
+            if counts_only:
+                per_state: dict[MirrorState, int] = {}
+                for p, state in t.partitions:
+                    st = statuses.get((m.name, t.topic_id, p))
+                    state = state if st is None else st.state
+                    per_state[state] = per_state.get(state, 0) + 1
+                for state, n in per_state.items():
+                    counts[state] += n
+                topics.append(tcls(topic_name=t.name, partitions=[],
+                                   state_counts=[ccls(state=int(k), count=n) for k, n in sorted(per_state.items())]))  # fmt: skip
+                continue
             parts = []
             for p, state in t.partitions:
                 st = statuses.get((m.name, t.topic_id, p), PartitionStatus(state))
@@ -288,6 +305,11 @@ class MirrorStateChangelogView:
         self.offsets = offsets
         self.codec = MirrorStateCodec()
         self._states: dict[StateKey, PartitionStatus] = {}
+        # Raw values read but not decoded yet, by raw key; and the decoded keys (they never change).
+        self._latest: dict[bytes, tuple[bytes | None, int]] = {}
+        self._keys: dict[bytes, StateKey] = {}
+        self._state_prefix = struct.pack(">h", RecordType.MIRROR_PARTITION_STATE)
+        self._other_prefixes = frozenset(struct.pack(">h", t) for t in RecordType if t is not RecordType.MIRROR_PARTITION_STATE)
         self._consumer: AIOKafkaConsumer | None = None
         self._catch_up_lock = asyncio.Lock()  # one reader of the consumer at a time
         self._offsets_lock = asyncio.Lock()  # concurrent describes share one lookup
@@ -321,30 +343,48 @@ class MirrorStateChangelogView:
             return
         tps = list(consumer.assignment())
         ends = await consumer.end_offsets(tps)
+        latest, prefix = self._latest, self._state_prefix
         while any([await consumer.position(tp) < ends[tp] for tp in tps]):
             for msgs in (await consumer.getmany(*tps, timeout_ms=200)).values():
                 for msg in msgs:
-                    self._apply(msg.key, msg.value, msg.offset)
+                    key = msg.key or b""
+                    if key[:2] == prefix:  # keep the latest raw value; decoded below, once per key
+                        latest[key] = (msg.value, msg.offset)
+                    elif key[:2] not in self._other_prefixes:
+                        log.error("undecodable %s record at offset %d: unknown record type", self.topic, msg.offset)
+        if latest:
+            changed = await _off_loop(len(latest), self._decode_latest, latest)
+            for skey, status in changed.items():  # applied on the loop: readers never see a half-applied read
+                if status is None:
+                    self._states.pop(skey, None)
+                else:
+                    self._states[skey] = status
+            self._latest = {}  # only now: a read cancelled while decoding decodes them next time
 
-    def _apply(self, key: bytes | None, value: bytes | None, offset: int) -> None:
-        try:
-            rec = self.codec.decode(key or b"", value)
-        except Exception as e:  # noqa: BLE001 - one bad changelog record must not hide the rest
-            log.error("undecodable %s record at offset %d: %s", self.topic, offset, e)
-            return
-        if rec.type != RecordType.MIRROR_PARTITION_STATE:
-            return
-        k: Any = rec.key
-        skey = (k.mirror_name, k.topic_id, k.partition)
-        if rec.value is None:
-            self._states.pop(skey, None)
-            return
-        v: Any = rec.value
-        try:
-            state = MirrorState(v.state)
-        except ValueError:
-            state = MirrorState.UNKNOWN
-        self._states[skey] = PartitionStatus(state, v.retry_attempt, v.error_message)
+    def _decode_latest(self, latest: Mapping[bytes, tuple[bytes | None, int]]) -> dict[StateKey, PartitionStatus | None]:
+        """Only the latest value of each key written since the last read is decoded: a partition
+        that moved through three states costs one decode, not three (and LME records none)."""
+        keys = self._keys
+        changed: dict[StateKey, PartitionStatus | None] = {}
+        for raw, (value, offset) in latest.items():
+            skey = keys.get(raw)
+            try:
+                if skey is None:
+                    k: Any = self.codec.decode_key(raw)[1]
+                    skey = keys[raw] = (k.mirror_name, k.topic_id, k.partition)
+                if value is None:
+                    changed[skey] = None
+                    continue
+                v: Any = self.codec.decode_value(RecordType.MIRROR_PARTITION_STATE, value)
+            except Exception as e:  # noqa: BLE001 - one bad changelog record must not hide the rest
+                log.error("undecodable %s record at offset %d: %s", self.topic, offset, e)
+                continue
+            try:
+                state = MirrorState(v.state)
+            except ValueError:
+                state = MirrorState.UNKNOWN
+            changed[skey] = PartitionStatus(state, v.retry_attempt, v.error_message)
+        return changed
 
     async def statuses(self, offsets: bool = True, mirrors: Collection[str] | None = None,
                        max_age: float = 0.0) -> Mapping[StateKey, PartitionStatus]:  # fmt: skip
@@ -587,7 +627,7 @@ class ClusterMirrorController:
         async with self._lock:
             # Only describe shows offsets; the commands validate against states alone.
             mirrors = (set(getattr(body, "mirror_names", None) or ()) or None) if describe else None
-            with_offsets = describe and getattr(body, "include_offsets", True)
+            with_offsets = describe and getattr(body, "include_offsets", True) and not getattr(body, "state_counts_only", False)
             if with_offsets:
                 max_age = max(0, getattr(body, "offsets_max_age_ms", 0)) / 1000
                 statuses = await self.status.statuses(offsets=True, mirrors=mirrors, max_age=max_age)

@@ -45,7 +45,7 @@ from typing import Any
 from coordinator.ports import PortError
 from records.framing import ApiMessageAndVersion
 from records.registry import default_schemas
-from streams import admin_tls
+from streams import admin_tls, fetch_backoff
 from streams import config as worker_config
 from streams import membership
 from streams.app import CoordinatorWorker, ReconnectingClient, model_cluster_of, open_source, source_key, worker_topic_specs
@@ -399,6 +399,7 @@ async def run_controller_role(cfg: WorkerConfig, args: argparse.Namespace) -> in
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    fetch_backoff.install()  # idle consumers must not busy-poll a broker that answers empty fetches at once
     # --loglevel LEVEL[,LOGGER=LEVEL...]: e.g. "warning,streams.app=debug" for the round timings alone
     root, *per_logger = [part.strip() for part in args.loglevel.split(",") if part.strip()] or ["info"]
     args.loglevel = root

@@ -348,3 +348,83 @@ async def test_a_start_that_selects_nothing_says_why(controller: ClusterMirrorCo
     assert code == 0 and doc["topics"] == []
     assert [s["topic"] for s in doc["skipped"]] == ["payments"] and "start it by name" in doc["skipped"][0]["reason"]
     assert {int(m.desired_state) for m in controller.image.mirrors.topics.values()} == {0}  # both still started
+
+
+async def test_changelog_view_decodes_only_the_latest_value_per_key(worker_config: WorkerConfig) -> None:
+    """Each read decodes the latest value of each key written since the last read, once; LME
+    records and superseded states are never decoded; a tombstone removes the state."""
+    view = MirrorStateChangelogView(worker_config.bootstrap_servers, worker_config.mirror_state_topic_name,
+                                    worker_config.state_partitions)  # fmt: skip
+    decoded: list[bytes] = []
+    decode_value = view.codec.decode_value
+
+    def counting(rtype: mss.RecordType, value: bytes) -> object:
+        decoded.append(value)
+        return decode_value(rtype, value)
+
+    view.codec = mss.MirrorStateCodec()
+    view.codec.decode_value = counting  # type: ignore[method-assign]
+    await asyncio.wait_for(ensure_state_topic(worker_config), 30)
+    await view.start()
+    try:
+        for state in (MirrorState.STOPPING, MirrorState.STOPPING, MirrorState.STOPPED):
+            await _write_states(worker_config, {("orders", 0): (state, 0, None), ("orders", 1): (state, 0, None)})
+        codec = mss.default_codec()
+        producer = AIOKafkaProducer(bootstrap_servers=worker_config.bootstrap_servers)
+        await producer.start()
+        try:
+            lme = codec.lme_key("a-to-b", TOPICS["orders"], 0)
+            await producer.send_and_wait(worker_config.mirror_state_topic_name, key=lme,
+                                         value=codec.encode_value(codec.lme_value(3, 7)),
+                                         partition=mss.partition_for_key(lme, worker_config.state_partitions))  # fmt: skip
+        finally:
+            await producer.stop()
+        states = await view.catch_up()
+        assert {k: s.state for k, s in states.items()} == {("a-to-b", TOPICS["orders"], 0): MirrorState.STOPPED,
+                                                          ("a-to-b", TOPICS["orders"], 1): MirrorState.STOPPED}  # fmt: skip
+        assert len(decoded) == 2, "one decode per key, of its latest value only"
+        assert len(await view.catch_up()) == 2 and len(decoded) == 2  # nothing new: nothing decoded
+        await _write_states(worker_config, {("orders", 1): (MirrorState.FAILED, 2, "boom")})
+        key = codec.state_key("a-to-b", TOPICS["orders"], 0)
+        producer = AIOKafkaProducer(bootstrap_servers=worker_config.bootstrap_servers)
+        await producer.start()
+        try:
+            await producer.send_and_wait(worker_config.mirror_state_topic_name, key=key, value=None,
+                                         partition=mss.partition_for_key(key, worker_config.state_partitions))  # fmt: skip
+        finally:
+            await producer.stop()
+        states = await view.catch_up()
+        assert dict(states) == {("a-to-b", TOPICS["orders"], 1): (MirrorState.FAILED, 2, "boom", -1, -1, -1.0)}
+        assert len(decoded) == 3
+    finally:
+        await view.stop()
+
+
+async def ensure_state_topic(cfg: WorkerConfig) -> None:
+    from streams.metadata_log import ensure_topics
+
+    await ensure_topics(cfg.bootstrap_servers, [mss.mirror_state_topic_spec(cfg)])
+
+
+async def test_state_counts_only_describe_matches_the_details(controller: ClusterMirrorController,
+                                                              worker_config: WorkerConfig, tmp_path: Path) -> None:
+    """StateCountsOnly (what --wait polls): per topic, the counts the full describe's rows give,
+    and no rows."""
+    await create_mirror(controller, tmp_path)
+    assert (await run_cli(controller, "--start", "--mirror", "a-to-b", "--topics", "orders,payments"))[0] == 0
+    await _write_states(worker_config, {("orders", 0): (MirrorState.STOPPED, 0, None),
+                                        ("orders", 1): (MirrorState.FAILED, 1, "x"),
+                                        ("payments", 0): (MirrorState.STOPPED, 0, None)})  # payments-1: no state yet
+    async with ClusterMirrorAdmin(endpoint(controller), principal=ADMIN) as a:
+        full = (await a.describe(["a-to-b"], offsets=False)).response
+        counts = (await a.describe(["a-to-b"], counts_only=True)).response
+    expected: dict[str, dict[int, int]] = {}
+    for t in full.mirrors[0].topics:
+        for p in t.partitions:
+            expected.setdefault(t.topic_name, {}).setdefault(p.state, 0)
+            expected[t.topic_name][p.state] += 1
+    got = {t.topic_name: {c.state: c.count for c in t.state_counts} for t in counts.mirrors[0].topics}
+    assert got == expected == {"orders": {int(MirrorState.STOPPED): 1, int(MirrorState.FAILED): 1},
+                               "payments": {int(MirrorState.STOPPED): 1, int(MirrorState.UNKNOWN): 1}}
+    assert all(not t.partitions for t in counts.mirrors[0].topics)
+    assert counts.mirrors[0].error_code == 0
