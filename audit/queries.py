@@ -316,7 +316,11 @@ def failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) -
 
 
 def failover_timeline(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
-    agg = failover_events(spark, store, p)
+    return timeline_of(failover_events(spark, store, p))
+
+
+def timeline_of(agg: DataFrame) -> DataFrame:
+    """The timeline's rows from one row per (mirror, episode, event)."""
     ep = Window.partitionBy("mirror", "episode")
     # Episodes of first starts only left no rows: renumber 1, 2, ... per mirror (few rows here).
     number = F.dense_rank().over(Window.partitionBy("mirror").orderBy("episode"))

@@ -21,7 +21,7 @@ from audit.queries import (
     FAILOVER_STARTED,
     AuditParams,
     _read,
-    _ts,
+    timeline_of,
 )
 from audit.spark import SnapshotStore
 from coordinator.states import MirrorState
@@ -130,21 +130,4 @@ def failover_timeline(spark: SparkSession, store: SnapshotStore, p: AuditParams)
             F.min("metadata_offset").alias("first_metadata_offset"),
         )
     )
-    ep = Window.partitionBy("mirror", "episode")
-    # Episodes of first starts only left no rows: renumber 1, 2, ... per mirror (few rows here).
-    number = F.dense_rank().over(Window.partitionBy("mirror").orderBy("episode"))
-    return (
-        agg.withColumn("episode_start_ms", F.min("first_ms").over(ep))
-        .withColumn("episode", number)
-        .select(
-            "mirror", "episode", "event", "partitions", "topics", "transitions",
-            _ts("first_ms").alias("first_at"), _ts("last_ms").alias("last_at"),
-            F.round((F.col("first_ms") - F.col("episode_start_ms")) / 1000.0, 3).alias("starts_after_s"),
-            F.round((F.col("last_ms") - F.col("first_ms")) / 1000.0, 3).alias("spread_s"),
-            "first_metadata_offset", "first_ms", "last_ms", "event_order",
-        )  # fmt: skip
-        .orderBy("mirror", "episode", "first_at", "event_order")
-        .drop("event_order")
-    )
-
-
+    return timeline_of(agg)
