@@ -33,11 +33,11 @@ GROUP_OFFSETS = {("plain", 0): 3, ("plain", 1): 5, ("idem", 0): 7}
 OPEN_TXN = "src-open"
 
 
-async def load_source(bootstrap: str, scale: int = 1) -> AIOKafkaProducer:
+async def load_source(bootstrap: str, scale: int = 1, replication: int = 1) -> AIOKafkaProducer:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(t, n, 1, topic_configs=CONFIGS.get(t, {})) for t, n in TOPICS.items()])
+        await admin.create_topics([NewTopic(t, n, replication, topic_configs=CONFIGS.get(t, {})) for t, n in TOPICS.items()])
     finally:
         await admin.close()
     # Plain: one producer uncompressed, one gzip; send() then flush() puts several records in a batch.
@@ -97,6 +97,21 @@ def broker_log(data_dir: Path, hws: dict[tuple[str, int], int], timeout: float =
         if time.monotonic() > deadline:
             raise AssertionError(f"kafka.json never reached {hws}: {have}")
         time.sleep(0.2)
+
+
+def segment_batches(partition_dir: Path) -> list[tuple[int, bytes]]:
+    """(base offset, raw batch) from an Apache Kafka partition folder's ``.log`` segments, as the
+    broker holds them on disk (baseOffset int64, batchLength int32, then batchLength bytes)."""
+    out = []
+    for seg in sorted(partition_dir.glob("*.log")):
+        data, pos = seg.read_bytes(), 0
+        while pos + 12 <= len(data):
+            length = int.from_bytes(data[pos + 8 : pos + 12], "big")
+            if length == 0 or pos + 12 + length > len(data):
+                break
+            out.append((int.from_bytes(data[pos : pos + 8], "big"), data[pos : pos + 12 + length]))
+            pos += 12 + length
+    return out
 
 
 def _last_delta(raw: bytes) -> int:
