@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,6 +26,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from kafka.record.memory_records import MemoryRecords
 
 from coordinator.ports import Batch, ControlType
+from streams.apache_kafka import ApacheKafkaCluster, java_command, metadata_broker_ids
 
 TOPICS = {"plain": 3, "idem": 2, "txn": 2}
 CONFIGS = {"plain": {"retention.ms": "604800001"}, "txn": {"max.message.bytes": "2000000", "retention.ms": "86400000"}}
@@ -168,3 +170,47 @@ async def consume(bootstrap: str, topic: str, partition: int, isolation: str, en
         return out
     finally:
         await c.stop()
+
+
+# --- Apache Kafka sources: topics on given brokers, sync produce, UNCLEAN elections ---
+
+
+def new_topic(kafka: ApacheKafkaCluster, name: str, assignment: list[int], configs: dict[str, str]) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap, client_id="kip1279-epoch-test")
+    try:
+        admin.create_topics([NewTopic(name, replica_assignments={0: assignment}, topic_configs=configs)])
+    finally:
+        admin.close()
+
+
+def produce(bootstrap: str, topic: str, values_: list[bytes], acks: Any = "all") -> None:
+    from kafka import KafkaProducer
+
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks=acks, linger_ms=0, retries=20, request_timeout_ms=5000,
+                      metadata_max_age_ms=500)  # fmt: skip
+    try:
+        for v in values_:
+            p.send(topic, v, partition=0).get(timeout=30)
+    finally:
+        p.close()
+
+
+def running_brokers(kafka: ApacheKafkaCluster) -> set[int]:
+    return set().union(*(metadata_broker_ids(kafka.host, n.broker_port or 0) for n in kafka.brokers if n.is_running()))
+
+
+def elect_unclean(kafka: ApacheKafkaCluster, name: str) -> None:
+    """Kafka's own kafka-leader-election, --election-type UNCLEAN (the admin API's ElectLeaders)."""
+    cmd = java_command("org.apache.kafka.tools.LeaderElectionCommand", [
+        "--bootstrap-server", kafka.bootstrap, "--election-type", "UNCLEAN", "--topic", name, "--partition", "0"])  # fmt: skip
+    deadline = time.monotonic() + 30
+    while True:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        if done.returncode == 0 and "Successfully completed leader election" in done.stdout:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"unclean election failed: {done.stdout[-1500:]} {done.stderr[-1500:]}")
+        time.sleep(0.5)

@@ -15,7 +15,6 @@ records; Kafka's transactions and aborted-transaction lists; ACLs from StandardA
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,7 +22,19 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition as KafkaTP
-from kafka_source_data import CONFIGS, GROUP, GROUP_OFFSETS, TOPICS, consume, segment_batches, values
+from kafka_source_data import (
+    CONFIGS,
+    GROUP,
+    GROUP_OFFSETS,
+    TOPICS,
+    consume,
+    elect_unclean,
+    new_topic,
+    produce,
+    running_brokers,
+    segment_batches,
+    values,
+)
 
 from coordinator.ports import (
     FencedLeaderEpoch,
@@ -33,7 +44,7 @@ from coordinator.ports import (
     TopicPartition,
     UnknownLeaderEpoch,
 )
-from streams.apache_kafka import ApacheKafkaCluster, java_command
+from streams.apache_kafka import ApacheKafkaCluster
 from streams.kafka_source import KafkaSourceCluster
 
 
@@ -158,29 +169,6 @@ def test_groups_configs_and_acls(source: tuple[ApacheKafkaCluster, KafkaSourceCl
         admin.close()
 
 
-def _new_topic(kafka: ApacheKafkaCluster, name: str, assignment: list[int], configs: dict[str, str]) -> None:
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
-
-    admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap, client_id="kip1279-epoch-test")
-    try:
-        admin.create_topics([NewTopic(name, replica_assignments={0: assignment}, topic_configs=configs)])
-    finally:
-        admin.close()
-
-
-def _produce(bootstrap: str, topic: str, values_: list[bytes], acks: Any = "all") -> None:
-    from kafka import KafkaProducer
-
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks=acks, linger_ms=0, retries=20, request_timeout_ms=5000,
-                      metadata_max_age_ms=500)  # fmt: skip
-    try:
-        for v in values_:
-            p.send(topic, v, partition=0).get(timeout=30)
-    finally:
-        p.close()
-
-
 def _partition(port: KafkaSourceCluster, name: str) -> Any:
     return next(p for t in port.describe_topics() if t.name == name for p in t.partitions)
 
@@ -197,15 +185,15 @@ def _wait(what: str, predicate: Any, timeout: float = 30.0) -> Any:
 def test_leader_epochs_advanced_by_a_broker_restart(source: tuple[ApacheKafkaCluster, KafkaSourceCluster]) -> None:
     kafka, port = source
     name = f"epochs-{uuid.uuid4().hex[:6]}"
-    _new_topic(kafka, name, [1, 2, 3], {})
-    _produce(kafka.bootstrap, name, [f"a{i}".encode() for i in range(5)])
+    new_topic(kafka, name, [1, 2, 3], {})
+    produce(kafka.bootstrap, name, [f"a{i}".encode() for i in range(5)])
     first = _wait("the topic", lambda: _partition(port, name))
     tp, e0 = first.topic_partition, first.leader_epoch
     # The leader restarts: leadership moves (controlled shutdown), the leader epoch goes up.
     kafka.stop_node(first.leader)
     try:
         moved = _wait("a new leader", lambda: (p := _partition(port, name)).leader != first.leader and p.leader >= 0 and p)
-        _produce(kafka.bootstrap, name, [f"b{i}".encode() for i in range(3)])
+        produce(kafka.bootstrap, name, [f"b{i}".encode() for i in range(3)])
     finally:
         kafka.start_node(first.leader)
     e1 = moved.leader_epoch
@@ -232,20 +220,20 @@ def test_unclean_leader_election_loses_acknowledged_records(source: tuple[Apache
     had are gone, and a fetcher that had them is told where its log diverged."""
     kafka, port = source
     name = f"ule-{uuid.uuid4().hex[:6]}"
-    _new_topic(kafka, name, [1, 2], {"min.insync.replicas": "1"})
-    _produce(kafka.bootstrap, name, [f"a{i}".encode() for i in range(3)])
+    new_topic(kafka, name, [1, 2], {"min.insync.replicas": "1"})
+    produce(kafka.bootstrap, name, [f"a{i}".encode() for i in range(3)])
     tp = _wait("the topic", lambda: _partition(port, name)).topic_partition
     leader = _wait("broker 1 leading", lambda: (p := _partition(port, name)).leader == 1 and p)
     try:
         kafka.stop_node(2)
         _wait("the ISR shrunk to the leader", lambda: _partition(port, name).isr == (1,))
-        _produce(kafka.bootstrap, name, [f"b{i}".encode() for i in range(3)])
+        produce(kafka.bootstrap, name, [f"b{i}".encode() for i in range(3)])
         e_b = port.latest_epoch(tp)
         lost = _fetch_all(port, tp, 6, IsolationLevel.READ_UNCOMMITTED)
         kafka.stop_node(1, kill=True)
         kafka.start_node(2, wait=False)
-        _wait("broker 2 back", lambda: 2 in _brokers(kafka))
-        _elect_unclean(kafka, name)
+        _wait("broker 2 back", lambda: 2 in running_brokers(kafka))
+        elect_unclean(kafka, name)
         after = _wait("broker 2 leading", lambda: (p := _partition(port, name)).leader == 2 and p)
     finally:
         kafka.start_node(1, wait=False)
@@ -253,7 +241,7 @@ def test_unclean_leader_election_loses_acknowledged_records(source: tuple[Apache
         kafka.wait_ready()
     assert after.leader_epoch > e_b >= leader.leader_epoch
     assert port.list_offsets(tp).hw == 3  # b0..b2 were acknowledged (acks=all, ISR {1}) and are lost
-    _produce(kafka.bootstrap, name, [f"c{i}".encode() for i in range(2)])
+    produce(kafka.bootstrap, name, [f"c{i}".encode() for i in range(2)])
     assert port.latest_epoch(tp) == after.leader_epoch
     # A fetcher holding b0..b2 (epoch e_b; a KRaft ISR shrink does not bump the epoch, so a and b
     # share it): on the new leader e_b ends at 3, not 6: truncate to 3, then fetch c0, c1.
@@ -264,23 +252,3 @@ def test_unclean_leader_election_loses_acknowledged_records(source: tuple[Apache
     assert diverged.diverging_epoch is not None and diverged.diverging_epoch.end_offset == 3, diverged
     assert values(_fetch_all(port, tp, 5, IsolationLevel.READ_UNCOMMITTED)) == [
         (0, b"a0"), (1, b"a1"), (2, b"a2"), (3, b"c0"), (4, b"c1")]  # fmt: skip
-
-
-def _brokers(kafka: ApacheKafkaCluster) -> set[int]:
-    from streams.apache_kafka import metadata_broker_ids
-
-    return set().union(*(metadata_broker_ids(kafka.host, n.broker_port or 0) for n in kafka.brokers if n.is_running()))
-
-
-def _elect_unclean(kafka: ApacheKafkaCluster, name: str) -> None:
-    """Kafka's own kafka-leader-election, --election-type UNCLEAN (the admin API's ElectLeaders)."""
-    cmd = java_command("org.apache.kafka.tools.LeaderElectionCommand", [
-        "--bootstrap-server", kafka.bootstrap, "--election-type", "UNCLEAN", "--topic", name, "--partition", "0"])  # fmt: skip
-    deadline = time.monotonic() + 30
-    while True:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-        if done.returncode == 0 and "Successfully completed leader election" in done.stdout:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"unclean election failed: {done.stdout[-1500:]} {done.stderr[-1500:]}")
-        time.sleep(0.5)
