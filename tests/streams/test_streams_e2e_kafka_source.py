@@ -220,10 +220,10 @@ def _wait(what: str, predicate: Callable[[], Any], timeout: float = 30.0) -> Any
 def test_epoch_bump_and_unclean_election_on_kafka_converge_on_b(broker: LocalBroker, apache_kafka_3: Any,
                                                                   tmp_path: Path) -> None:  # fmt: skip
     """The prototype's ``epoch_bump`` and ``log_convergence_ule`` with A on Apache Kafka (no KIP-1279:
-    no LME, no failback onto A) and B on the model. A topic on brokers 1 and 2: its leader restarted
-    (leader epoch bumped) before and while mirroring; then the follower stops, the leader takes a
-    record alone and stops, the stale follower comes back and an UNCLEAN election makes it leader,
-    and it takes two records. After each step B holds the source leader's log byte for byte
+    no LME, no failback onto A) and B on the model. A topic on brokers 1 and 2: its leader stops
+    (leader epoch bumped) before and while mirroring; the second stop leaves a stale follower, the
+    leader takes a record alone and dies, the stale follower comes back and an UNCLEAN election
+    makes it leader, and it takes two records. After each step B holds the source leader's log byte for byte
     (the lost record truncated away), lag 0, DLE >= SLE."""
     kafka = apache_kafka_3
     name = f"ule-e2e-{uuid.uuid4().hex[:6]}"
@@ -231,10 +231,6 @@ def test_epoch_bump_and_unclean_election_on_kafka_converge_on_b(broker: LocalBro
     port = KafkaSourceCluster(kafka.bootstrap, {"client.id": "kip1279-ule-check"}, metadata_max_age_ms=500)
     rig = Rig(tmp_path, broker.bootstrap, {}, tick=0.1, seed=17)
     stopped: list[int] = []
-
-    def restart(node_id: int) -> None:
-        kafka.stop_node(node_id)
-        kafka.start_node(node_id)
 
     def converged(step: str) -> None:
         def same() -> bool:
@@ -249,11 +245,14 @@ def test_epoch_bump_and_unclean_election_on_kafka_converge_on_b(broker: LocalBro
         assert [(r["state"], r["lag"]) for r in rows] == [("MIRRORING", 0)], (step, rows)
 
     try:
+        # epoch_bump before mirroring: leader 1 stops, 2 leads at a higher epoch; 1 comes back.
         produce(kafka.bootstrap, name, [b"a0"])
-        first = _wait("a leader", lambda: _source_partition(port, name))
-        restart(first.leader)  # epoch_bump: the source's leader epoch goes up before mirroring
-        produce(kafka.bootstrap, name, [b"a1"])
+        first = _wait("broker 1 leading", lambda: (p := _source_partition(port, name)) and p.leader == 1 and p)
         tp = first.topic_partition
+        kafka.stop_node(1)
+        _wait("broker 2 leading", lambda: _source_partition(port, name).leader == 2)
+        kafka.start_node(1, wait=False)
+        produce(kafka.bootstrap, name, [b"a1"])
         rig.start(("B",))
         rig.ids, rig.tps = {name: tp.topic_id}, [tp]
         rig.spawn_worker("B")
@@ -265,33 +264,34 @@ def test_epoch_bump_and_unclean_election_on_kafka_converge_on_b(broker: LocalBro
         rig.wait("the topic registered", lambda: rig.run_cli("B", "--start", "--mirror", MIRROR, "--topics", name)[0] == 0, 30)
         rig.wait("MIRRORING", lambda: rig.all_in("B", MIRROR, MirrorState.MIRRORING), 60)
         converged("epoch bumped before the mirror")
+        assert _source_partition(port, name).leader_epoch > first.leader_epoch
 
+        # epoch_bump while mirroring: 2 stops once 1 is back in the ISR; 1 leads at a higher epoch.
+        _wait("broker 1 back in the ISR", lambda: sorted(_source_partition(port, name).isr) == [1, 2], 60)
         e = _source_partition(port, name).leader_epoch
-        restart(_source_partition(port, name).leader)  # epoch_bump while mirroring
+        kafka.stop_node(2, kill=True)
+        stopped.append(2)
+        _wait("broker 1 leading alone", lambda: (p := _source_partition(port, name)).leader == 1 and p.isr == (1,))
         produce(kafka.bootstrap, name, [b"a2", b"a3"])
         assert _source_partition(port, name).leader_epoch > e
         converged("epoch bumped while mirroring")
 
-        # log_convergence_ule: the follower goes stale, the leader takes one record alone.
-        meta = _source_partition(port, name)
-        leader, follower = meta.leader, next(r for r in meta.replicas if r != meta.leader)
-        kafka.stop_node(follower)
-        stopped.append(follower)
-        _wait("the ISR shrunk to the leader", lambda: _source_partition(port, name).isr == (leader,))
+        # log_convergence_ule: 2 is now the stale follower; the leader takes one record alone.
         produce(kafka.bootstrap, name, [b"lost"])
         converged("the follower stale")
         assert [v for _, v in values(log_batches(b, tp))][-1] == b"lost"
         # The leader goes; the stale follower comes back and is elected uncleanly: "lost" is gone.
-        kafka.stop_node(leader)
-        stopped.append(leader)
-        kafka.start_node(follower, wait=False)
-        stopped.remove(follower)
-        _wait("the follower back", lambda: follower in running_brokers(kafka))
+        kafka.stop_node(1, kill=True)
+        stopped.append(1)
+        kafka.start_node(2, wait=False)
+        stopped.remove(2)
+        _wait("broker 2 back", lambda: 2 in running_brokers(kafka), 60)
         elect_unclean(kafka, name)
-        _wait("the stale follower leading", lambda: (p := _source_partition(port, name)) and p.leader == follower)
+        _wait("the stale follower leading", lambda: (p := _source_partition(port, name)) and p.leader == 2)
         produce(kafka.bootstrap, name, [b"c0", b"c1"])
         converged("after the UNCLEAN election")
-        assert [v for _, v in values(log_batches(b, tp))] == [b"a0", b"a1", b"a2", b"a3", b"c0", b"c1"]
+        # Broker 2 went stale before a2: a2, a3 and "lost" (acknowledged by the ISR {1}) are gone.
+        assert [v for _, v in values(log_batches(b, tp))] == [b"a0", b"a1", b"c0", b"c1"]
     finally:
         rig.close()
         port.close()
