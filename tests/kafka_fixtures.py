@@ -1,6 +1,7 @@
 """Apache Kafka for the tests: one KRaft cluster per test session, shared by every test that asks.
 
-``apache_kafka`` is a combined-mode single node (started on first use, stopped at session end).
+``apache_kafka`` is a combined-mode single node (started on first use, stopped at session end);
+``apache_kafka_3`` a controller and 3 brokers, the mirror source of the Kafka source tests.
 Where Java or the jars bin/setup fetches are missing, every test that needs it is skipped with
 the same one-line reason; ``KIP1279_REQUIRE_KAFKA=1`` (set by .ci/run) turns that skip into a
 failure, so CI always runs them. Tests isolate themselves by topic names.
