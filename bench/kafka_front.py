@@ -1,13 +1,16 @@
-"""Produce and fetch throughput of aiokafka through the model's Kafka listener vs a noida-db broker.
+"""Produce and fetch throughput of aiokafka through the model's Kafka listener vs a noida-db broker
+and Apache Kafka.
 
-    .venv/bin/python bench/kafka_front.py [--records 50000] [--value-bytes 100] [--quick]
+    .venv/bin/python bench/kafka_front.py [--records 50000] [--value-bytes 100] [--quick] [--no-kafka]
 
-The same client code runs against both in one run: a clustermodel-server with one cluster of one
-broker (noida-db is one broker too) and a noida-db started as streams/broker.py starts it. Produce:
+The same client code runs against all three in one run: a clustermodel-server with one cluster of
+one broker, a noida-db started as streams/broker.py starts it, and one combined-mode Apache Kafka
+node (streams/apache_kafka.py; its column is left out, with the reason, where Java or the jars
+are missing, or with ``--no-kafka``). Produce:
 records/s of ``send`` calls awaited together (acks=1, the client's default batching). Fetch: a
 consumer assigned the partition reads every record from the start (the second of two reads: the
 first warms both sides up); MB/s counts keys and values.
-The LAST line is one JSON object with the figures and the model/noida ratios.
+The LAST line is one JSON object with the figures, the model/noida ratios and the model/Kafka ratios.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from clustermodel.client import ClusterClient  # noqa: E402
+from streams.apache_kafka import ApacheKafkaCluster, missing_reason  # noqa: E402
 from streams.broker import LocalBroker  # noqa: E402
 
 TOPIC = "bench"
@@ -106,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=50_000)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--quick", action="store_true", help="10,000 records")
+    parser.add_argument("--no-kafka", action="store_true", help="leave out the Apache Kafka column")
     args = parser.parse_args(argv)
     n = 10_000 if args.quick else args.records
     value = b"v" * args.value_bytes
@@ -128,6 +133,18 @@ def main(argv: list[str] | None = None) -> int:
         "produce_ratio_vs_noida": round(model["produce_records_per_s"] / noida["produce_records_per_s"], 3),
         "fetch_ratio_vs_noida": round(model["fetch_mb_per_s"] / noida["fetch_mb_per_s"], 3),
     }
+    kafka_reason = "--no-kafka" if args.no_kafka else missing_reason()
+    if kafka_reason is None:
+        with tempfile.TemporaryDirectory() as tmp, ApacheKafkaCluster(tmp, brokers=1) as cluster:
+            kafka = run_against("kafka", cluster.bootstrap, n, value)
+        result.update({
+            "kafka_produce_records_per_s": round(kafka["produce_records_per_s"]),
+            "kafka_fetch_mb_per_s": round(kafka["fetch_mb_per_s"], 2),
+            "produce_ratio_vs_kafka": round(model["produce_records_per_s"] / kafka["produce_records_per_s"], 3),
+            "fetch_ratio_vs_kafka": round(model["fetch_mb_per_s"] / kafka["fetch_mb_per_s"], 3),
+        })  # fmt: skip
+    else:
+        result["kafka_skipped"] = kafka_reason
     print(json.dumps(result), flush=True)
     return 0
 

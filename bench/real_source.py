@@ -1,6 +1,6 @@
-"""Mirror throughput from a real Kafka-protocol source: noida-db -> model cluster B.
+"""Mirror throughput from a real Kafka-protocol source: noida-db, then Apache Kafka -> model cluster B.
 
-    python -m bench.real_source [--mb 1024] [--partitions 4] [--record-bytes 1000]
+    python -m bench.real_source [--mb 1024] [--partitions 4] [--record-bytes 1000] [--no-kafka]
 
 Setup (not timed): two noida-db brokers on loopback, the coordinator's own and the *source*;
 aiokafka producers write ``--mb`` MB of record keys and values to topic ``bench`` on the source,
@@ -20,6 +20,11 @@ MB are the produced key and value bytes (10^6), records the produced data record
 both, so the ratio is a ratio of times. The LAST line is one JSON object with
 ``mirror_mb_per_s``, ``mirror_records_per_s``, ``consumer_mb_per_s``, ``consumer_records_per_s``
 and ``ratio_vs_aiokafka_consumer`` (mirror MB/s over consumer MB/s; goal >= 0.5).
+
+Then the same again (same client code, same data size, a fresh B) with one combined-mode Apache
+Kafka node as the source (streams/apache_kafka.py), stopping the noida-db source first: the JSON
+line gains the same figures prefixed ``kafka_`` and ``kafka_mirror_vs_noida_mirror``. Where Java or
+the jars are missing (or with ``--no-kafka``) ``kafka_skipped`` says why.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition as Kafka
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from clustermodel.client import ClusterClient
+from streams.apache_kafka import ApacheKafkaCluster, missing_reason
 from streams.broker import LocalBroker
 from streams.demo import ADMIN, PY, Clock, DemoError, Processes, run_cli
 from streams.kafka_source import KafkaSourceCluster
@@ -113,29 +119,19 @@ async def consume(bootstrap: str, ends: dict[int, int]) -> tuple[float, int]:
         await c.stop()
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mb", type=float, default=1024.0, help="MB of keys and values to produce (default 1024)")
-    ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--record-bytes", type=int, default=1000)
-    ap.add_argument("--tick-interval", type=float, default=0.1)
-    ap.add_argument("--timeout", type=float, default=1800.0, help="bound on the mirror's catching up, seconds")
-    args = ap.parse_args(argv)
-    workdir = Path(tempfile.mkdtemp(prefix="kip1279-real-source-"))
+def mirror_once(kind: str, source_bootstrap: str, coord_bootstrap: str, args: argparse.Namespace,
+                workdir: Path) -> dict[str, Any]:  # fmt: skip
+    """Loads the source, mirrors it into a fresh model cluster B, then reads it with aiokafka."""
+    out: dict[str, Any] = {}
+    workdir.mkdir(parents=True, exist_ok=True)
     procs = Processes(workdir)
-    brokers: list[LocalBroker] = []
     clock = None
-    result: dict[str, Any] = {"mb_requested": args.mb, "partitions": args.partitions, "record_bytes": args.record_bytes}
     port_src = None
     try:
-        coord = LocalBroker(workdir / "coordinator-broker").start()
-        source = LocalBroker(workdir / "source-broker").start()
-        brokers += [coord, source]
-        say(f"coordinator broker {coord.bootstrap}, source broker {source.bootstrap} (noida-db)")
         t = time.perf_counter()
-        nbytes, nrecords = asyncio.run(load(source.bootstrap, args.partitions, int(args.mb * 1e6), args.record_bytes))
-        say(f"produced {nbytes / 1e6:.1f} MB, {nrecords} records to the source in {time.perf_counter() - t:.1f}s")
-        port_src = KafkaSourceCluster(source.bootstrap)
+        nbytes, nrecords = asyncio.run(load(source_bootstrap, args.partitions, int(args.mb * 1e6), args.record_bytes))
+        say(f"[{kind}] produced {nbytes / 1e6:.1f} MB, {nrecords} records to the source in {time.perf_counter() - t:.1f}s")
+        port_src = KafkaSourceCluster(source_bootstrap)
         tps = [p.topic_partition for t in port_src.describe_topics() if t.name == TOPIC for p in t.partitions]
         hws = {tp: port_src.list_offsets(tp).hw for tp in tps}
 
@@ -144,14 +140,15 @@ def main(argv: list[str] | None = None) -> int:
         port = int(line.split()[1])
         clock = Clock(port)
         clock.start()
-        common = ["--bootstrap-server", coord.bootstrap, "--cluster-name", "B", "--data-dir", str(workdir / "data-B"),
-                  "--state-partitions", "4", "--model-port", str(port), "--loglevel", "warning"]  # fmt: skip
+        common = ["--bootstrap-server", coord_bootstrap, "--cluster-name", f"B{kind.replace('-', '')}",
+                  "--data-dir", str(workdir / "data-B"), "--state-partitions", "4", "--model-port", str(port), "--model-cluster", "B",
+                  "--loglevel", "warning"]  # fmt: skip
         _, line = procs.spawn("controller-B", [PY, "-m", "streams.worker", "--controller", "--listener", "127.0.0.1:0",
                                                "--super-users", ADMIN, *common], ready="LISTENING")  # fmt: skip
         endpoint = line.split()[1]
         procs.spawn("worker-B", [PY, "-m", "streams.worker", "--tick-interval", str(args.tick_interval), *common])
         cfg = workdir / "mirror.properties"
-        cfg.write_text(f"bootstrap.servers={source.bootstrap}\nclient.id=kip1279-bench\nmetadata.refresh.interval.ms=1000\n")
+        cfg.write_text(f"bootstrap.servers={source_bootstrap}\nclient.id=kip1279-bench\nmetadata.refresh.interval.ms=1000\n")
         code, text = run_cli(endpoint, "--create", "--mirror", MIRROR, "--mirror-config", str(cfg))
         if code != 0:
             raise DemoError(f"create mirror failed: {text.strip()}")
@@ -178,36 +175,70 @@ def main(argv: list[str] | None = None) -> int:
                 break
             if now - last >= 5:
                 share = sum(done.values()) / max(1, sum(hws.values()))
-                say(f"  +{now:6.1f}s mirrored {share:6.1%} of the records")
+                say(f"  [{kind}] +{now:6.1f}s mirrored {share:6.1%} of the records")
                 last = now
             if now > args.timeout:
                 raise DemoError(f"the mirror did not catch up within {args.timeout:.0f}s")
             time.sleep(0.05)
         mirror_s = time.perf_counter() - t0
         b.close()
-        say(f"mirror: lag 0 after {mirror_s:.1f}s")
-        consumer_s, consumed = asyncio.run(consume(source.bootstrap, {tp.partition: hws[tp] for tp in tps}))
-        say(f"aiokafka consumer: {consumed} records in {consumer_s:.1f}s")
+        say(f"[{kind}] mirror: lag 0 after {mirror_s:.1f}s")
+        consumer_s, consumed = asyncio.run(consume(source_bootstrap, {tp.partition: hws[tp] for tp in tps}))
+        say(f"[{kind}] aiokafka consumer: {consumed} records in {consumer_s:.1f}s")
         mb = nbytes / 1e6
-        result.update(mb=round(mb, 1), records=nrecords, mirror_seconds=round(mirror_s, 2),
-                      consumer_seconds=round(consumer_s, 2), consumer_records=consumed,
-                      mirror_mb_per_s=round(mb / mirror_s, 2), mirror_records_per_s=round(nrecords / mirror_s),
-                      consumer_mb_per_s=round(mb / consumer_s, 2), consumer_records_per_s=round(consumed / consumer_s),
-                      ratio_vs_aiokafka_consumer=round(consumer_s / mirror_s, 3))  # fmt: skip
-        say(f"{'':12} {'MB/s':>8} {'records/s':>10}")
-        say(f"{'mirror':12} {result['mirror_mb_per_s']:8.2f} {result['mirror_records_per_s']:10d}")
-        say(f"{'consumer':12} {result['consumer_mb_per_s']:8.2f} {result['consumer_records_per_s']:10d}")
-        rc = 0
-    except (DemoError, OSError, TimeoutError) as e:
-        result["error"] = str(e)
-        say(f"FAILED: {e}")
-        rc = 1
+        out.update(mb=round(mb, 1), records=nrecords, mirror_seconds=round(mirror_s, 2),
+                   consumer_seconds=round(consumer_s, 2), consumer_records=consumed,
+                   mirror_mb_per_s=round(mb / mirror_s, 2), mirror_records_per_s=round(nrecords / mirror_s),
+                   consumer_mb_per_s=round(mb / consumer_s, 2), consumer_records_per_s=round(consumed / consumer_s),
+                   ratio_vs_aiokafka_consumer=round(consumer_s / mirror_s, 3))  # fmt: skip
+        say(f"[{kind}] {'':12} {'MB/s':>8} {'records/s':>10}")
+        say(f"[{kind}] {'mirror':12} {out['mirror_mb_per_s']:8.2f} {out['mirror_records_per_s']:10d}")
+        say(f"[{kind}] {'consumer':12} {out['consumer_mb_per_s']:8.2f} {out['consumer_records_per_s']:10d}")
+        return out
     finally:
         if port_src is not None:
             port_src.close()
         if clock is not None:
             clock.stop()
         procs.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=float, default=1024.0, help="MB of keys and values to produce (default 1024)")
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--record-bytes", type=int, default=1000)
+    ap.add_argument("--tick-interval", type=float, default=0.1)
+    ap.add_argument("--timeout", type=float, default=1800.0, help="bound on the mirror's catching up, seconds")
+    ap.add_argument("--no-kafka", action="store_true", help="leave out the Apache Kafka column")
+    args = ap.parse_args(argv)
+    workdir = Path(tempfile.mkdtemp(prefix="kip1279-real-source-"))
+    brokers: list[Any] = []
+    result: dict[str, Any] = {"mb_requested": args.mb, "partitions": args.partitions, "record_bytes": args.record_bytes}
+    try:
+        coord = LocalBroker(workdir / "coordinator-broker").start()
+        source = LocalBroker(workdir / "source-broker").start()
+        brokers += [coord, source]
+        say(f"coordinator broker {coord.bootstrap}, source broker {source.bootstrap} (noida-db)")
+        result.update(mirror_once("noida-db", source.bootstrap, coord.bootstrap, args, workdir / "noida-db"))
+        source.stop()
+        kafka_reason = "--no-kafka" if args.no_kafka else missing_reason()
+        if kafka_reason is None:
+            kafka = ApacheKafkaCluster(workdir / "apache-kafka", brokers=1).start()
+            brokers.append(kafka)
+            say(f"source broker {kafka.bootstrap} (Apache Kafka {kafka.version}, one combined node)")
+            k = mirror_once("apache-kafka", kafka.bootstrap, coord.bootstrap, args, workdir / "kafka")
+            result.update({f"kafka_{key}": v for key, v in k.items() if key not in ("mb", "records")})
+            result["kafka_mirror_vs_noida_mirror"] = round(k["mirror_mb_per_s"] / result["mirror_mb_per_s"], 3)
+            kafka.stop()
+        else:
+            result["kafka_skipped"] = kafka_reason
+        rc = 0
+    except (DemoError, OSError, TimeoutError) as e:
+        result["error"] = str(e)
+        say(f"FAILED: {e}")
+        rc = 1
+    finally:
         for broker in brokers:
             broker.stop()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -4,7 +4,7 @@ offers the session's Apache Kafka cluster (``apache_kafka``, tests/kafka_fixture
 from __future__ import annotations
 
 import reference_data
-from kafka_fixtures import REQUIRE_ENV, apache_kafka, kafka_required  # noqa: F401 - fixtures for all tests
+from kafka_fixtures import REQUIRE_ENV, apache_kafka, apache_kafka_3, kafka_required  # noqa: F401 - fixtures for all tests
 
 from streams.apache_kafka import kafka_version, missing_reason
 

@@ -1,6 +1,7 @@
 """Apache Kafka for the tests: one KRaft cluster per test session, shared by every test that asks.
 
-``apache_kafka`` is a combined-mode single node (started on first use, stopped at session end).
+``apache_kafka`` is a combined-mode single node (started on first use, stopped at session end);
+``apache_kafka_3`` a controller and 3 brokers, the mirror source of the Kafka source tests.
 Where Java or the jars bin/setup fetches are missing, every test that needs it is skipped with
 the same one-line reason; ``KIP1279_REQUIRE_KAFKA=1`` (set by .ci/run) turns that skip into a
 failure, so CI always runs them. Tests isolate themselves by topic names.
@@ -72,6 +73,30 @@ def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKaf
     t0 = time.monotonic()
     cluster = start_session_cluster(tmp_path_factory.mktemp("apache-kafka"))
     cluster.session_ready_s = time.monotonic() - t0  # type: ignore[attr-defined]
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+# The source cluster of the mirror tests: controller + 3 brokers, shared by the session (JVM
+# start-up is slow here). An authorizer with the PLAINTEXT principal as super user, so ACLs exist
+# on the source; short replica lag so that a stopped follower leaves the ISR quickly.
+SOURCE_OVERRIDES = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:ANONYMOUS",
+    "replica.lag.time.max.ms": "3000",
+    "controlled.shutdown.enable": "true",
+}
+
+
+@pytest.fixture(scope="session")
+def apache_kafka_3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafkaCluster]:
+    """Controller node 0 plus brokers 1..3, started on first use, stopped at session end. Tests
+    that stop a broker start it again before they return."""
+    require_apache_kafka()
+    cluster = ApacheKafkaCluster(tmp_path_factory.mktemp("apache-kafka-3"), brokers=3, overrides=SOURCE_OVERRIDES)
+    cluster.start()
     try:
         yield cluster
     finally:

@@ -74,3 +74,21 @@ def worker_config(kafka_broker: LocalBroker, tmp_path: Path) -> WorkerConfig:
         data_dir=str(tmp_path / "data"),
         controller_listener="127.0.0.1:0",
     )
+
+
+@pytest.fixture(scope="session")
+def loaded_kafka_source(apache_kafka_3: object) -> Iterator[object]:
+    """The 3-broker Apache Kafka source loaded once by ``kafka_source_data.load_source`` at
+    replication factor 3 (same topics, groups, configs and open transaction as the noida-db
+    source); shared by the port tests and the end-to-end mirror test."""
+    import asyncio
+
+    from kafka_source_data import load_source
+
+    loop = asyncio.new_event_loop()
+    open_txn = loop.run_until_complete(load_source(apache_kafka_3.bootstrap, replication=3))  # type: ignore[attr-defined]
+    try:
+        yield apache_kafka_3
+    finally:
+        loop.run_until_complete(open_txn.stop())
+        loop.close()

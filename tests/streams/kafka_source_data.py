@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,6 +26,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from kafka.record.memory_records import MemoryRecords
 
 from coordinator.ports import Batch, ControlType
+from streams.apache_kafka import ApacheKafkaCluster, java_command, metadata_broker_ids
 
 TOPICS = {"plain": 3, "idem": 2, "txn": 2}
 CONFIGS = {"plain": {"retention.ms": "604800001"}, "txn": {"max.message.bytes": "2000000", "retention.ms": "86400000"}}
@@ -33,11 +35,11 @@ GROUP_OFFSETS = {("plain", 0): 3, ("plain", 1): 5, ("idem", 0): 7}
 OPEN_TXN = "src-open"
 
 
-async def load_source(bootstrap: str, scale: int = 1) -> AIOKafkaProducer:
+async def load_source(bootstrap: str, scale: int = 1, replication: int = 1) -> AIOKafkaProducer:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(t, n, 1, topic_configs=CONFIGS.get(t, {})) for t, n in TOPICS.items()])
+        await admin.create_topics([NewTopic(t, n, replication, topic_configs=CONFIGS.get(t, {})) for t, n in TOPICS.items()])
     finally:
         await admin.close()
     # Plain: one producer uncompressed, one gzip; send() then flush() puts several records in a batch.
@@ -99,6 +101,21 @@ def broker_log(data_dir: Path, hws: dict[tuple[str, int], int], timeout: float =
         time.sleep(0.2)
 
 
+def segment_batches(partition_dir: Path) -> list[tuple[int, bytes]]:
+    """(base offset, raw batch) from an Apache Kafka partition folder's ``.log`` segments, as the
+    broker holds them on disk (baseOffset int64, batchLength int32, then batchLength bytes)."""
+    out = []
+    for seg in sorted(partition_dir.glob("*.log")):
+        data, pos = seg.read_bytes(), 0
+        while pos + 12 <= len(data):
+            length = int.from_bytes(data[pos + 8 : pos + 12], "big")
+            if length == 0 or pos + 12 + length > len(data):
+                break
+            out.append((int.from_bytes(data[pos : pos + 8], "big"), data[pos : pos + 12 + length]))
+            pos += 12 + length
+    return out
+
+
 def _last_delta(raw: bytes) -> int:
     return int.from_bytes(raw[23:27], "big", signed=True)
 
@@ -153,3 +170,47 @@ async def consume(bootstrap: str, topic: str, partition: int, isolation: str, en
         return out
     finally:
         await c.stop()
+
+
+# --- Apache Kafka sources: topics on given brokers, sync produce, UNCLEAN elections ---
+
+
+def new_topic(kafka: ApacheKafkaCluster, name: str, assignment: list[int], configs: dict[str, str]) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap, client_id="kip1279-epoch-test")
+    try:
+        admin.create_topics([NewTopic(name, replica_assignments={0: assignment}, topic_configs=configs)])
+    finally:
+        admin.close()
+
+
+def produce(bootstrap: str, topic: str, values_: list[bytes], acks: Any = "all") -> None:
+    from kafka import KafkaProducer
+
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks=acks, linger_ms=0, retries=20, request_timeout_ms=5000,
+                      metadata_max_age_ms=500)  # fmt: skip
+    try:
+        for v in values_:
+            p.send(topic, v, partition=0).get(timeout=30)
+    finally:
+        p.close()
+
+
+def running_brokers(kafka: ApacheKafkaCluster) -> set[int]:
+    return set().union(*(metadata_broker_ids(kafka.host, n.broker_port or 0) for n in kafka.brokers if n.is_running()))
+
+
+def elect_unclean(kafka: ApacheKafkaCluster, name: str) -> None:
+    """Kafka's own kafka-leader-election, --election-type UNCLEAN (the admin API's ElectLeaders)."""
+    cmd = java_command("org.apache.kafka.tools.LeaderElectionCommand", [
+        "--bootstrap-server", kafka.bootstrap, "--election-type", "UNCLEAN", "--topic", name, "--partition", "0"])  # fmt: skip
+    deadline = time.monotonic() + 30
+    while True:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        if done.returncode == 0 and "Successfully completed leader election" in done.stdout:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"unclean election failed: {done.stdout[-1500:]} {done.stderr[-1500:]}")
+        time.sleep(0.5)
