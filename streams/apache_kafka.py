@@ -31,7 +31,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from streams.broker import LOOPBACK, BrokerError, StopSignals, _die_with_parent, _recv_exactly, free_port, probe, require_loopback
+from streams.broker import (
+    LOOPBACK,
+    BrokerError,
+    StopSignals,
+    _die_with_parent,
+    _recv_exactly,
+    free_port,
+    probe,
+    require_loopback,
+    stop_process,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KAFKA_TOOLS_DIR = REPO_ROOT / "tools" / "kafka"
@@ -396,16 +406,7 @@ class ApacheKafkaCluster:
         """SIGTERM (SIGKILL right away with ``kill``), wait up to ``grace``, then SIGKILL."""
         node = self.node(node_id)
         proc, node.proc = node.proc, None
-        code = None
-        if proc is not None:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-                try:
-                    proc.wait(grace)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            code = proc.returncode
+        code = stop_process(proc, grace, kill)
         out, node._out = node._out, None
         if out is not None:
             out.close()  # type: ignore[attr-defined]

@@ -143,6 +143,21 @@ def _die_with_parent() -> None:
             pass
 
 
+def stop_process(proc: subprocess.Popen[bytes] | None, grace: float = STOP_GRACE_S, kill: bool = False) -> int | None:
+    """SIGTERM (SIGKILL right away with ``kill``), wait up to ``grace`` seconds, then SIGKILL.
+    The exit code; None without a process."""
+    if proc is None:
+        return None
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
 class LocalBroker:
     """One noida-db Kafka listener on loopback, with its own data directory.
 
@@ -230,16 +245,7 @@ class LocalBroker:
     def stop(self, grace: float = STOP_GRACE_S) -> int | None:
         """SIGTERM, wait up to ``grace`` seconds, then SIGKILL. Returns the exit code."""
         proc, self._proc = self._proc, None
-        code: int | None = None
-        if proc is not None:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(grace)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            code = proc.returncode
+        code = stop_process(proc, grace)
         log, self._log_file = self._log_file, None
         if log is not None:
             log.close()  # type: ignore[attr-defined]
