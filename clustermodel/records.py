@@ -167,17 +167,23 @@ def read_committed_values(port: ClusterPort, tp: TopicPartition) -> list[bytes |
     Works on any port (the in-process model or a server client): fetches READ_COMMITTED and drops
     the aborted transactions the fetch reports, as a Kafka consumer does.
     """
+    values: list[bytes | None] = []
+    for b in read_committed_batches(port, tp):
+        values.extend(batch_values(b))
+    return values
+
+
+def read_committed_batches(port: ClusterPort, tp: TopicPartition, upto: int | None = None) -> list[Batch]:
+    """The batches a read_committed consumer keeps, from the log start to the LSO (or until it
+    has fetched past ``upto``): READ_COMMITTED fetches, the aborted transactions they report dropped."""
     offset = port.list_offsets(tp).log_start
     got: list[Batch] = []
     aborted: list[AbortedTransaction] = []
-    while True:
+    while upto is None or offset < upto:
         r = port.fetch(tp, offset, 1 << 20, IsolationLevel.READ_COMMITTED)
         if not r.batches:
             break
         got.extend(r.batches)
         aborted.extend(r.aborted_transactions)
         offset = r.batches[-1].next_offset
-    values: list[bytes | None] = []
-    for b in filter_aborted(got, sorted(set(aborted), key=lambda a: a.first_offset)):
-        values.extend(batch_values(b))
-    return values
+    return filter_aborted(got, sorted(set(aborted), key=lambda a: a.first_offset))

@@ -31,7 +31,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from streams.broker import LOOPBACK, BrokerError, _die_with_parent, _recv_exactly, free_port, probe, require_loopback
+from streams.broker import (
+    LOOPBACK,
+    BrokerError,
+    StopSignals,
+    _die_with_parent,
+    _recv_exactly,
+    free_port,
+    probe,
+    require_loopback,
+    stop_process,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KAFKA_TOOLS_DIR = REPO_ROOT / "tools" / "kafka"
@@ -396,16 +406,7 @@ class ApacheKafkaCluster:
         """SIGTERM (SIGKILL right away with ``kill``), wait up to ``grace``, then SIGKILL."""
         node = self.node(node_id)
         proc, node.proc = node.proc, None
-        code = None
-        if proc is not None:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-                try:
-                    proc.wait(grace)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            code = proc.returncode
+        code = stop_process(proc, grace, kill)
         out, node._out = node._out, None
         if out is not None:
             out.close()  # type: ignore[attr-defined]
@@ -499,14 +500,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--set wants KEY=VALUE, not {item!r}")
         overrides[key] = value
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="kip1279-kafka-")
-    stopping = False
-
-    def _on_signal(signum: int, frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, _on_signal)
-    signal.signal(signal.SIGTERM, _on_signal)
+    signals = StopSignals()
     try:
         cluster = ApacheKafkaCluster(data_dir, brokers=args.brokers, heap=args.heap, overrides=overrides)
         cluster.start(args.ready_timeout)
@@ -520,11 +514,10 @@ def main(argv: list[str] | None = None) -> int:
         file=sys.stderr, flush=True,
     )  # fmt: skip
     try:
-        while not stopping and all(n.is_running() for n in cluster.nodes):
-            time.sleep(0.2)
+        signals.wait(lambda: all(n.is_running() for n in cluster.nodes))
     finally:
         cluster.stop()
-    if not stopping:
+    if not signals.stopping:
         print("kip1279-kafka: a node exited on its own", file=sys.stderr)
         return 1
     return 0

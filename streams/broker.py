@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -142,6 +143,21 @@ def _die_with_parent() -> None:
             pass
 
 
+def stop_process(proc: subprocess.Popen[bytes] | None, grace: float = STOP_GRACE_S, kill: bool = False) -> int | None:
+    """SIGTERM (SIGKILL right away with ``kill``), wait up to ``grace`` seconds, then SIGKILL.
+    The exit code; None without a process."""
+    if proc is None:
+        return None
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
 class LocalBroker:
     """One noida-db Kafka listener on loopback, with its own data directory.
 
@@ -229,16 +245,7 @@ class LocalBroker:
     def stop(self, grace: float = STOP_GRACE_S) -> int | None:
         """SIGTERM, wait up to ``grace`` seconds, then SIGKILL. Returns the exit code."""
         proc, self._proc = self._proc, None
-        code: int | None = None
-        if proc is not None:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(grace)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            code = proc.returncode
+        code = stop_process(proc, grace)
         log, self._log_file = self._log_file, None
         if log is not None:
             log.close()  # type: ignore[attr-defined]
@@ -253,6 +260,25 @@ class LocalBroker:
         self.stop()
 
 
+class StopSignals:
+    """SIGINT and SIGTERM set ``stopping`` instead of raising, so a foreground command can stop
+    what it started before it exits. Install before printing the address: a SIGTERM right after
+    it must still stop the process."""
+
+    def __init__(self) -> None:
+        self.stopping = False
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.stopping = True
+
+    def wait(self, is_running: Callable[[], bool]) -> None:
+        """Until a signal comes or ``is_running`` turns false."""
+        while not self.stopping and is_running():
+            time.sleep(0.2)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``kip1279-broker``: run a loopback Kafka-protocol broker in the foreground until Ctrl-C."""
     parser = argparse.ArgumentParser(
@@ -265,15 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-timeout", type=float, default=DEFAULT_READY_TIMEOUT_S)
     args = parser.parse_args(argv)
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="kip1279-broker-")
-    stopping = False
-
-    def _on_signal(signum: int, frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
     # Handlers first: a SIGTERM right after the address is printed must still stop the broker.
-    signal.signal(signal.SIGINT, _on_signal)
-    signal.signal(signal.SIGTERM, _on_signal)
+    signals = StopSignals()
     try:
         broker = LocalBroker(data_dir, port=args.port).start(args.ready_timeout)
     except BrokerError as e:
@@ -282,11 +301,10 @@ def main(argv: list[str] | None = None) -> int:
     print(broker.bootstrap, flush=True)
     print(f"data dir {data_dir}, pid {broker.pid}; Ctrl-C stops it", file=sys.stderr, flush=True)
     try:
-        while not stopping and broker.is_running():
-            time.sleep(0.2)
+        signals.wait(broker.is_running)
     finally:
         code = broker.stop()
-    if not stopping:
+    if not signals.stopping:
         print(f"kip1279-broker: broker exited on its own (code {code})", file=sys.stderr)
         return 1
     return 0

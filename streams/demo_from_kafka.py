@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 from crc32c import crc32c
 
 from clustermodel.client import ClusterClient
-from clustermodel.records import filter_aborted
+from clustermodel.records import read_committed_batches
 from coordinator.ports import Batch, IsolationLevel, OpenTransaction, PartitionOffsets, PortError, TopicPartition
 from streams import demo_clients as dc
 from streams.broker import LocalBroker
@@ -128,16 +128,8 @@ def model_read_committed(port: ClusterClient, tp: TopicPartition, upto: int) -> 
     decoded by aiokafka's record reader."""
     from aiokafka.record.memory_records import MemoryRecords
 
-    offset, got, aborted = port.list_offsets(tp).log_start, [], []
-    while offset < upto:
-        r = port.fetch(tp, offset, 1 << 20, IsolationLevel.READ_COMMITTED)
-        if not r.batches:
-            break
-        got.extend(r.batches)
-        aborted.extend(r.aborted_transactions)
-        offset = r.batches[-1].next_offset
     out = []
-    for b in filter_aborted(got, sorted(set(aborted), key=lambda a: a.first_offset)):
+    for b in read_committed_batches(port, tp, upto):
         if b.is_control:
             continue
         batch = MemoryRecords(bytes(b.payload)).next_batch()

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from coordinator.port_types import AbortedTransaction
 from coordinator.ports import (
@@ -47,6 +47,9 @@ from streams.kafka_wire import (
     port_error,
     split_batches,
 )
+
+
+K = TypeVar("K")
 
 
 class _OutOfRange:
@@ -84,6 +87,19 @@ class PartitionReads:
                 out[i] = r
         return out
 
+    async def _gather_into(self, out: dict[int, Any], groups: Mapping[K, list[int]],
+                           call: Callable[[K, list[int]], Awaitable[dict[int, Any]]]) -> dict[int, Any]:  # fmt: skip
+        """One ``call`` a group, all at once, their answers added to ``out``; a call that raised
+        gives its error, as a PortError, to every index of its group."""
+        answers = await asyncio.gather(*(call(key, idx) for key, idx in groups.items()), return_exceptions=True)
+        for idx, answer in zip(groups.values(), answers):
+            if isinstance(answer, BaseException):
+                answer = answer if isinstance(answer, PortError) else await self.conn.as_port_error(answer)
+                out.update({i: answer for i in idx})
+            else:
+                out.update(answer)
+        return out
+
     async def _fetch_remote(self, args: list[tuple[Any, ...]]) -> list[Any]:
         results: dict[int, Any] = {}
 
@@ -98,15 +114,7 @@ class PartitionReads:
                     out[i] = e
                     continue
                 groups[(part.leader, int(args[i][3]))].append(i)
-            answers = await asyncio.gather(*(self._fetch_from(meta, node, iso, idx, args)
-                                             for (node, iso), idx in groups.items()), return_exceptions=True)  # fmt: skip
-            for (key, idx), answer in zip(groups.items(), answers):
-                if isinstance(answer, BaseException):
-                    answer = answer if isinstance(answer, PortError) else await self.conn.as_port_error(answer)
-                    out.update({i: answer for i in idx})
-                else:
-                    out.update(answer)
-            return out
+            return await self._gather_into(out, groups, lambda key, idx: self._fetch_from(meta, key[0], key[1], idx, args))
 
         got = await self.conn.with_refresh(attempt, len(args))
         for i, r in enumerate(got):
@@ -202,15 +210,7 @@ class PartitionReads:
                     groups[meta.leader(tp)[1].leader].append(i)
                 except PortError as e:
                     out[i] = e
-            answers = await asyncio.gather(*(self._offsets_from(meta, node, idx, tps) for node, idx in groups.items()),
-                                           return_exceptions=True)  # fmt: skip
-            for idx, answer in zip(groups.values(), answers):
-                if isinstance(answer, BaseException):
-                    answer = answer if isinstance(answer, PortError) else await self.conn.as_port_error(answer)
-                    out.update({i: answer for i in idx})
-                else:
-                    out.update(answer)
-            return out
+            return await self._gather_into(out, groups, lambda node, idx: self._offsets_from(meta, node, idx, tps))
 
         return await self.conn.with_refresh(attempt, len(tps))
 

@@ -12,7 +12,6 @@ is inflated, the other codecs are refused with UNSUPPORTED_COMPRESSION_TYPE.
 
 from __future__ import annotations
 
-import struct
 import zlib
 from collections import OrderedDict
 from typing import NamedTuple
@@ -20,11 +19,17 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from coordinator.ports import Batch
-from records.segments import (
+from records.segments import (  # the v2 batch layout, defined once in records/
+    _ATTRIBUTES_OFFSET,
+    _HEADER,
+    _MIN_BATCH_LENGTH,
+    _PREFIX,
+    _TAIL,
     ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
     ATTR_TRANSACTIONAL,
     COMPRESSION_CODECS,
+    LOG_OVERHEAD,
     Record,
     RecordBatch,
     encode_batch,
@@ -32,14 +37,6 @@ from records.segments import (
 from records.varint import VarintError, read_varint
 
 from ..records import decode_records, kafka_payload, kafka_payload_parts
-
-_TAIL = struct.Struct(">hiqqqhii")  # attributes .. recordsCount
-_PREFIX = struct.Struct(">qiibI")  # baseOffset .. crc
-_MIN_BATCH_LENGTH = 49
-
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_ATTRIBUTES_OFFSET = 21
-_LOG_OVERHEAD = 12
 
 
 class BatchRejected(Exception):
@@ -91,11 +88,11 @@ def decode_produced(data: bytes) -> list[ProducedBatch]:
         if n - pos < _HEADER.size:
             raise BatchRejected(CORRUPT_MESSAGE, f"truncated batch header at byte {pos}")
         (_, length, _, magic, crc, attributes, last_delta, base_ts, max_ts, pid, epoch, seq, count) = _HEADER.unpack_from(data, pos)
-        end = pos + _LOG_OVERHEAD + length
+        end = pos + LOG_OVERHEAD + length
         if magic != 2:
             raise BatchRejected(INVALID_RECORD, f"magic {magic}: only v2 record batches are accepted")
-        if end > n or length < _HEADER.size - _LOG_OVERHEAD:
-            raise BatchRejected(CORRUPT_MESSAGE, f"batch at byte {pos} declares {length} bytes, {n - pos - _LOG_OVERHEAD} remain")
+        if end > n or length < _HEADER.size - LOG_OVERHEAD:
+            raise BatchRejected(CORRUPT_MESSAGE, f"batch at byte {pos} declares {length} bytes, {n - pos - LOG_OVERHEAD} remain")
         if crc32c(data[pos + _ATTRIBUTES_OFFSET : end]) != crc:
             raise BatchRejected(CORRUPT_MESSAGE, f"CRC mismatch in the batch at byte {pos}")
         codec = attributes & ATTR_COMPRESSION_MASK

@@ -104,6 +104,16 @@ def create_partitions(cluster: ClusterListeners, broker: int, req: Request) -> o
     return S.struct("CreatePartitionsResponse")(results=out)
 
 
+def _unserved_resource(model: object, r: object, Result: type) -> object | None:
+    """The config APIs' answer for a resource that is not an existing topic; None for one that is."""
+    if r.resource_type != CONFIG_TOPIC:
+        return Result(error_code=E.INVALID_REQUEST, error_message=f"resource type {r.resource_type} is not served",
+                      resource_type=r.resource_type, resource_name=r.resource_name)  # fmt: skip
+    if r.resource_name not in model.topic_ids:
+        return Result(error_code=E.UNKNOWN_TOPIC_OR_PARTITION, resource_type=r.resource_type, resource_name=r.resource_name)
+    return None
+
+
 def describe_configs(cluster: ClusterListeners, broker: int, req: Request) -> object:
     model = cluster.model
     Result = _n("DescribeConfigsResponse", "DescribeConfigsResult")
@@ -113,12 +123,9 @@ def describe_configs(cluster: ClusterListeners, broker: int, req: Request) -> ob
         if r.resource_type == CONFIG_BROKER:
             out.append(Result(error_code=E.NONE, resource_type=r.resource_type, resource_name=r.resource_name, configs=[]))
             continue
-        if r.resource_type != CONFIG_TOPIC:
-            out.append(Result(error_code=E.INVALID_REQUEST, error_message=f"resource type {r.resource_type} is not served",
-                              resource_type=r.resource_type, resource_name=r.resource_name))
-            continue
-        if r.resource_name not in model.topic_ids:
-            out.append(Result(error_code=E.UNKNOWN_TOPIC_OR_PARTITION, resource_type=r.resource_type, resource_name=r.resource_name))
+        refused = _unserved_resource(model, r, Result)
+        if refused is not None:
+            out.append(refused)
             continue
         configs = model.topic(r.resource_name).configs
         keys = sorted(configs) if r.configuration_keys is None else [k for k in r.configuration_keys if k in configs]
@@ -135,12 +142,9 @@ def incremental_alter_configs(cluster: ClusterListeners, broker: int, req: Reque
     Result = _n("IncrementalAlterConfigsResponse", "AlterConfigsResourceResponse")
     out = []
     for r in req.body.resources:
-        if r.resource_type != CONFIG_TOPIC:
-            out.append(Result(error_code=E.INVALID_REQUEST, error_message=f"resource type {r.resource_type} is not served",
-                              resource_type=r.resource_type, resource_name=r.resource_name))
-            continue
-        if r.resource_name not in model.topic_ids:
-            out.append(Result(error_code=E.UNKNOWN_TOPIC_OR_PARTITION, resource_type=r.resource_type, resource_name=r.resource_name))
+        refused = _unserved_resource(model, r, Result)
+        if refused is not None:
+            out.append(refused)
             continue
         configs = model.topic(r.resource_name).configs
         updates: dict[str, str | None] = {}

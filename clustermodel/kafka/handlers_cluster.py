@@ -84,6 +84,14 @@ def coordinator_for(cluster: ClusterListeners, key: str) -> int | None:
     return live[zlib.crc32(key.encode()) % len(live)]
 
 
+def not_coordinator(cluster: ClusterListeners, broker: int, key: str) -> int:
+    """The error a request keyed by a group or transactional ID gets from ``broker``; NONE when it coordinates the key."""
+    node = coordinator_for(cluster, key)
+    if node is None:
+        return E.COORDINATOR_NOT_AVAILABLE
+    return E.NONE if node == broker else E.NOT_COORDINATOR
+
+
 def find_coordinator(cluster: ClusterListeners, broker: int, req: Request) -> object:
     body = req.body
     keys = list(body.coordinator_keys) if req.api_version >= 4 else [body.key]

@@ -11,7 +11,7 @@ from records.registry import default_schemas
 
 from . import errors as E
 from .group_coordinator import EMPTY, STABLE
-from .handlers_cluster import coordinator_for
+from .handlers_cluster import coordinator_for, not_coordinator
 
 if TYPE_CHECKING:
     from .listener import ClusterListeners
@@ -39,16 +39,9 @@ _Described = S.nested("DescribeGroupsResponse", "DescribedGroup")
 _DescribedMember = S.nested("DescribeGroupsResponse", "DescribedGroupMember")
 
 
-def _not_coordinator(cluster: ClusterListeners, broker: int, group_id: str) -> int:
-    node = coordinator_for(cluster, group_id)
-    if node is None:
-        return E.COORDINATOR_NOT_AVAILABLE
-    return E.NONE if node == broker else E.NOT_COORDINATOR
-
-
 async def join_group(cluster: ClusterListeners, broker: int, req: Request) -> object:
     b = req.body
-    code = _not_coordinator(cluster, broker, b.group_id)
+    code = not_coordinator(cluster, broker, b.group_id)
     if code:
         return _JoinResponse(error_code=code, generation_id=-1, member_id=b.member_id)
     rebalance_timeout = b.rebalance_timeout_ms if req.api_version >= 1 and b.rebalance_timeout_ms > 0 else b.session_timeout_ms
@@ -65,7 +58,7 @@ async def join_group(cluster: ClusterListeners, broker: int, req: Request) -> ob
 
 async def sync_group(cluster: ClusterListeners, broker: int, req: Request) -> object:
     b = req.body
-    code = _not_coordinator(cluster, broker, b.group_id)
+    code = not_coordinator(cluster, broker, b.group_id)
     if code:
         return _SyncResponse(error_code=code, assignment=b"")
     code, assignment = await cluster.groups.sync(
@@ -78,13 +71,13 @@ async def sync_group(cluster: ClusterListeners, broker: int, req: Request) -> ob
 
 def heartbeat(cluster: ClusterListeners, broker: int, req: Request) -> object:
     b = req.body
-    code = _not_coordinator(cluster, broker, b.group_id) or cluster.groups.heartbeat(b.group_id, b.generation_id, b.member_id)
+    code = not_coordinator(cluster, broker, b.group_id) or cluster.groups.heartbeat(b.group_id, b.generation_id, b.member_id)
     return _HeartbeatResponse(error_code=code)
 
 
 def leave_group(cluster: ClusterListeners, broker: int, req: Request) -> object:
     b = req.body
-    code = _not_coordinator(cluster, broker, b.group_id)
+    code = not_coordinator(cluster, broker, b.group_id)
     if code:
         return _LeaveResponse(error_code=code)
     if req.api_version >= 3:
@@ -100,7 +93,7 @@ def leave_group(cluster: ClusterListeners, broker: int, req: Request) -> object:
 
 def offset_commit(cluster: ClusterListeners, broker: int, req: Request) -> object:
     b = req.body
-    code = _not_coordinator(cluster, broker, b.group_id) or cluster.groups.check_commit(
+    code = not_coordinator(cluster, broker, b.group_id) or cluster.groups.check_commit(
         b.group_id, b.generation_id_or_member_epoch, b.member_id)
     model = cluster.model
     topics = []
@@ -177,7 +170,7 @@ def offset_fetch(cluster: ClusterListeners, broker: int, req: Request) -> object
     if req.api_version >= 8:
         groups = []
         for g in b.groups:
-            code = _not_coordinator(cluster, broker, g.group_id)
+            code = not_coordinator(cluster, broker, g.group_id)
             wanted = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
             rows = [] if code else _fetch_group(cluster, g.group_id, wanted, b.require_stable)
             groups.append(_FetchGroup(group_id=g.group_id, error_code=code, topics=[
@@ -186,7 +179,7 @@ def offset_fetch(cluster: ClusterListeners, broker: int, req: Request) -> object
                     for p, o, e, md, c in parts])
                 for name, parts in rows]))
         return _FetchResponse(groups=groups)
-    code = _not_coordinator(cluster, broker, b.group_id)
+    code = not_coordinator(cluster, broker, b.group_id)
     if code:
         return _FetchResponse(error_code=code)
     wanted = None if b.topics is None else [(t.name, list(t.partition_indexes)) for t in b.topics]
@@ -242,7 +235,7 @@ def list_groups(cluster: ClusterListeners, broker: int, req: Request) -> object:
 def describe_groups(cluster: ClusterListeners, broker: int, req: Request) -> object:
     out = []
     for gid in req.body.groups:
-        code = _not_coordinator(cluster, broker, gid)
+        code = not_coordinator(cluster, broker, gid)
         if code:
             out.append(_Described(error_code=code, group_id=gid, group_state="", protocol_type="", protocol_data=""))
             continue

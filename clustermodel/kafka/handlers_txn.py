@@ -10,7 +10,7 @@ from records.registry import default_schemas
 
 from ..producers import InvalidProducerEpoch
 from . import errors as E
-from .handlers_cluster import coordinator_for
+from .handlers_cluster import not_coordinator
 
 if TYPE_CHECKING:
     from .listener import ClusterListeners
@@ -40,17 +40,10 @@ def _code(exc: Exception, req: Request) -> int:
     return E.code_of(exc)
 
 
-def _not_coordinator(cluster: ClusterListeners, broker: int, transactional_id: str) -> int:
-    node = coordinator_for(cluster, transactional_id)
-    if node is None:
-        return E.COORDINATOR_NOT_AVAILABLE
-    return E.NONE if node == broker else E.NOT_COORDINATOR
-
-
 def init_producer_id(cluster: ClusterListeners, broker: int, req: Request) -> object:
     txn_id = req.body.transactional_id
     if txn_id is not None:
-        code = _not_coordinator(cluster, broker, txn_id)
+        code = not_coordinator(cluster, broker, txn_id)
         if code:
             return _InitResponse(error_code=code, producer_id=-1, producer_epoch=-1)
     try:
@@ -65,7 +58,7 @@ def add_partitions_to_txn(cluster: ClusterListeners, broker: int, req: Request) 
     b = req.body
     txn_id = b.v3_and_below_transactional_id
     topics = [(t.name, list(t.partitions)) for t in b.v3_and_below_topics]
-    code = _not_coordinator(cluster, broker, txn_id)
+    code = not_coordinator(cluster, broker, txn_id)
     if not code:
         unknown = [(n, p) for n, ps in topics for p in ps
                    if n not in cluster.model.topic_ids or not 0 <= p < len(cluster.model.topic(n).partitions)]
@@ -85,7 +78,7 @@ def add_partitions_to_txn(cluster: ClusterListeners, broker: int, req: Request) 
 
 def add_offsets_to_txn(cluster: ClusterListeners, broker: int, req: Request) -> object:
     b = req.body
-    code = _not_coordinator(cluster, broker, b.transactional_id)
+    code = not_coordinator(cluster, broker, b.transactional_id)
     if not code:
         try:
             cluster.model.add_offsets_to_txn(b.transactional_id, b.producer_id, b.producer_epoch, b.group_id)
@@ -97,8 +90,7 @@ def add_offsets_to_txn(cluster: ClusterListeners, broker: int, req: Request) -> 
 def txn_offset_commit(cluster: ClusterListeners, broker: int, req: Request) -> object:
     """Sent to the group coordinator, as in Kafka."""
     b = req.body
-    node = coordinator_for(cluster, b.group_id)
-    code = E.COORDINATOR_NOT_AVAILABLE if node is None else (E.NONE if node == broker else E.NOT_COORDINATOR)
+    code = not_coordinator(cluster, broker, b.group_id)
     if not code:
         offsets = [(t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch)
                    for t in b.topics for p in t.partitions]
@@ -118,7 +110,7 @@ def txn_offset_commit(cluster: ClusterListeners, broker: int, req: Request) -> o
 
 def end_txn(cluster: ClusterListeners, broker: int, req: Request) -> object:
     b = req.body
-    code = _not_coordinator(cluster, broker, b.transactional_id)
+    code = not_coordinator(cluster, broker, b.transactional_id)
     if not code:
         try:
             cluster.model.end_txn(b.transactional_id, b.producer_id, b.producer_epoch, b.committed)

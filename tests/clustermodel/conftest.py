@@ -2,50 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-class ServerProcess:
-    """A running ``python -m clustermodel.server``; ``stop`` sends SIGTERM and waits."""
-
-    def __init__(self, *args: str) -> None:
-        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "clustermodel.server", "--host", "127.0.0.1", "--port", "0", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-            env=env,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line.startswith("PORT "):
-            self.proc.kill()
-            raise RuntimeError(f"server did not start: {line!r} {self.proc.stderr.read() if self.proc.stderr else ''}")
-        self.port = int(line.split()[1])
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
-        return self.proc.returncode
+from model_server import ServerProcess
 
 
 @pytest.fixture(scope="session")

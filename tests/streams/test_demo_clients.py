@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import io
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from model_server import ServerProcess
 
 from clustermodel.client import ClusterClient
 from streams.demo import GROUP, REFUSED_AS, Demo
@@ -95,16 +95,11 @@ def test_verdict_fails_on_an_accepted_or_wrongly_refused_produce_and_on_gaps(tmp
 @pytest.fixture
 def model_port() -> Iterator[int]:
     """A clustermodel-server with clusters A and B and their Kafka listeners."""
-    proc = subprocess.Popen([sys.executable, "-m", "clustermodel.server", "--port", "0", "--cluster", "A", "--cluster", "B",
-                             "--seed", "5"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    server = ServerProcess("--cluster", "A", "--cluster", "B", "--seed", "5", stderr=subprocess.DEVNULL)
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("PORT "), line
-        yield int(line.split()[1])
+        yield server.port
     finally:
-        proc.terminate()
-        proc.wait(10)
+        server.stop()
 
 
 def test_the_demo_clients_on_real_listeners(model_port: int) -> None:

@@ -8,19 +8,15 @@ the metadata log, and a source with nothing new is described less and less often
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from model_server import ServerProcess
 
 from clustermodel.client import ClusterClient
 from coordinator import admin
@@ -32,25 +28,16 @@ from streams import controller as controller_module
 from streams.controller import MirrorStateChangelogView, PartitionStatus
 from streams.worker import _ModelOffsets, _register_topics
 
-ROOT = Path(__file__).resolve().parents[2]
 TOPICS, PARTITIONS = 3, 4
 
 
 @pytest.fixture(scope="module")
 def model_port() -> Iterator[int]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "clustermodel.server", "--host", "127.0.0.1", "--port", "0",
-                             "--cluster", "A", "--cluster", "B"], stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)  # fmt: skip
+    server = ServerProcess("--cluster", "A", "--cluster", "B", stderr=None)
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("PORT "), line
-        yield int(line.split()[1])
+        yield server.port
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=10)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        server.stop()
 
 
 def _stall_followers(client: ClusterClient, md: Any) -> None:
