@@ -79,7 +79,9 @@ async def load_source(bootstrap: str, scale: int = 1, replication: int = 1) -> A
         await consumer.commit({KafkaTP(t, p): o for (t, p), o in GROUP_OFFSETS.items()})
     finally:
         await consumer.stop()
-    left_open = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=OPEN_TXN)
+    # Kafka aborts a transaction after its timeout (aiokafka's default: 60 s); a session-scoped source
+    # outlives that, so the open one asks for Kafka's longest (transaction.max.timeout.ms, 15 min).
+    left_open = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=OPEN_TXN, transaction_timeout_ms=900_000)
     await left_open.start()
     await left_open.begin_transaction()
     await left_open.send_and_wait("txn", b"open-1", partition=1)
