@@ -38,6 +38,7 @@ from streams.kafka_wire import (
     TOPIC_RESOURCE,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
+    UNSUPPORTED_VERSION,
     CodecRequest,
     KafkaProtocolError,
     _n,
@@ -149,7 +150,7 @@ class ClusterReads:
     async def _share_group_offsets(self, group_id: str, node: int) -> list[GroupOffset]:
         """A share group's share-partition start offsets (KIP-932), as the model port gives them."""
         if not await self.conn.supports(node, "DescribeShareGroupOffsets"):
-            return []  # a broker before Kafka 4.1 (or share.version 0): no share groups to read
+            return []  # a broker before Kafka 4.1: no share groups to read
 
         def build(version: int) -> Any:
             g = _n("DescribeShareGroupOffsetsRequest", "DescribeShareGroupOffsetsRequestGroup")(group_id=group_id,
@@ -159,8 +160,10 @@ class ClusterReads:
         body = await self.conn.send(node, CodecRequest("DescribeShareGroupOffsets", build))
         out = []
         for g in body.groups:
-            if g.error_code in (GROUP_ID_NOT_FOUND, INVALID_GROUP_TYPE):
-                return []  # not a share group (or none at all): no offsets
+            if g.error_code in (GROUP_ID_NOT_FOUND, INVALID_GROUP_TYPE, UNSUPPORTED_VERSION):
+                # Not a share group (or none at all), or share groups off: Kafka 4.1 lists API 90 but
+                # answers UNSUPPORTED_VERSION while the share.version feature is 0 (its default).
+                return []
             if g.error_code != NONE:
                 raise KafkaProtocolError(f"DescribeShareGroupOffsets of group {group_id}: Kafka error code "
                                          f"{g.error_code}: {g.error_message}")  # fmt: skip

@@ -32,6 +32,7 @@ from records.segments import ControlType, control_type, decode_batch
 
 # Kafka error codes the port tells apart (org.apache.kafka.common.protocol.Errors).
 NONE = 0
+UNSUPPORTED_VERSION = 35
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
 LEADER_NOT_AVAILABLE = 5

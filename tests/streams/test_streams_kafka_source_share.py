@@ -97,3 +97,29 @@ def test_share_group_offsets_match_kafkas_admin(share_kafka: ApacheKafkaCluster,
         assert port.group_offsets("no-such-share-group") == []
     finally:
         port.close()
+
+
+def test_share_groups_off_is_no_offsets(apache_kafka: ApacheKafkaCluster) -> None:
+    """The session node keeps share.version at 0: Kafka 4.1 lists API 90 there but answers
+    UNSUPPORTED_VERSION; an empty or unknown group is then no offsets, not an error."""
+    from kafka import KafkaConsumer, TopicPartition as KafkaTP
+    from kafka.structs import OffsetAndMetadata
+
+    boot, topic = apache_kafka.bootstrap, "share-off-topic"
+    admin = KafkaAdminClient(bootstrap_servers=boot, client_id="kip1279-test-share-off")
+    try:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        admin.close()
+    consumer = KafkaConsumer(bootstrap_servers=boot, group_id="share-off-consumers", enable_auto_commit=False)
+    try:
+        consumer.assign([KafkaTP(topic, 0)])
+        consumer.commit({KafkaTP(topic, 0): OffsetAndMetadata(3, "m", -1)})
+    finally:
+        consumer.close()
+    port = KafkaSourceCluster(boot, {"client.id": "kip1279-test-share-off"})
+    try:
+        assert [(o.partition, o.offset, o.metadata) for o in port.group_offsets("share-off-consumers")] == [(0, 3, "m")]
+        assert port.group_offsets("share-off-no-such-group") == []
+    finally:
+        port.close()
