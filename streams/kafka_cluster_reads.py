@@ -1,5 +1,6 @@
 """The Kafka source port's cluster-wide reads: topics (Metadata), groups (ListGroups,
-DescribeGroups at every broker; FindCoordinator then OffsetFetch at the group's coordinator),
+DescribeGroups at every broker; FindCoordinator then OffsetFetch, or DescribeShareGroupOffsets for a
+share group, at the group's coordinator),
 topic configs (DescribeConfigs, DYNAMIC_TOPIC_CONFIG entries), ACLs (DescribeAcls) and the KIP's
 ReadMirrorStates (a broker without it has no LME: the partition aligns from offset 0).
 """
@@ -31,11 +32,13 @@ from streams.kafka_wire import (
     _COORDINATOR_MOVED,
     DYNAMIC_TOPIC_CONFIG,
     GROUP_ID_NOT_FOUND,
+    INVALID_GROUP_TYPE,
     NONE,
     SECURITY_DISABLED,
     TOPIC_RESOURCE,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
+    UNSUPPORTED_VERSION,
     CodecRequest,
     KafkaProtocolError,
     _n,
@@ -99,8 +102,8 @@ class ClusterReads:
             if body.error_code != NONE:
                 raise KafkaProtocolError(f"ListGroups at broker {node}: Kafka error code {body.error_code}")
             # Share groups (ListGroups v5 groupType) are listed, but the classic DescribeGroups does not
-            # see them: active from the listed state; their offsets need DescribeShareGroupOffsets, not
-            # sent yet. Other protocol types (connect) commit no offsets.
+            # see them: active from the listed state (offsets: DescribeShareGroupOffsets). Other
+            # protocol types (connect) commit no offsets.
             for g in body.groups:
                 if (getattr(g, "group_type", None) or "").lower() == "share":
                     active = (getattr(g, "group_state", None) or "") in _ACTIVE_GROUP_STATES
@@ -123,10 +126,12 @@ class ClusterReads:
             return _s("OffsetFetchRequest")(group_id=group_id, topics=None, require_stable=False)
 
         body = await self.conn.send(node, CodecRequest("OffsetFetch", build, min_version=2))
-        if body.error_code == GROUP_ID_NOT_FOUND:
-            return []  # not a classic or consumer group (a share group): no offsets OffsetFetch can give
-        if body.error_code != NONE:
+        if body.error_code not in (NONE, GROUP_ID_NOT_FOUND):
             raise KafkaProtocolError(f"OffsetFetch of group {group_id}: Kafka error code {body.error_code}")
+        if not body.topics:
+            # No consumer offsets: maybe a share group (Kafka 4.1 answers OffsetFetch for one with no
+            # topics), whose offsets only DescribeShareGroupOffsets gives.
+            return await self._share_group_offsets(group_id, node)
         out = []
         for t in body.topics:
             topic = meta.by_name.get(t.name)
@@ -140,6 +145,34 @@ class ClusterReads:
                 epoch = p.committed_leader_epoch if p.committed_leader_epoch is not None else UNDEFINED_EPOCH
                 out.append(GroupOffset(group_id, topic.topic_id, p.partition_index, p.committed_offset, epoch,
                                        p.metadata or ""))  # fmt: skip
+        return sorted(out, key=lambda o: (str(o.topic_id), o.partition))
+
+    async def _share_group_offsets(self, group_id: str, node: int) -> list[GroupOffset]:
+        """A share group's share-partition start offsets (KIP-932), as the model port gives them."""
+        if not await self.conn.supports(node, "DescribeShareGroupOffsets"):
+            return []  # a broker before Kafka 4.1: no share groups to read
+
+        def build(version: int) -> Any:
+            g = _n("DescribeShareGroupOffsetsRequest", "DescribeShareGroupOffsetsRequestGroup")(group_id=group_id,
+                                                                                                topics=None)
+            return _s("DescribeShareGroupOffsetsRequest")(groups=[g])
+
+        body = await self.conn.send(node, CodecRequest("DescribeShareGroupOffsets", build))
+        out = []
+        for g in body.groups:
+            if g.error_code in (GROUP_ID_NOT_FOUND, INVALID_GROUP_TYPE, UNSUPPORTED_VERSION):
+                # Not a share group (or none at all), or share groups off: Kafka 4.1 lists API 90 but
+                # answers UNSUPPORTED_VERSION while the share.version feature is 0 (its default).
+                return []
+            if g.error_code != NONE:
+                raise KafkaProtocolError(f"DescribeShareGroupOffsets of group {group_id}: Kafka error code "
+                                         f"{g.error_code}: {g.error_message}")  # fmt: skip
+            for t in g.topics:
+                for p in t.partitions:
+                    if p.error_code != NONE or p.start_offset < 0:
+                        continue  # -1: the share-partition is not initialised, nothing to sync
+                    epoch = p.leader_epoch if p.leader_epoch >= 0 else UNDEFINED_EPOCH
+                    out.append(GroupOffset(group_id, t.topic_id, p.partition_index, p.start_offset, epoch))
         return sorted(out, key=lambda o: (str(o.topic_id), o.partition))
 
     async def is_group_active(self, group_id: str) -> bool:

@@ -32,6 +32,7 @@ from records.segments import ControlType, control_type, decode_batch
 
 # Kafka error codes the port tells apart (org.apache.kafka.common.protocol.Errors).
 NONE = 0
+UNSUPPORTED_VERSION = 35
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
 LEADER_NOT_AVAILABLE = 5
@@ -42,6 +43,7 @@ COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
 SECURITY_DISABLED = 54
 GROUP_ID_NOT_FOUND = 69
+INVALID_GROUP_TYPE = 129  # KIP-848/932: the group exists, of another type
 KAFKA_STORAGE_ERROR = 56
 FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75
@@ -54,10 +56,10 @@ _COORDINATOR_MOVED = {COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, N
 # FindCoordinator 3 and OffsetFetch 7 ask one group (later ones batch groups).
 _CAPS = {"Fetch": 12, "ListOffsets": 8, "Metadata": 12, "OffsetForLeaderEpoch": 4, "ListGroups": 5,
          "DescribeGroups": 5, "FindCoordinator": 3, "OffsetFetch": 7, "DescribeConfigs": 4, "DescribeAcls": 3,
-         "ReadMirrorStates": 0}  # fmt: skip
+         "ReadMirrorStates": 0, "DescribeShareGroupOffsets": 0}  # fmt: skip
 _API_KEYS = {"Fetch": 1, "ListOffsets": 2, "Metadata": 3, "OffsetFetch": 9, "FindCoordinator": 10,
              "DescribeGroups": 15, "ListGroups": 16, "OffsetForLeaderEpoch": 23, "DescribeAcls": 29,
-             "DescribeConfigs": 32, "ReadMirrorStates": 100}  # fmt: skip
+             "DescribeConfigs": 32, "DescribeShareGroupOffsets": 90, "ReadMirrorStates": 100}  # fmt: skip
 
 
 EARLIEST_TIMESTAMP = -2
