@@ -2,7 +2,7 @@
 
 Topics (every name carries the destination cluster's prefix, see ``streams.config``):
 
-- the metadata log (one partition) is followed by the **metadata follower** (a Faust task):
+- the metadata log (one partition) is followed by the **metadata follower** (a Faust task, ``streams.worker_follower``):
   ``MetadataLogLoader`` + ``Replayer``: the latest snapshot, then the tail, then the live log,
   snapshotting every N records / T ms. Each published ``(delta, image)`` goes through
   ``local_changes(delta, owns=...)``; every changed topic becomes one desired-state event per
@@ -53,7 +53,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from coordinator.changes import local_changes
-from coordinator.delta import ProblemKind, Replayer
+
 from coordinator.image import EMPTY_IMAGE, ClusterMirrorImage, MetadataImage
 from coordinator.partition_state import (
     UNKNOWN_STATE,
@@ -69,7 +69,7 @@ from coordinator.ports import PortError, SourceUnavailable
 from coordinator.states import DesiredState, MirrorState, is_legal_transition
 from coordinator.workflows.config import MirrorConfig
 from coordinator.workflows.drive import may_step_before_durable
-from records.framing import ApiMessageAndVersion, MetadataRecordSerde
+from records.framing import MetadataRecordSerde
 from streams.config import (
     WorkerConfig,
     dlq_topic_spec,
@@ -78,13 +78,7 @@ from streams.config import (
 )
 from streams.effects import MirrorRunner
 from streams.membership import coordination_failure, member_id
-from streams.metadata_log import (
-    DeadLetterQueue,
-    MetadataLogLoader,
-    MetadataLogReader,
-    SnapshotPolicy,
-    SnapshotStore,
-)
+from streams.metadata_log import MetadataLogLoader
 from streams.mirror_state_store import (
     EPOCH_HEADER,
     OFFSET_HEADER,
@@ -100,6 +94,7 @@ from streams.mirror_state_store import (
 )
 from streams.sync_status import MirrorSyncs, SyncStatusPublisher, publish, sync_status_topic_spec
 from streams.syncer import MirrorStats
+from streams.worker_follower import WorkerMetadataFollower
 
 log = logging.getLogger(__name__)
 EXIT_GROUP_LOST = 1  # the worker is out of its group for good (see ``CoordinatorWorker._watch_membership``)
@@ -506,10 +501,11 @@ class CoordinatorWorker:
         self.mirrors: dict[str, _Mirror] = {}
         self.stats: dict[str, MirrorStats] = {}  # per mirror, across its runners (``streams.metrics``)
         self.on_changelog_write: Callable[[float], None] = lambda seconds: None
-        self.caught_up = asyncio.Event()
-        self.loader: MetadataLogLoader | None = None
-        self.replayer = Replayer()
-        self.poison_offsets: list[int] = []
+        self.follower = WorkerMetadataFollower(config, self._publish)
+        # The follower's, shared: readiness, metrics and describe read them from the worker.
+        self.caught_up = self.follower.caught_up
+        self.replayer = self.follower.replayer
+        self.poison_offsets = self.follower.poison_offsets
         self.view: Any = None  # the changelog, read for other workers' states (only when table partitions are shared)
         self._producer: Any = None  # state writes to the changelog (see _changelog_producer)
         self._view_read_at = 0.0
@@ -609,56 +605,20 @@ class CoordinatorWorker:
 
     # ---------------------------------------------------------------- the metadata follower
 
+    @property
+    def loader(self) -> MetadataLogLoader | None:
+        return self.follower.loader
+
     async def _follow_metadata(self) -> None:
         c = self.config
-        topic = c.metadata_topic_name
         await ensure_topics(c.bootstrap_servers, worker_topic_specs(c))
-        dlq = DeadLetterQueue(c.bootstrap_servers, topic, client_id="kip1279-worker-dlq")
-        reader = MetadataLogReader(c.bootstrap_servers, topic, dlq=dlq, client_id="kip1279-worker-metadata")
-        await dlq.start()
-        await reader.start()
-        self.loader = loader = MetadataLogLoader(
-            reader, SnapshotStore(c.snapshot_dir / "worker"), replay=self._replay,
-            to_records=self._snapshot_records, on_poison=self._on_poison,
-            policy=SnapshotPolicy(c.snapshot_max_records, c.snapshot_max_interval_ms),
-        )  # fmt: skip
         try:
-            sid = await loader.load_snapshot()
-            if sid is not None:
-                log.info("loaded metadata snapshot %s; replaying from offset %d", sid.name, sid.end_offset)
-            await loader.catch_up()
-            await self._publish()
-            self.caught_up.set()
-            log.info("metadata log %s caught up at offset %d", topic, loader.next_offset)
-            async for entries in reader.read_batches(loader.next_offset, follow=True):
-                for entry in entries:
-                    loader.apply(entry)
-                await loader.maybe_snapshot()
-                if not self.replayer.in_transaction:
-                    await self._publish()  # once per fetch: a stop of 1,000 topics is not 1,000 publishes
+            await self.follower.run()
         finally:
-            await reader.stop()
-            await dlq.stop()
             if self.view is not None:
                 await self.view.stop()
             if self._producer is not None:
                 await self._producer.stop()
-
-    def _snapshot_records(self) -> Iterable[ApiMessageAndVersion] | None:
-        """The image of every record replayed so far (not the last published one, which lags
-        during catch-up); None inside a metadata transaction, where no snapshot may be cut."""
-        if self.replayer.in_transaction:
-            return None
-        return self.replayer.image().to_records()
-
-    def _replay(self, offset: int, epoch: int, record: ApiMessageAndVersion) -> None:
-        problem = self.replayer.replay(record, offset, epoch)
-        if problem is not None and problem.kind is not ProblemKind.STALE_OFFSET:
-            log.error("metadata record at offset %d not applied: %s", offset, problem.message)
-
-    def _on_poison(self, entry: Any) -> None:
-        self.poison_offsets.append(entry.offset)
-        self.replayer.report(entry.offset, entry.leader_epoch, ProblemKind.UNDECODABLE, entry.record.error)
 
     async def _publish(self) -> None:
         delta, image = self.replayer.publish()
