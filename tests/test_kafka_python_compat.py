@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from record_strategies import message_values
 from records.schema import FieldSpec, StructSpec
@@ -82,20 +81,25 @@ def test_every_kafka_python_rpc_schema_loads() -> None:
     assert len(CASES) > len(files)
 
 
+# One Hypothesis test per case, as in test_codec.py: a shared parametrized one overflows
+# the stack under Hypothesis's `ci` profile.
 @pytest.mark.parametrize(("message", "version"), CASES, ids=[f"{m}-v{v}" for m, v in CASES])
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(data=st.data())
-def test_same_bytes_as_kafka_python(message: str, version: int, data: st.DataObject) -> None:
+def test_same_bytes_as_kafka_python(message: str, version: int) -> None:
     codec = SCHEMAS.codec(message)
-    value = data.draw(message_values(codec, version, unknown_tags=False))
-    ours = codec.encode(value, version)
     cls = kp_class(message)
-    theirs = bytes(cls._struct.encode(to_kp(codec.spec.struct, value, version, cls), **kp_codec_args(message, version)))
-    assert theirs == ours
-    # Each decodes the other's bytes back to the same value.
-    decoded = cls._struct.decode(io.BytesIO(ours), data_class=cls, **kp_codec_args(message, version))
-    assert bytes(cls._struct.encode(decoded, **kp_codec_args(message, version))) == ours
-    assert codec.decode(theirs, version) == value
+
+    @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(value=message_values(codec, version, unknown_tags=False))
+    def same_bytes(value: object) -> None:
+        ours = codec.encode(value, version)
+        theirs = bytes(cls._struct.encode(to_kp(codec.spec.struct, value, version, cls), **kp_codec_args(message, version)))
+        assert theirs == ours
+        # Each decodes the other's bytes back to the same value.
+        decoded = cls._struct.decode(io.BytesIO(ours), data_class=cls, **kp_codec_args(message, version))
+        assert bytes(cls._struct.encode(decoded, **kp_codec_args(message, version))) == ours
+        assert codec.decode(theirs, version) == value
+
+    same_bytes()
 
 
 def test_a_hand_checked_request_matches() -> None:
