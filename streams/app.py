@@ -257,8 +257,9 @@ class WorkerStateStore:
         self.pending_lme: dict[int, dict[MirrorPartitionKey, LastMirrorEpoch]] = defaultdict(dict)
         self.owned: set[int] = set()
         # Latest states of table partitions other workers own, from the changelog (read-only):
-        # the topic level needs every partition of a topic, wherever it is owned.
-        self.remote: Mapping[tuple[str, uuid.UUID, int], Any] = {}
+        # the topic level needs every partition of a topic, wherever it is owned. None: not read
+        # for the stop under way (or the read failed), so a stopping topic's topic level waits.
+        self.remote: Mapping[tuple[str, uuid.UUID, int], Any] | None = None
         # (mirror, topic) -> metadata offset at which the topic left that mirror: state applied
         # at or before it is the old membership's, to tombstone (``deletes``) and never write.
         self.removed: dict[tuple[str, uuid.UUID], int] = {}
@@ -936,7 +937,11 @@ class CoordinatorWorker:
         if len(self.store.owned) >= self.config.state_partitions:
             self.store.remote = {}
             return
-        if not any(m.desired_state is DesiredState.STOP for m in self.image.mirrors.topics.values()):
+        # A stop reaches this worker as an event (another worker fanned it out) before its own
+        # image may show it: both count, or the topic level would run on no view of the others.
+        if not (any(m.desired_state is DesiredState.STOP for m in self.image.mirrors.topics.values())
+                or any(want is DesiredState.STOP for want, _ in self.event_desired.values())):  # fmt: skip
+            self.store.remote = None  # a view from an earlier stop may say STOPPED for a restarted partition
             return
         if time.monotonic() - self._view_read_at < self.tick_interval:
             return
@@ -951,6 +956,7 @@ class CoordinatorWorker:
                 self.view = view
             self.store.remote = await asyncio.wait_for(self.view.catch_up(), timeout=self.step_timeout)
         except Exception as e:  # noqa: BLE001 - the topic level waits for the next read (a timeout too)
+            self.store.remote = None
             log.warning("reading other workers' states from %s failed: %s", c.mirror_state_topic_name, e)
 
     def _job_done(self, m: _Mirror, fut: Any) -> None:
@@ -970,8 +976,13 @@ class CoordinatorWorker:
         r = m.runner
         t0 = time.perf_counter()
         desired = self.desired_for(r.mirror_name)
+        topics = desired
+        if self.store.remote is None and len(self.store.owned) < self.config.state_partitions:
+            # Other workers' partitions would read as UNKNOWN, which a stop counts as stopped: a
+            # topic would turn writable while a partition elsewhere still mirrors. Wait for the view.
+            topics = {t: d for t, d in desired.items() if d[0] is not DesiredState.STOP}
         try:
-            r.reconcile_topics(now_ms, desired)
+            r.reconcile_topics(now_ms, topics)
         except PortError as e:
             r._note(f"topic level: {e}")
         t1 = time.perf_counter()
