@@ -1,6 +1,6 @@
 """Mirror throughput from a real Kafka-protocol source: noida-db, then Apache Kafka -> model cluster B.
 
-    python -m bench.real_source [--mb 1024] [--partitions 4] [--record-bytes 1000] [--no-kafka]
+    python -m bench.real_source [--mb 1024] [--partitions 4] [--record-bytes 1000] [--no-kafka | --no-noida]
 
 Setup (not timed): two noida-db brokers on loopback, the coordinator's own and the *source*;
 aiokafka producers write ``--mb`` MB of record keys and values to topic ``bench`` on the source,
@@ -24,7 +24,12 @@ and ``ratio_vs_aiokafka_consumer`` (mirror MB/s over consumer MB/s; goal >= 0.5)
 Then the same again (same client code, same data size, a fresh B) with one combined-mode Apache
 Kafka node as the source (streams/apache_kafka.py), stopping the noida-db source first: the JSON
 line gains the same figures prefixed ``kafka_`` and ``kafka_mirror_vs_noida_mirror``. Where Java or
-the jars are missing (or with ``--no-kafka``) ``kafka_skipped`` says why.
+the jars are missing (or with ``--no-kafka``) ``kafka_skipped`` says why; ``--no-noida`` runs the
+Apache Kafka column only.
+
+CPU-seconds (user + system) of the mirror's processes while it copies (``*_cpu_s``: worker,
+cluster-model server, Kafka source node) and of the consumer's process while it reads
+(``consumer_cpu_s``) come with each column: the machine is shared, so wall-clock is noisy.
 """
 
 from __future__ import annotations
@@ -119,8 +124,14 @@ async def consume(bootstrap: str, ends: dict[int, int]) -> tuple[float, int]:
         await c.stop()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (/proc/PID/stat utime, stime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def mirror_once(kind: str, source_bootstrap: str, coord_bootstrap: str, args: argparse.Namespace,
-                workdir: Path) -> dict[str, Any]:  # fmt: skip
+                workdir: Path, source_pid: int | None = None) -> dict[str, Any]:  # fmt: skip
     """Loads the source, mirrors it into a fresh model cluster B, then reads it with aiokafka."""
     out: dict[str, Any] = {}
     workdir.mkdir(parents=True, exist_ok=True)
@@ -154,6 +165,10 @@ def mirror_once(kind: str, source_bootstrap: str, coord_bootstrap: str, args: ar
             raise DemoError(f"create mirror failed: {text.strip()}")
 
         b = ClusterClient(port, "B", timeout=30)
+        pids = {name: proc.pid for name, proc in procs.procs if name in ("worker-B", "model-server")}
+        if source_pid is not None:
+            pids["source"] = source_pid
+        cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
         deadline = time.monotonic() + 60
         t0 = time.perf_counter()
         while (code := run_cli(endpoint, "--start", "--mirror", MIRROR, "--topics", TOPIC)[0]) != 0:
@@ -181,10 +196,17 @@ def mirror_once(kind: str, source_bootstrap: str, coord_bootstrap: str, args: ar
                 raise DemoError(f"the mirror did not catch up within {args.timeout:.0f}s")
             time.sleep(0.05)
         mirror_s = time.perf_counter() - t0
+        cpu = {name: round(cpu_seconds(pid) - cpu0[name], 1) for name, pid in pids.items()}
         b.close()
-        say(f"[{kind}] mirror: lag 0 after {mirror_s:.1f}s")
+        say(f"[{kind}] mirror: lag 0 after {mirror_s:.1f}s; CPU-seconds {cpu}")
+        c0 = time.process_time()
+        src0 = cpu_seconds(source_pid) if source_pid is not None else 0.0
         consumer_s, consumed = asyncio.run(consume(source_bootstrap, {tp.partition: hws[tp] for tp in tps}))
-        say(f"[{kind}] aiokafka consumer: {consumed} records in {consumer_s:.1f}s")
+        consumer_cpu = round(time.process_time() - c0, 1)
+        say(f"[{kind}] aiokafka consumer: {consumed} records in {consumer_s:.1f}s; CPU-seconds {consumer_cpu}")
+        out.update({f"mirror_{name.replace('-', '_')}_cpu_s": v for name, v in cpu.items()}, consumer_cpu_s=consumer_cpu)
+        if source_pid is not None:
+            out["consumer_source_cpu_s"] = round(cpu_seconds(source_pid) - src0, 1)
         mb = nbytes / 1e6
         out.update(mb=round(mb, 1), records=nrecords, mirror_seconds=round(mirror_s, 2),
                    consumer_seconds=round(consumer_s, 2), consumer_records=consumed,
@@ -211,25 +233,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tick-interval", type=float, default=0.1)
     ap.add_argument("--timeout", type=float, default=1800.0, help="bound on the mirror's catching up, seconds")
     ap.add_argument("--no-kafka", action="store_true", help="leave out the Apache Kafka column")
+    ap.add_argument("--no-noida", action="store_true", help="leave out the noida-db source column")
     args = ap.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="kip1279-real-source-"))
     brokers: list[Any] = []
     result: dict[str, Any] = {"mb_requested": args.mb, "partitions": args.partitions, "record_bytes": args.record_bytes}
     try:
         coord = LocalBroker(workdir / "coordinator-broker").start()
-        source = LocalBroker(workdir / "source-broker").start()
-        brokers += [coord, source]
-        say(f"coordinator broker {coord.bootstrap}, source broker {source.bootstrap} (noida-db)")
-        result.update(mirror_once("noida-db", source.bootstrap, coord.bootstrap, args, workdir / "noida-db"))
-        source.stop()
+        brokers.append(coord)
+        say(f"coordinator broker {coord.bootstrap}")
+        if not args.no_noida:
+            source = LocalBroker(workdir / "source-broker").start()
+            brokers.append(source)
+            say(f"source broker {source.bootstrap} (noida-db)")
+            result.update(mirror_once("noida-db", source.bootstrap, coord.bootstrap, args, workdir / "noida-db"))
+            source.stop()
         kafka_reason = "--no-kafka" if args.no_kafka else missing_reason()
         if kafka_reason is None:
             kafka = ApacheKafkaCluster(workdir / "apache-kafka", brokers=1).start()
             brokers.append(kafka)
             say(f"source broker {kafka.bootstrap} (Apache Kafka {kafka.version}, one combined node)")
-            k = mirror_once("apache-kafka", kafka.bootstrap, coord.bootstrap, args, workdir / "kafka")
-            result.update({f"kafka_{key}": v for key, v in k.items() if key not in ("mb", "records")})
-            result["kafka_mirror_vs_noida_mirror"] = round(k["mirror_mb_per_s"] / result["mirror_mb_per_s"], 3)
+            k = mirror_once("apache-kafka", kafka.bootstrap, coord.bootstrap, args, workdir / "kafka",
+                            source_pid=kafka.brokers[0].proc.pid)  # type: ignore[union-attr]  # fmt: skip
+            result.update({f"kafka_{key}": v for key, v in k.items() if key not in ("mb", "records") or args.no_noida})
+            if not args.no_noida:
+                result["kafka_mirror_vs_noida_mirror"] = round(k["mirror_mb_per_s"] / result["mirror_mb_per_s"], 3)
             kafka.stop()
         else:
             result["kafka_skipped"] = kafka_reason

@@ -35,7 +35,9 @@ from streams.broker import LocalBroker
 from worker_harness import GROUP_TIMING, Rig, history_problems
 
 SEED = int(os.environ.get("KIP1279_CRASH_SEED", "1279"))
-POINTS_PER_PHASE = 7  # 3 phases: 21 crash points
+# 3 phases: 21 crash points on noida-db; 12 on Apache Kafka (the same kinds of point, seeded
+# alike; Kafka's run is the costlier one and adds the broker's own static-membership handling)
+POINTS_PER_PHASE = {"noida-db": 7, "apache-kafka": 4}
 MAX_DELAY = 2.5  # seconds after the command (or the previous restart)
 WIPE_SHARE = 0.3
 STATE_PARTITIONS = 4
@@ -46,8 +48,9 @@ SESSION_S = int(GROUP_TIMING["--session-timeout-ms"]) / 1000
 @pytest.mark.brokers("noida-db", "apache-kafka")
 def test_worker_sigkill_at_seeded_points_of_start_stop_and_failback(kafka_broker: LocalBroker, tmp_path: Path) -> None:
     broker = kafka_broker
+    points = POINTS_PER_PHASE["noida-db" if isinstance(broker, LocalBroker) else "apache-kafka"]
     rng = random.Random(SEED)
-    plan = {phase: [(round(rng.uniform(0.0, MAX_DELAY), 2), rng.random() < WIPE_SHARE) for _ in range(POINTS_PER_PHASE)]
+    plan = {phase: [(round(rng.uniform(0.0, MAX_DELAY), 2), rng.random() < WIPE_SHARE) for _ in range(points)]
             for phase in ("start", "stop", "failback")}  # fmt: skip
     print(f"\ncrash seed {SEED} (KIP1279_CRASH_SEED); points (delay s, wipe): {plan}")
     rig = Rig(tmp_path, broker.bootstrap, {"orders": 2, "audit": 1}, state_partitions=STATE_PARTITIONS, tick=0.1,
@@ -131,7 +134,7 @@ def test_worker_sigkill_at_seeded_points_of_start_stop_and_failback(kafka_broker
         check_history("B")  # B's worker wrote nothing after its stop
         assert rig.all_in("B", "a-to-b", MirrorState.STOPPED)
         assert sole_owner("B", set())  # B's worker, never restarted in the failback, is still in its group
-        print(f"[{time.monotonic() - t0:5.1f}s] done: {3 * POINTS_PER_PHASE} crash points, histories clean, logs "
+        print(f"[{time.monotonic() - t0:5.1f}s] done: {3 * points} crash points, histories clean, logs "
               f"converged; resumed {', '.join(f'{s:.1f}s' for s in resumed)} after each phase's last restart")
     finally:
         rig.close()
