@@ -159,7 +159,8 @@ def mirror_once(kind: str, source_bootstrap: str, coord_bootstrap: str, args: ar
         endpoint = line.split()[1]
         procs.spawn("worker-B", [PY, "-m", "streams.worker", "--tick-interval", str(args.tick_interval), *common])
         cfg = workdir / "mirror.properties"
-        cfg.write_text(f"bootstrap.servers={source_bootstrap}\nclient.id=kip1279-bench\nmetadata.refresh.interval.ms=1000\n")
+        cfg.write_text(f"bootstrap.servers={source_bootstrap}\nclient.id=kip1279-bench\nmetadata.refresh.interval.ms=1000\n"
+                       + "".join(f"{kv}\n" for kv in args.mirror_config))  # fmt: skip
         code, text = run_cli(endpoint, "--create", "--mirror", MIRROR, "--mirror-config", str(cfg))
         if code != 0:
             raise DemoError(f"create mirror failed: {text.strip()}")
@@ -234,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=1800.0, help="bound on the mirror's catching up, seconds")
     ap.add_argument("--no-kafka", action="store_true", help="leave out the Apache Kafka column")
     ap.add_argument("--no-noida", action="store_true", help="leave out the noida-db source column")
+    ap.add_argument("--mirror-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="a mirror property (e.g. replica.fetch.max.bytes=4194304); repeatable")  # fmt: skip
     args = ap.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="kip1279-real-source-"))
     brokers: list[Any] = []
