@@ -988,13 +988,25 @@ class CoordinatorWorker:
         t1 = time.perf_counter()
         r.step_partitions(now_ms, keys, desired)
         t2 = time.perf_counter()
-        only = {k.topic_partition for k in keys if not self.store.has_pending(k)}
-        r.fetch_round(now_ms, only, desired)
+        free = {k.topic_partition: k for k in keys if not self.store.has_pending(k)}
+        only, rounds = set(free), 0
+        while only:
+            before = {tp: r.progress.get(tp) for tp in only}
+            r.fetch_round(now_ms + int((time.perf_counter() - t2) * 1000), only, desired)
+            rounds += 1
+            # As a replica fetcher, fetch again at once while behind: a partition this round moved
+            # on and left short of the source's HW, with no state write pending, for up to a tick
+            # (else the copy is capped at replica.fetch.max.bytes per partition per tick).
+            only = {tp for tp in only if (got := r.progress.get(tp)) != before[tp] and got is not None
+                    and got[1] < got[0] and not self.store.has_pending(free[tp])}  # fmt: skip
+            if time.perf_counter() - t2 >= self.tick_interval:
+                break
         t3 = time.perf_counter()
         synced = r.sync_if_due(now_ms, desired)
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("mirror %s, %d key(s): topics %.3fs, steps %.3fs, fetch %.3fs (%d), sync %s %.3fs",
-                      r.mirror_name, len(keys), t1 - t0, t2 - t1, t3 - t2, len(only), synced, time.perf_counter() - t3)
+            log.debug("mirror %s, %d key(s): topics %.3fs, steps %.3fs, fetch %.3fs (%d partitions, %d rounds), sync %s %.3fs",
+                      r.mirror_name, len(keys), t1 - t0, t2 - t1, t3 - t2, len(free), rounds, synced,
+                      time.perf_counter() - t3)  # fmt: skip
 
     # ---------------------------------------------------------------------------- lifecycle
 

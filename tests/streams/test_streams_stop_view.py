@@ -75,7 +75,7 @@ def test_no_stop_anywhere_drops_the_view_and_a_failed_read_leaves_none() -> None
 def job_topics(owned: set[int], remote: dict[Any, Any] | None) -> dict[uuid.UUID, Any]:
     desired = {TOPIC: (DesiredState.STOP, 7), OTHER: (DesiredState.START, 3)}
     seen: dict[uuid.UUID, Any] = {}
-    runner = SimpleNamespace(mirror_name="m", reconcile_topics=lambda now, d: seen.update(d),
+    runner = SimpleNamespace(mirror_name="m", progress={}, reconcile_topics=lambda now, d: seen.update(d),
                              step_partitions=lambda *a: None, fetch_round=lambda *a: None,
                              sync_if_due=lambda *a: False, _note=lambda msg: None)  # fmt: skip
     w = worker(owned, {}, image_stop=True, view=View({}))
