@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 import msgspec
 
@@ -47,12 +46,8 @@ from coordinator.partition_state import (
     stamp_applied,
 )
 from coordinator.ports import (
-    Batch,
     DestinationCluster,
-    EpochEndOffset,
     FetchResult,
-    IsolationLevel,
-    OffsetOutOfRange,
     PortError,
     SourceCluster,
     TopicMetadata,
@@ -64,27 +59,19 @@ from coordinator.retry import fail, source_failed
 from coordinator.states import DesiredState, ErrorCode, MirrorState, is_legal_transition
 from coordinator.workflows import commands as c
 from coordinator.workflows.config import MirrorConfig
-from coordinator.workflows.drive import (
-    Need,
-    PartitionObservation,
-    decide_partition,
-    needs,
-)
+from coordinator.workflows.drive import decide_partition
 from coordinator.workflows.fetcher import (
-    MIRROR_FETCH_ISOLATION,
-    FetchPosition,
-    OutOfRange,
     decide_fetch,
     fetcher_of,
     lag,
     partition_max_bytes,
     round_order,
 )
-from coordinator.workflows.prepare import PrepareObservation
-from coordinator.workflows.stop import FinalSync, StopObservation
+from coordinator.workflows.stop import FinalSync
 from coordinator.workflows.sync_groups import SYNCED_STATES
 from coordinator.workflows.topic import TopicObservation, decide_topic
-from streams.observe import K, Call, Observer, describe_one, drive_all, latest_epoch, raise_first, run_calls
+from streams.mirror_observers import MirrorObservers, SourceCallFailed
+from streams.observe import K, Call, drive_all, run_calls
 from streams.syncer import MirrorStats, MirrorSyncer
 
 _SETTLE_STEPS = 12  # workflow steps per partition per round; every workflow is shorter
@@ -92,17 +79,6 @@ _FETCH_WAVE = 256  # partitions fetched per pipelined wave; the round's byte bud
 
 log = logging.getLogger(__name__)
 _STARTED = (DesiredState.START, -1)  # a topic without a desired-state record mirrors as started
-
-class SourceCallFailed(PortError):
-    """A call to the source failed with ``cause``: told apart from the destination's failures,
-    which are not the source's fault."""
-
-    retriable = True
-
-    def __init__(self, cause: PortError) -> None:
-        super().__init__(f"source: {cause}")
-        self.cause = cause
-
 
 class InMemoryStateStore:
     """Stand-in for ``__mirror_state``: encoded values per key, fenced writes, legal transitions only."""
@@ -290,6 +266,8 @@ class MirrorRunner:
         self.peak_round_bytes = 0
         self.warnings: list[str] = []
         self.errors: list[str] = []
+        self.observers = MirrorObservers(mirror_name, source, dest, self.sessions, self.ready, self.source_topics,
+                                         self.final_sync, lambda: (self._source_cluster_id, self._dest_cluster_id))
         self.syncer = MirrorSyncer(mirror_name, source, dest, self.config, self.executor, self.stats,
                                    self._topic_name, self._note, self.warnings)  # fmt: skip
         self.now_ms = 0
@@ -457,7 +435,7 @@ class MirrorRunner:
         """Observe every topic at once (pipelined), then decide and act topic by topic."""
         for topic_id, _, _ in topics:
             self.ready.discard(topic_id)
-        observed = drive_all({t: self._observe_topic(t, want) for t, want, _ in topics})
+        observed = drive_all({t: self.observers.topic(t, want) for t, want, _ in topics})
         if topics:
             failed = any(isinstance(o, PortError) for o in observed.values())
             self.stats.synced("topic_metadata_refresh", self.now_ms, failed)
@@ -492,25 +470,6 @@ class MirrorRunner:
         else:
             self._topic_settled.pop(topic_id, None)
 
-    def _observe_topic(self, topic_id: uuid.UUID, want: DesiredState) -> Observer:
-        dest_topic = yield from describe_one(self.dest, topic_id)
-        if want is DesiredState.STOP:
-            # A failover needs nothing from the source, which may well be gone.
-            return TopicObservation(topic_id=topic_id, source_topic=None, dest_topic=dest_topic,
-                                    source_cluster_id="", dest_cluster_id=self._dest_cluster_id or "")
-        if self._source_cluster_id is None or self._dest_cluster_id is None:
-            return None
-        source_topic = yield from describe_one(self.source, topic_id)
-        if source_topic is not None:
-            self.source_topics[topic_id] = source_topic
-        same_name = None
-        if dest_topic is None and source_topic is not None:
-            every = yield (self.dest, "describe_topics", (), None)  # asked once per wave, however many topics need it
-            same_name = next((t for t in every if t.name == source_topic.name), None)
-        return TopicObservation(topic_id=topic_id, source_topic=source_topic, dest_topic=dest_topic,
-                                dest_same_name=same_name, source_cluster_id=self._source_cluster_id,
-                                dest_cluster_id=self._dest_cluster_id)
-
     # ------------------------------------------------------------------ partition level
 
     def _settle(self, desired: dict[uuid.UUID, tuple[DesiredState, int]]) -> None:
@@ -532,7 +491,7 @@ class MirrorRunner:
             self._final_group_sync([key.topic_partition for key, _, _ in active
                                     if states[key].state is MirrorState.STOPPING and states[key].step is Step.STOP_WAIT_ISR
                                     and self.final_sync.get(key.topic_partition) is not FinalSync.RAN])  # fmt: skip
-            observed = drive_all({key: self._observe(key, states[key], want) for key, want, _ in active})
+            observed = drive_all({key: self.observers.partition(key, states[key], want, self.now_ms) for key, want, _ in active})
             decisions = {}
             for key, want, offset in active:
                 obs = observed[key]
@@ -566,100 +525,6 @@ class MirrorRunner:
                     self.final_sync.pop(tp, None)
                 nxt.append((key, want, offset))
             active = nxt
-
-    def _observe(self, key: MirrorPartitionKey, state: MirrorPartitionState, want: DesiredState) -> Observer:
-        tp = key.topic_partition
-        in_fetcher = tp in self.sessions[fetcher_of(tp, len(self.sessions))]
-        need = needs(state, want, self.now_ms)
-        if need is Need.NOTHING:
-            return PartitionObservation(in_fetcher=in_fetcher)
-        if need is Need.SOURCE:  # a FAILED partition retries once the source answers for it
-            yield from self._ask_source((self.source, "list_offsets", (tp,), None))
-            return PartitionObservation(in_fetcher=in_fetcher)
-        if need is Need.DEST:
-            return PartitionObservation(in_fetcher=in_fetcher, dest=(yield (self.dest, "list_offsets", (tp,), None)))
-        if need is Need.PREPARE:
-            return PartitionObservation(in_fetcher=in_fetcher, prepare=(yield from self._observe_prepare(tp, state)))
-        return PartitionObservation(in_fetcher=in_fetcher, stop=(yield from self._observe_stop(tp, state, in_fetcher)))
-
-    def _observe_prepare(self, tp: TopicPartition, state: MirrorPartitionState) -> Observer:
-        ready = tp.topic_id in self.ready
-        if state.step is Step.PREPARE_WAIT_ISR:
-            asks: list[Call] = [(self.dest, "list_offsets", (tp,), None), (self.source, "list_offsets", (tp,), None),
-                                (self.dest, "isr_status", (tp,), None)]  # fmt: skip
-            got = yield asks
-            self._raise_first(asks, got)
-            dest, src, isr = got
-            return PrepareObservation(topic_ready=ready, dest=dest, source_leader_epoch=src.leader_epoch, isr=isr)
-        # The source keeps its LME under the mirror that fed it (the one its topic is attached to).
-        src_topic = self.source_topics.get(tp.topic_id)
-        lme_mirror = (src_topic.mirror_name if src_topic is not None else None) or self.mirror_name
-        asks = [(self.dest, "list_offsets", (tp,), None), (self.source, "list_offsets", (tp,), None),
-                (self.source, "last_mirrored_epoch", (lme_mirror, tp), None)]  # fmt: skip
-        got = yield asks
-        self._raise_first(asks, got)
-        dest, src, lme = got
-        src_end = local_end = None
-        if lme is not None:
-            src_end = yield from self._ask_source((self.source, "end_offset_for_epoch", (tp, lme), None))
-            if not src_end.undefined:
-                local_end = yield (self.dest, "end_offset_for_epoch", (tp, src_end.epoch), None)
-        return PrepareObservation(topic_ready=ready, dest=dest, source_leader_epoch=src.leader_epoch, source_lme=lme,
-                                  source_epoch_end=src_end, local_epoch_end=local_end)
-
-    def _observe_stop(self, tp: TopicPartition, state: MirrorPartitionState, in_fetcher: bool) -> Observer:
-        """Destination only: a failover must work with the source unreachable."""
-        step = state.step
-        asks: list[Call] = [(self.dest, "list_offsets", (tp,), None)]
-        if step is Step.STOP_ABORT_OPEN:
-            asks.append((self.dest, "open_transactions", (tp,), None))
-        elif step is Step.STOP_WAIT_ISR:
-            asks.append((self.dest, "isr_status", (tp,), None))
-        elif step is Step.STOP_PID_RESET:  # the reset batch names the source cluster the topic mirrored
-            asks.append((self.dest, "describe_topics", ((tp.topic_id,),), None))
-        got = yield asks
-        dest = got[0]
-        described = got[1] if step is Step.STOP_PID_RESET else []
-        if isinstance(described, UnknownTopicId):
-            described = got[1] = []
-        raise_first(got)
-        latest = tail = None
-        if step is Step.STOP_RECORD_LME:
-            epoch = yield from latest_epoch(self.dest, tp, dest.leader_epoch)
-            latest = EpochEndOffset(epoch, dest.leo) if epoch is not None else EpochEndOffset(-1, -1)
-        elif step is Step.STOP_PID_RESET and dest.hw >= dest.leo:
-            tail = yield from self._read_dest(tp, state.stop_offset, dest.leo)
-        opens = tuple(got[1]) if step is Step.STOP_ABORT_OPEN else ()
-        isr = got[1] if step is Step.STOP_WAIT_ISR else None
-        topic = described[0] if described else None
-        source_id = (topic.mirror_source_cluster_id if topic is not None else None) or self._source_cluster_id or ""
-        final = self.final_sync.get(tp) if step is Step.STOP_WAIT_ISR else None
-        return StopObservation(dest=dest, dest_latest_epoch=latest, open_transactions=opens, tail=tail,
-                               isr=isr, in_fetcher=in_fetcher, source_cluster_id=source_id, final_sync=final)
-
-    def _ask_source(self, call: Call) -> Observer:
-        """One source call; its failure raised as SourceCallFailed."""
-        try:
-            return (yield call)
-        except PortError as e:
-            raise SourceCallFailed(e) from e
-
-    def _raise_first(self, calls: Sequence[Call], got: Sequence[Any]) -> None:
-        """``raise_first``, a source call's failure as SourceCallFailed."""
-        for call, value in zip(calls, got):
-            if isinstance(value, PortError):
-                raise SourceCallFailed(value) if call[0] is self.source else value
-
-    def _read_dest(self, tp: TopicPartition, start: int, end: int) -> Observer:
-        out: list[Batch] = []
-        offset = start
-        while offset < end:
-            got = (yield (self.dest, "fetch", (tp, offset, 1 << 20, IsolationLevel.READ_UNCOMMITTED), None)).batches
-            if not got:
-                break
-            out.extend(got)
-            offset = got[-1].next_offset
-        return tuple(out)
 
     def _persist(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> bool:
         try:
@@ -717,7 +582,7 @@ class MirrorRunner:
                     break
                 wave = order[w : w + _FETCH_WAVE]
                 cap = partition_max_bytes(remaining, self.config)
-                fetched = drive_all({tp: self._fetch_observe(tp, cap) for tp in wave})
+                fetched = drive_all({tp: self.observers.fetch(tp, cap) for tp in wave})
                 self.stats.fetch_requests += 1
                 commands: dict[TopicPartition, Sequence[c.Command]] = {}
                 decided = []
@@ -760,24 +625,5 @@ class MirrorRunner:
                         self._persist(self.key(tp), stamp_applied(decision.state, offset))
             self.rotation[i] += served
             self.peak_round_bytes = max(self.peak_round_bytes, used)
-
-    def _fetch_observe(self, tp: TopicPartition, max_bytes: int) -> Observer:
-        """The fetch position from the destination, the source's fetch from there, and on a
-        diverging epoch the destination's end offset for it."""
-        dest = yield (self.dest, "list_offsets", (tp,), None)
-        epoch = yield from latest_epoch(self.dest, tp, dest.leader_epoch)
-        pos = FetchPosition(dest.leo, epoch, dest.log_start, dest.leader_epoch)
-        result: FetchResult | OutOfRange
-        try:
-            result = yield (self.source, "fetch", (tp, pos.fetch_offset, max_bytes, MIRROR_FETCH_ISOLATION),
-                            {"last_fetched_epoch": pos.last_fetched_epoch})  # fmt: skip
-        except OffsetOutOfRange as e:
-            result = OutOfRange(e.log_start, e.leo)
-        except PortError as e:
-            raise SourceCallFailed(e) from e
-        local_end = None
-        if isinstance(result, FetchResult) and result.diverging_epoch is not None:
-            local_end = yield (self.dest, "end_offset_for_epoch", (tp, result.diverging_epoch.epoch), None)
-        return pos, result, local_end
 
     # ------------------------------------------------------------------ metadata sync
