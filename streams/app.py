@@ -66,6 +66,7 @@ from coordinator.partition_state import (
     encode_state,
 )
 from coordinator.ports import PortError, SourceUnavailable
+from coordinator.state_counts import StateTally
 from coordinator.states import DesiredState, MirrorState, is_legal_transition
 from coordinator.workflows.config import MirrorConfig
 from coordinator.workflows.drive import may_step_before_durable
@@ -240,6 +241,45 @@ def in_process_ports(clusters: dict[str, Any], dest: str) -> PortFactory:
 # ------------------------------------------------------------------------------ state cache
 
 
+class DurableStates(dict):  # type: ignore[type-arg]
+    """The durable states by key, with counts per state kept as they change (``tally``): the
+    sync status reports how many partitions mirror every second without a walk over them all."""
+
+    __slots__ = ("tally",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tally = StateTally()
+
+    def __setitem__(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> None:
+        dict.__setitem__(self, key, state)
+        self.tally.set((key.mirror_name, key.topic_id, key.partition), state.state)
+
+    def __delitem__(self, key: MirrorPartitionKey) -> None:
+        dict.__delitem__(self, key)
+        self.tally.discard((key.mirror_name, key.topic_id, key.partition))
+
+    def pop(self, key: MirrorPartitionKey, *default: Any) -> Any:
+        if key in self:
+            state = dict.pop(self, key)
+            self.tally.discard((key.mirror_name, key.topic_id, key.partition))
+            return state
+        return dict.pop(self, key, *default)
+
+    def clear(self) -> None:
+        dict.clear(self)
+        self.tally = StateTally()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, state in dict(*args, **kwargs).items():
+            self[key] = state
+
+    def setdefault(self, key: MirrorPartitionKey, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+
 class WorkerStateStore:
     """The states of the table partitions this worker owns, decoded, plus queued writes.
 
@@ -252,7 +292,7 @@ class WorkerStateStore:
     def __init__(self, num_partitions: int) -> None:
         self.num_partitions = num_partitions
         self.lock = threading.RLock()
-        self.durable: dict[MirrorPartitionKey, MirrorPartitionState] = {}
+        self.durable: DurableStates = DurableStates()
         self.pending: dict[int, dict[MirrorPartitionKey, MirrorPartitionState]] = defaultdict(dict)
         self.pending_lme: dict[int, dict[MirrorPartitionKey, LastMirrorEpoch]] = defaultdict(dict)
         self.owned: set[int] = set()
@@ -264,6 +304,7 @@ class WorkerStateStore:
         self.removed: dict[tuple[str, uuid.UUID], int] = {}
         self.deletes: dict[int, set[MirrorPartitionKey]] = defaultdict(set)
         self._partition: dict[MirrorPartitionKey, int] = {}
+        self._state_keys: dict[MirrorPartitionKey, bytes] = {}  # encoded MirrorPartitionState keys
         self.transitions = 0
         self.writes = 0
         # Told of each acknowledged change of state and write out of FAILED (``streams.metrics``).
@@ -272,16 +313,27 @@ class WorkerStateStore:
     def partition_of(self, key: MirrorPartitionKey) -> int:
         p = self._partition.get(key)
         if p is None:
-            body = default_codec().key_body(key.mirror_name, key.topic_id, key.partition)
-            p = self._partition[key] = partition_for_key(b"\0\0" + body, self.num_partitions)
+            raw = self.state_key(key)
+            p = self._partition[key] = partition_for_key(raw, self.num_partitions)
         return p
 
+    def state_key(self, key: MirrorPartitionKey) -> bytes:
+        """The key's encoded MirrorPartitionState key (made once per key)."""
+        raw = self._state_keys.get(key)
+        if raw is None:
+            raw = self._state_keys[key] = default_codec().state_key(key.mirror_name, key.topic_id, key.partition)
+        return raw
+
     def get(self, key: MirrorPartitionKey) -> MirrorPartitionState | None:
-        with self.lock:
+        p = self._partition.get(key)
+        if p is None:
             p = self.partition_of(key)
-            got = self.pending.get(p, {}).get(key)
-            if got is not None:
-                return got
+        with self.lock:
+            pending = self.pending.get(p)
+            if pending:
+                got = pending.get(key)
+                if got is not None:
+                    return got
             got = self.durable.get(key)
             if got is None and p not in self.owned and self.remote:
                 status = self.remote.get((key.mirror_name, key.topic_id, key.partition))
@@ -333,8 +385,12 @@ class WorkerStateStore:
     def may_run(self, key: MirrorPartitionKey, current: MirrorPartitionState, proposed: MirrorPartitionState | None) -> bool:
         """May a step that moves ``key`` from ``current`` to ``proposed`` (None: any step) run
         before ``current`` is durable?"""
+        p = self._partition.get(key)
+        if p is None:
+            p = self.partition_of(key)
         with self.lock:
-            pending = self.pending.get(self.partition_of(key), {}).get(key)
+            queued = self.pending.get(p)
+            pending = queued.get(key) if queued else None
             if pending is None:
                 return True
             return may_step_before_durable(pending, self.durable.get(key), proposed)
@@ -414,6 +470,11 @@ class WorkerStateStore:
         with self.lock:
             return key in self.pending.get(self.partition_of(key), {})
 
+    def pending_keys(self, partition: int) -> set[MirrorPartitionKey]:
+        """The keys of ``partition`` with a write not yet durable (a copy)."""
+        with self.lock:
+            return set(self.pending.get(partition, ()))
+
     def drop_partition(self, partition: int) -> list[MirrorPartitionKey]:
         with self.lock:
             self.owned.discard(partition)
@@ -423,6 +484,7 @@ class WorkerStateStore:
             gone = [k for k in self.durable if self.partition_of(k) == partition]
             for k in gone:
                 del self.durable[k]
+                self._state_keys.pop(k, None)
             return gone
 
 
@@ -575,11 +637,9 @@ class CoordinatorWorker:
         every half sync interval."""
         if not self.caught_up.is_set():
             return
-        with self.store.lock:
-            counts: dict[str, int] = defaultdict(int)
-            for key, st in self.store.durable.items():
-                if st.state == MirrorState.MIRRORING:
-                    counts[key.mirror_name] += 1
+        with self.store.lock:  # counts kept as states land: no walk over every partition each second
+            tally = self.store.durable.tally
+            counts = {name: tally.mirror_counts(name).get(MirrorState.MIRRORING, 0) for name in self.mirrors}
         mirrors = {name: MirrorSyncs(counts.get(name, 0), m.runner.config.metadata_refresh_interval_ms,
                                      self.stats[name].sync_success_ms if name in self.stats else {})
                    for name, m in self.mirrors.items()}  # fmt: skip
@@ -812,14 +872,16 @@ class CoordinatorWorker:
             return 0
         codec = default_codec()
         writes: list[tuple[bytes, bytes | None]] = [(raw, None) for raw in self._tombstones(deletes)]  # before new states
-        writes += [(codec.state_key(k.mirror_name, k.topic_id, k.partition), _VALUE_PREFIX + encode_state(st)) for k, st in ready]
+        state_key = self.store.state_key
+        writes += [(state_key(k), _VALUE_PREFIX + encode_state(st)) for k, st in ready]
         for key, lme in lmes.items():
             value = codec.lme_value(lme.last_mirror_epoch, lme.applied_offset)
             writes.append((codec.lme_key(key.mirror_name, key.topic_id, key.partition), codec.encode_value(value)))
         try:
             # durable before the next step's commands run
             started = time.perf_counter()
-            await self.table.write_durably(partition, writes, await self._changelog_producer())
+            # every key's partition was worked out (murmur2) when it was queued under ``partition``
+            await self.table.write_durably(partition, writes, await self._changelog_producer(), keys_checked=True)
             self.on_changelog_write(time.perf_counter() - started)
         except BaseException:
             self.store.requeue(partition, taken, lmes)  # not acknowledged: the next round writes them again
@@ -912,7 +974,7 @@ class CoordinatorWorker:
                 m = await self._mirror(name)
                 if m is None or m.busy is not None:
                     continue  # still busy with a slow port call: only this mirror's partitions wait
-                fut = loop.run_in_executor(self.pool, self._job, m, mkeys, self.clock_ms())
+                fut = loop.run_in_executor(self.pool, self._job, m, mkeys, self.clock_ms(), partition)
                 m.busy = fut
                 fut.add_done_callback(lambda f, m=m: self._job_done(m, f))
                 jobs.append(fut)
@@ -965,7 +1027,7 @@ class CoordinatorWorker:
             del self.mirrors[name]
         m.close()
 
-    def _job(self, m: _Mirror, keys: list[MirrorPartitionKey], now_ms: int) -> None:
+    def _job(self, m: _Mirror, keys: list[MirrorPartitionKey], now_ms: int, partition: int | None = None) -> None:
         """On a pool thread: one step per partition, the topic level, the fetch round, the sync."""
         r = m.runner
         t0 = time.perf_counter()
@@ -977,7 +1039,11 @@ class CoordinatorWorker:
         t1 = time.perf_counter()
         r.step_partitions(now_ms, keys, desired)
         t2 = time.perf_counter()
-        only = {k.topic_partition for k in keys if not self.store.has_pending(k)}
+        if partition is None:
+            only = {k.topic_partition for k in keys if not self.store.has_pending(k)}
+        else:
+            pending = self.store.pending_keys(partition)
+            only = {k.topic_partition for k in keys if k not in pending}
         r.fetch_round(now_ms, only, desired)
         t3 = time.perf_counter()
         synced = r.sync_if_due(now_ms, desired)
