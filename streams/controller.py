@@ -332,6 +332,9 @@ class MirrorStateChangelogView:
         tps = [TopicPartition(self.topic, p) for p in range(self.num_partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
+        # Read only when asked (``catch_up``): between reads nothing is fetched. An idle consumer
+        # at the end of a big changelog kept the broker answering ~100 fetches a second.
+        consumer.pause(*tps)
         self._consumer = consumer
 
     async def stop(self) -> None:
@@ -351,15 +354,14 @@ class MirrorStateChangelogView:
             return
         tps = list(consumer.assignment())
         ends = await consumer.end_offsets(tps)
-        latest, prefix = self._latest, self._state_prefix
-        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
-            for msgs in (await consumer.getmany(*tps, timeout_ms=200)).values():
-                for msg in msgs:
-                    key = msg.key or b""
-                    if key[:2] == prefix:  # keep the latest raw value; decoded below, once per key
-                        latest[key] = (msg.value, msg.offset)
-                    elif key[:2] not in self._other_prefixes:
-                        log.error("undecodable %s record at offset %d: unknown record type", self.topic, msg.offset)
+        latest = self._latest
+        behind = [tp for tp in tps if await consumer.position(tp) < ends[tp]]
+        if behind:
+            consumer.resume(*behind)
+        try:
+            await self._read_to(consumer, tps, ends)
+        finally:
+            consumer.pause(*tps)
         if latest:
             changed = await _off_loop(len(latest), self._decode_latest, latest)
             tally = self.tally()
@@ -371,6 +373,18 @@ class MirrorStateChangelogView:
                     self._states[skey] = status
                     tally.set(skey, status.state)
             self._latest = {}  # only now: a read cancelled while decoding decodes them next time
+
+    async def _read_to(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition], ends: Mapping[TopicPartition, int]) -> None:
+        """Reads ``tps`` up to ``ends``, keeping the latest raw value per state key in ``_latest``."""
+        latest, prefix = self._latest, self._state_prefix
+        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
+            for msgs in (await consumer.getmany(*tps, timeout_ms=200)).values():
+                for msg in msgs:
+                    key = msg.key or b""
+                    if key[:2] == prefix:  # keep the latest raw value; decoded below, once per key
+                        latest[key] = (msg.value, msg.offset)
+                    elif key[:2] not in self._other_prefixes:
+                        log.error("undecodable %s record at offset %d: unknown record type", self.topic, msg.offset)
 
     def _decode_latest(self, latest: Mapping[bytes, tuple[bytes | None, int]]) -> dict[StateKey, PartitionStatus | None]:
         """Only the latest value of each key written since the last read is decoded: a partition
