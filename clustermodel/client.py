@@ -149,7 +149,8 @@ class ClusterClient:
             request_id, data = self._encode(method, args, call[2] if len(call) > 2 else {})  # type: ignore[misc]
             ids.append((request_id, f"{BATCH}:{args[0]}" if method == BATCH else method))
             out += data
-        frames: list[bytes] = []
+        results: list[Any] = []
+        undecodable: BaseException | None = None  # raised once every reply is read: the connection stays in step
         view = memoryview(bytes(out))
         sent = 0
         timeout = self._sock.gettimeout()
@@ -157,7 +158,7 @@ class ClusterClient:
         try:
             with selectors.DefaultSelector() as sel:
                 sel.register(self._sock, selectors.EVENT_READ | selectors.EVENT_WRITE)
-                while len(frames) < len(ids):
+                while len(results) < len(ids):
                     events = sel.select(timeout)
                     if not events:
                         raise SourceUnavailable(self.cluster, "model server timed out")
@@ -171,17 +172,22 @@ class ClusterClient:
                             if not chunk:
                                 raise SourceUnavailable(self.cluster, "model server closed the connection")
                             self._buf += chunk
-                            frames.extend(self._complete_frames())
+                            # Decoded as they come: the server works on the next requests meanwhile.
+                            for payload in self._complete_frames():
+                                try:
+                                    resp = response_decoder.decode(payload)
+                                    results.append(_result(ids[len(results)][1], resp.ok, resp.result))
+                                except Exception as e:  # noqa: BLE001 - raised below
+                                    results.append(e)
+                                    undecodable = undecodable or e
         except (BlockingIOError, InterruptedError):  # pragma: no cover - spurious wakeup
             raise SourceUnavailable(self.cluster, "model server connection failed") from None
         except OSError as exc:
             raise SourceUnavailable(self.cluster, f"model server connection failed: {exc}") from exc
         finally:
             self._sock.settimeout(timeout)
-        results = []
-        for (request_id, method), payload in zip(ids, frames):
-            resp = response_decoder.decode(payload)
-            results.append(_result(method, resp.ok, resp.result))
+        if undecodable is not None:
+            raise undecodable
         return results
 
     def call_many(self, calls: Sequence[tuple[str, tuple[Any, ...], Mapping[str, Any] | None]]) -> list[Any]:

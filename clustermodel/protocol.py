@@ -87,10 +87,13 @@ class ErrorBody(msgspec.Struct, array_like=True):
     fields: dict[str, Any] = {}
 
 
+_REQUIRED = object()  # a parameter without a default
+
+
 class MethodSpec:
     """How to decode one method's arguments (server) and its result (client)."""
 
-    __slots__ = ("args_decoder", "arity", "name", "result_decoder", "signature")
+    __slots__ = ("_defaults", "_index", "args_decoder", "arity", "name", "result_decoder", "signature")
 
     def __init__(self, name: str) -> None:
         fn = getattr(ClusterModel, name)
@@ -104,6 +107,8 @@ class MethodSpec:
             else:
                 fields.append((pname, hints[pname], param.default))
         self.arity = len(fields)
+        self._index = {f[0]: i for i, f in enumerate(fields)}
+        self._defaults = [f[2] if len(f) == 3 else _REQUIRED for f in fields]
         args_type = msgspec.defstruct(f"{name}_args", fields, array_like=True)
         self.args_decoder = msgspec.msgpack.Decoder(args_type)
         self.result_decoder = msgspec.msgpack.Decoder(hints.get("return", Any))
@@ -112,6 +117,13 @@ class MethodSpec:
         """Bind a call's arguments into the positional list the wire carries."""
         if not kwargs and len(args) == self.arity:
             return list(args)  # the common case, without inspect's binding
+        index = self._index
+        if len(args) <= self.arity and all(k in index and index[k] >= len(args) for k in kwargs):
+            out = list(args) + self._defaults[len(args):]  # keyword arguments into their places
+            for k, v in kwargs.items():
+                out[index[k]] = v
+            if _REQUIRED not in out:
+                return out
         bound = self.signature.bind(None, *args, **kwargs)
         bound.apply_defaults()
         return list(bound.arguments.values())[1:]

@@ -42,6 +42,7 @@ from coordinator.image import (
     TopicImage,
 )
 from coordinator.states import DesiredState, ErrorCode, MirrorState, is_legal_transition
+from coordinator.state_counts import StateTally
 from coordinator.topic_filter import (
     EXCLUDE_CONFIG,
     INCLUDE_CONFIG,
@@ -628,6 +629,9 @@ class DescribedTopic(NamedTuple):
     topic_id: uuid.UUID
     desired_state: DesiredState
     partitions: tuple[tuple[int, MirrorState], ...]
+    # Counts per state (a partition with no state: UNKNOWN) when described from a ``StateTally``:
+    # then no partitions are listed.
+    state_counts: Mapping[MirrorState, int] | None = None
 
 
 class DescribedMirror(NamedTuple):
@@ -664,10 +668,11 @@ def list_cluster_mirrors(
 
 def describe_cluster_mirrors(
     image: MetadataImage, mirror_names: Sequence[str] = (), *, states: StateView | None = None,
-    principal: Principal | None = None,
+    principal: Principal | None = None, tally: StateTally | None = None,
 ) -> tuple[DescribedMirror, ...]:
     """Mirrors (all when ``mirror_names`` is empty) with redacted configs, their topics' desired
-    states and, given ``states``, each partition's state."""
+    states and, given ``states``, each partition's state; given ``tally`` instead, each topic's
+    counts per state and no partitions (a progress poll's cost then follows the topics)."""
     names = list(mirror_names) or sorted(image.mirrors.mirrors)
     members = _members_by_mirror(image)
     out = []
@@ -684,6 +689,10 @@ def describe_cluster_mirrors(
         topics = []
         for m in sorted(members.get(name, []), key=lambda m: image.topics.by_id[m.topic_id].name):
             t = image.topics.by_id[m.topic_id]
+            if tally is not None:
+                counts = tally.topic_counts(name, t.topic_id, t.partitions)
+                topics.append(DescribedTopic(t.name, t.topic_id, m.desired_state, (), counts))
+                continue
             ps = _partition_states(states, name, t) if states is not None else [(p, MirrorState.UNKNOWN) for p in sorted(t.partitions)]
             topics.append(DescribedTopic(t.name, t.topic_id, m.desired_state, tuple(ps)))
         out.append(DescribedMirror(name, ErrorCode.NONE, None, redact_config(mirror.configs), tuple(topics)))

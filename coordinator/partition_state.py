@@ -84,10 +84,10 @@ class MirrorPartitionState(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
     def to_schema_fields(self) -> dict[str, Any]:
         """The ``MirrorPartitionStateValue`` fields, 1:1 (the resume fields are tagged ones)."""
-        return {
-            name: int(value) if isinstance(value, enum.IntEnum) else value
-            for name, value in msgspec.structs.asdict(self).items()
-        }
+        fields = msgspec.structs.asdict(self)
+        for name in _ENUM_FIELDS:  # the enum-typed fields as plain ints; the rest as they are
+            fields[name] = int(fields[name])
+        return fields
 
     @classmethod
     def from_schema_fields(cls, fields: Any) -> MirrorPartitionState:
@@ -229,6 +229,9 @@ def check_write(key: MirrorPartitionKey, stored: MirrorPartitionState | None, pr
         raise StateWriteFenced(key, FenceReason.STALE_LEADER_EPOCH, stored.leader_epoch, proposed.leader_epoch)
     if proposed.state_epoch <= stored.state_epoch:
         raise StateWriteFenced(key, FenceReason.STALE_STATE_EPOCH, stored.state_epoch, proposed.state_epoch)
+
+
+_ENUM_FIELDS = ("state", "previous_state", "step", "error_code")
 
 
 def encode_state(state: MirrorPartitionState) -> bytes:

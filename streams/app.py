@@ -66,6 +66,7 @@ from coordinator.partition_state import (
     encode_state,
 )
 from coordinator.ports import PortError, SourceUnavailable
+from coordinator.state_counts import StateTally
 from coordinator.states import DesiredState, MirrorState, is_legal_transition
 from coordinator.workflows.config import MirrorConfig
 from coordinator.workflows.drive import may_step_before_durable
@@ -240,6 +241,45 @@ def in_process_ports(clusters: dict[str, Any], dest: str) -> PortFactory:
 # ------------------------------------------------------------------------------ state cache
 
 
+class DurableStates(dict):  # type: ignore[type-arg]
+    """The durable states by key, with counts per state kept as they change (``tally``): the
+    sync status reports how many partitions mirror every second without a walk over them all."""
+
+    __slots__ = ("tally",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tally = StateTally()
+
+    def __setitem__(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> None:
+        dict.__setitem__(self, key, state)
+        self.tally.set((key.mirror_name, key.topic_id, key.partition), state.state)
+
+    def __delitem__(self, key: MirrorPartitionKey) -> None:
+        dict.__delitem__(self, key)
+        self.tally.discard((key.mirror_name, key.topic_id, key.partition))
+
+    def pop(self, key: MirrorPartitionKey, *default: Any) -> Any:
+        if key in self:
+            state = dict.pop(self, key)
+            self.tally.discard((key.mirror_name, key.topic_id, key.partition))
+            return state
+        return dict.pop(self, key, *default)
+
+    def clear(self) -> None:
+        dict.clear(self)
+        self.tally = StateTally()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, state in dict(*args, **kwargs).items():
+            self[key] = state
+
+    def setdefault(self, key: MirrorPartitionKey, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+
 class WorkerStateStore:
     """The states of the table partitions this worker owns, decoded, plus queued writes.
 
@@ -252,7 +292,7 @@ class WorkerStateStore:
     def __init__(self, num_partitions: int) -> None:
         self.num_partitions = num_partitions
         self.lock = threading.RLock()
-        self.durable: dict[MirrorPartitionKey, MirrorPartitionState] = {}
+        self.durable: DurableStates = DurableStates()
         self.pending: dict[int, dict[MirrorPartitionKey, MirrorPartitionState]] = defaultdict(dict)
         self.pending_lme: dict[int, dict[MirrorPartitionKey, LastMirrorEpoch]] = defaultdict(dict)
         self.owned: set[int] = set()
@@ -265,6 +305,7 @@ class WorkerStateStore:
         self.removed: dict[tuple[str, uuid.UUID], int] = {}
         self.deletes: dict[int, set[MirrorPartitionKey]] = defaultdict(set)
         self._partition: dict[MirrorPartitionKey, int] = {}
+        self._state_keys: dict[MirrorPartitionKey, bytes] = {}  # encoded MirrorPartitionState keys
         self.transitions = 0
         self.writes = 0
         # Told of each acknowledged change of state and write out of FAILED (``streams.metrics``).
@@ -273,16 +314,27 @@ class WorkerStateStore:
     def partition_of(self, key: MirrorPartitionKey) -> int:
         p = self._partition.get(key)
         if p is None:
-            body = default_codec().key_body(key.mirror_name, key.topic_id, key.partition)
-            p = self._partition[key] = partition_for_key(b"\0\0" + body, self.num_partitions)
+            raw = self.state_key(key)
+            p = self._partition[key] = partition_for_key(raw, self.num_partitions)
         return p
 
+    def state_key(self, key: MirrorPartitionKey) -> bytes:
+        """The key's encoded MirrorPartitionState key (made once per key)."""
+        raw = self._state_keys.get(key)
+        if raw is None:
+            raw = self._state_keys[key] = default_codec().state_key(key.mirror_name, key.topic_id, key.partition)
+        return raw
+
     def get(self, key: MirrorPartitionKey) -> MirrorPartitionState | None:
-        with self.lock:
+        p = self._partition.get(key)
+        if p is None:
             p = self.partition_of(key)
-            got = self.pending.get(p, {}).get(key)
-            if got is not None:
-                return got
+        with self.lock:
+            pending = self.pending.get(p)
+            if pending:
+                got = pending.get(key)
+                if got is not None:
+                    return got
             got = self.durable.get(key)
             if got is None and p not in self.owned and self.remote:
                 status = self.remote.get((key.mirror_name, key.topic_id, key.partition))
@@ -334,8 +386,12 @@ class WorkerStateStore:
     def may_run(self, key: MirrorPartitionKey, current: MirrorPartitionState, proposed: MirrorPartitionState | None) -> bool:
         """May a step that moves ``key`` from ``current`` to ``proposed`` (None: any step) run
         before ``current`` is durable?"""
+        p = self._partition.get(key)
+        if p is None:
+            p = self.partition_of(key)
         with self.lock:
-            pending = self.pending.get(self.partition_of(key), {}).get(key)
+            queued = self.pending.get(p)
+            pending = queued.get(key) if queued else None
             if pending is None:
                 return True
             return may_step_before_durable(pending, self.durable.get(key), proposed)
@@ -415,6 +471,11 @@ class WorkerStateStore:
         with self.lock:
             return key in self.pending.get(self.partition_of(key), {})
 
+    def pending_keys(self, partition: int) -> set[MirrorPartitionKey]:
+        """The keys of ``partition`` with a write not yet durable (a copy)."""
+        with self.lock:
+            return set(self.pending.get(partition, ()))
+
     def drop_partition(self, partition: int) -> list[MirrorPartitionKey]:
         with self.lock:
             self.owned.discard(partition)
@@ -424,6 +485,7 @@ class WorkerStateStore:
             gone = [k for k in self.durable if self.partition_of(k) == partition]
             for k in gone:
                 del self.durable[k]
+                self._state_keys.pop(k, None)
             return gone
 
 
@@ -576,11 +638,9 @@ class CoordinatorWorker:
         every half sync interval."""
         if not self.caught_up.is_set():
             return
-        with self.store.lock:
-            counts: dict[str, int] = defaultdict(int)
-            for key, st in self.store.durable.items():
-                if st.state == MirrorState.MIRRORING:
-                    counts[key.mirror_name] += 1
+        with self.store.lock:  # counts kept as states land: no walk over every partition each second
+            tally = self.store.durable.tally
+            counts = {name: tally.mirror_counts(name).get(MirrorState.MIRRORING, 0) for name in self.mirrors}
         mirrors = {name: MirrorSyncs(counts.get(name, 0), m.runner.config.metadata_refresh_interval_ms,
                                      self.stats[name].sync_success_ms if name in self.stats else {})
                    for name, m in self.mirrors.items()}  # fmt: skip
@@ -626,21 +686,25 @@ class CoordinatorWorker:
         changes = local_changes(delta, image)
         self.image = image
         owned = self.owned_partitions()
-        # Every changed key is registered for its table partition; events go one per topic and
-        # table partition: the desired state is a topic's, and the event only has to reach the
-        # owner of each table partition holding its partitions (one per mirror partition cost
-        # 50,000 sends and 50,000 agent events for a mass failover of 50,000 partitions).
+        # Every changed key is registered for its table partition; events go one per owned table
+        # partition holding changed keys: an event only wakes the owner of its table partition,
+        # which is this worker, whose image (just published) has every topic's desired state.
+        # (One per mirror partition cost 50,000 sends and agent events for a mass failover of
+        # 50,000 partitions; one per topic and table partition still 8,000.) The event carries
+        # one of the topics, should it reach another owner after a rebalance: that owner's own
+        # image gives the others.
         self._forget_removed(changes.removed, changes.removed_at)
-        events: dict[tuple[int, uuid.UUID], MirrorPartitionKey] = {}
+        events: dict[int, MirrorPartitionKey] = {}
         for kind in ("stop", "pause", "start", "resume", "added", "leader_changes"):
             for k in getattr(changes, kind):
                 key = MirrorPartitionKey(k.mirror_name, k.topic_id, k.partition)
                 p = self.store.partition_of(key)
                 self._add_key(p, key)
-                if p in owned and (p, k.topic_id) not in events:
-                    events[(p, k.topic_id)] = key
+                if p in owned and p not in events and image.mirror_topic(k.topic_id) is not None:
+                    events[p] = key
         sent = 0
-        for (p, topic_id), key in events.items():
+        for p, key in events.items():
+            topic_id = key.topic_id
             m = image.mirror_topic(topic_id)
             if m is None:
                 continue
@@ -813,14 +877,16 @@ class CoordinatorWorker:
             return 0
         codec = default_codec()
         writes: list[tuple[bytes, bytes | None]] = [(raw, None) for raw in self._tombstones(deletes)]  # before new states
-        writes += [(codec.state_key(k.mirror_name, k.topic_id, k.partition), _VALUE_PREFIX + encode_state(st)) for k, st in ready]
+        state_key = self.store.state_key
+        writes += [(state_key(k), _VALUE_PREFIX + encode_state(st)) for k, st in ready]
         for key, lme in lmes.items():
             value = codec.lme_value(lme.last_mirror_epoch, lme.applied_offset)
             writes.append((codec.lme_key(key.mirror_name, key.topic_id, key.partition), codec.encode_value(value)))
         try:
             # durable before the next step's commands run
             started = time.perf_counter()
-            await self.table.write_durably(partition, writes, await self._changelog_producer())
+            # every key's partition was worked out (murmur2) when it was queued under ``partition``
+            await self.table.write_durably(partition, writes, await self._changelog_producer(), keys_checked=True)
             self.on_changelog_write(time.perf_counter() - started)
         except BaseException:
             self.store.requeue(partition, taken, lmes)  # not acknowledged: the next round writes them again
@@ -848,12 +914,16 @@ class CoordinatorWorker:
 
     async def _changelog_producer(self) -> Any:
         """The producer of state writes: whole record batches per table partition, acks=all,
-        idempotent (Faust's producer sends a table's changelog one record at a time)."""
+        idempotent (Faust's producer sends a table's changelog one record at a time), lz4: a
+        batch of states of one mirror is mostly the same bytes (mirror name, field tags), and a
+        mass failover writes three states per partition to a log that is never compacted on
+        noida-db, which rewrites all it holds about once a second."""
         if self._producer is None:
             from aiokafka import AIOKafkaProducer
 
             producer = AIOKafkaProducer(bootstrap_servers=self.config.bootstrap_servers, acks="all",
                                         enable_idempotence=True, linger_ms=0, max_batch_size=1 << 19,
+                                        compression_type="lz4",
                                         client_id=f"{self.config.faust_app_id}-changelog")  # fmt: skip
             await producer.start()
             self._producer = producer
@@ -913,7 +983,7 @@ class CoordinatorWorker:
                 m = await self._mirror(name)
                 if m is None or m.busy is not None:
                     continue  # still busy with a slow port call: only this mirror's partitions wait
-                fut = loop.run_in_executor(self.pool, self._job, m, mkeys, self.clock_ms())
+                fut = loop.run_in_executor(self.pool, self._job, m, mkeys, self.clock_ms(), partition)
                 m.busy = fut
                 fut.add_done_callback(lambda f, m=m: self._job_done(m, f))
                 jobs.append(fut)
@@ -971,7 +1041,7 @@ class CoordinatorWorker:
             del self.mirrors[name]
         m.close()
 
-    def _job(self, m: _Mirror, keys: list[MirrorPartitionKey], now_ms: int) -> None:
+    def _job(self, m: _Mirror, keys: list[MirrorPartitionKey], now_ms: int, partition: int | None = None) -> None:
         """On a pool thread: one step per partition, the topic level, the fetch round, the sync."""
         r = m.runner
         t0 = time.perf_counter()
@@ -988,7 +1058,11 @@ class CoordinatorWorker:
         t1 = time.perf_counter()
         r.step_partitions(now_ms, keys, desired)
         t2 = time.perf_counter()
-        free = {k.topic_partition: k for k in keys if not self.store.has_pending(k)}
+        if partition is None:
+            free = {k.topic_partition: k for k in keys if not self.store.has_pending(k)}
+        else:
+            pending = self.store.pending_keys(partition)
+            free = {k.topic_partition: k for k in keys if k not in pending}
         only, rounds = set(free), 0
         while only:
             before = {tp: r.progress.get(tp) for tp in only}

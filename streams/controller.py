@@ -32,6 +32,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from coordinator import admin
 from coordinator.delta import ProblemKind, Replayer
 from coordinator.readiness import SyncReport, combined_sync_times, failover_readiness
+from coordinator.state_counts import StateTally
 from coordinator.workflows.config import MirrorConfig
 from coordinator.workflows.fetcher import lag as fetch_lag
 from coordinator.image import AclOperation, AclPermissionType, AclResourceType, MetadataImage, PatternType
@@ -87,6 +88,8 @@ class AdminRequest(NamedTuple):
     principal: admin.Principal
     # Describe only: the workers' sync reports per mirror (None: not known to this controller).
     syncs: Mapping[str, Sequence[SyncReport]] | None = None
+    # A StateCountsOnly describe: the counts per state kept as the changelog is read (None: walk the states).
+    tally: StateTally | None = None
 
 
 Validator = Callable[[AdminRequest, MetadataImage, Mapping[StateKey, PartitionStatus]],
@@ -191,9 +194,11 @@ def coordinator_validator(schemas: SchemaSet | None = None, ready_max_lag: int =
         elif api == "ListClusterMirrors":
             return (), _list_response(s, admin.list_cluster_mirrors(image, b.include_topic_names, principal=who))
         elif api == "DescribeClusterMirrors":
-            described = admin.describe_cluster_mirrors(image, list(b.mirror_names or ()), states=states, principal=who)
-            return (), _describe_response(s, described, statuses, ready_max_lag, req.syncs,
-                                          counts_only=getattr(b, "state_counts_only", False))  # fmt: skip
+            counts_only = getattr(b, "state_counts_only", False)
+            tally = req.tally if counts_only else None
+            described = admin.describe_cluster_mirrors(image, list(b.mirror_names or ()), states=states, principal=who,
+                                                       tally=tally)  # fmt: skip
+            return (), _describe_response(s, described, statuses, ready_max_lag, req.syncs, counts_only=counts_only)
         else:
             return (), _error_response(s, api, ErrorCode.INVALID_REQUEST, f"unsupported API {api}")
         return r.records, _topic_response(s, api, r.response, ())
@@ -235,8 +240,8 @@ def _describe_response(s: SchemaSet, described: Sequence[admin.DescribedMirror],
         lags: dict[tuple[uuid.UUID, int], int] = {}
         for t in m.topics:
             if counts_only:
-                per_state: dict[MirrorState, int] = {}
-                for p, state in t.partitions:
+                per_state: dict[MirrorState, int] = dict(t.state_counts or {})
+                for p, state in t.partitions:  # none when counted by a StateTally
                     st = statuses.get((m.name, t.topic_id, p))
                     state = state if st is None else st.state
                     per_state[state] = per_state.get(state, 0) + 1
@@ -305,6 +310,9 @@ class MirrorStateChangelogView:
         self.offsets = offsets
         self.codec = MirrorStateCodec()
         self._states: dict[StateKey, PartitionStatus] = {}
+        # Counts per state, kept as ``_states`` changes (``tally``): what --wait polls.
+        self._tally = StateTally()
+        self._tallied: dict[StateKey, PartitionStatus] | None = self._states
         # Raw values read but not decoded yet, by raw key; and the decoded keys (they never change).
         self._latest: dict[bytes, tuple[bytes | None, int]] = {}
         self._keys: dict[bytes, StateKey] = {}
@@ -324,6 +332,9 @@ class MirrorStateChangelogView:
         tps = [TopicPartition(self.topic, p) for p in range(self.num_partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
+        # Read only when asked (``catch_up``): between reads nothing is fetched. An idle consumer
+        # at the end of a big changelog kept the broker answering ~100 fetches a second.
+        consumer.pause(*tps)
         self._consumer = consumer
 
     async def stop(self) -> None:
@@ -343,6 +354,28 @@ class MirrorStateChangelogView:
             return
         tps = list(consumer.assignment())
         ends = await consumer.end_offsets(tps)
+        latest = self._latest
+        behind = [tp for tp in tps if await consumer.position(tp) < ends[tp]]
+        if behind:
+            consumer.resume(*behind)
+        try:
+            await self._read_to(consumer, tps, ends)
+        finally:
+            consumer.pause(*tps)
+        if latest:
+            changed = await _off_loop(len(latest), self._decode_latest, latest)
+            tally = self.tally()
+            for skey, status in changed.items():  # applied on the loop: readers never see a half-applied read
+                if status is None:
+                    self._states.pop(skey, None)
+                    tally.discard(skey)
+                else:
+                    self._states[skey] = status
+                    tally.set(skey, status.state)
+            self._latest = {}  # only now: a read cancelled while decoding decodes them next time
+
+    async def _read_to(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition], ends: Mapping[TopicPartition, int]) -> None:
+        """Reads ``tps`` up to ``ends``, keeping the latest raw value per state key in ``_latest``."""
         latest, prefix = self._latest, self._state_prefix
         while any([await consumer.position(tp) < ends[tp] for tp in tps]):
             for msgs in (await consumer.getmany(*tps, timeout_ms=200)).values():
@@ -352,14 +385,6 @@ class MirrorStateChangelogView:
                         latest[key] = (msg.value, msg.offset)
                     elif key[:2] not in self._other_prefixes:
                         log.error("undecodable %s record at offset %d: unknown record type", self.topic, msg.offset)
-        if latest:
-            changed = await _off_loop(len(latest), self._decode_latest, latest)
-            for skey, status in changed.items():  # applied on the loop: readers never see a half-applied read
-                if status is None:
-                    self._states.pop(skey, None)
-                else:
-                    self._states[skey] = status
-            self._latest = {}  # only now: a read cancelled while decoding decodes them next time
 
     def _decode_latest(self, latest: Mapping[bytes, tuple[bytes | None, int]]) -> dict[StateKey, PartitionStatus | None]:
         """Only the latest value of each key written since the last read is decoded: a partition
@@ -385,6 +410,18 @@ class MirrorStateChangelogView:
                 state = MirrorState.UNKNOWN
             changed[skey] = PartitionStatus(state, v.retry_attempt, v.error_message)
         return changed
+
+    def tally(self) -> StateTally:
+        """The counts per state of the states read so far (kept as they change)."""
+        if self._tallied is not self._states:  # the states were replaced wholesale: counted once more
+            self._tally = StateTally((k, st.state) for k, st in self._states.items())
+            self._tallied = self._states
+        return self._tally
+
+    async def state_counts(self) -> StateTally:
+        """``tally`` after reading the changelog to its end offsets as of this call."""
+        await self.catch_up()
+        return self.tally()
 
     async def statuses(self, offsets: bool = True, mirrors: Collection[str] | None = None,
                        max_age: float = 0.0) -> Mapping[StateKey, PartitionStatus]:  # fmt: skip
@@ -627,8 +664,14 @@ class ClusterMirrorController:
         async with self._lock:
             # Only describe shows offsets; the commands validate against states alone.
             mirrors = (set(getattr(body, "mirror_names", None) or ()) or None) if describe else None
-            with_offsets = describe and getattr(body, "include_offsets", True) and not getattr(body, "state_counts_only", False)
-            if with_offsets:
+            counts_only = describe and getattr(body, "state_counts_only", False)
+            with_offsets = describe and getattr(body, "include_offsets", True) and not counts_only
+            state_counts = getattr(self.status, "state_counts", None) if counts_only else None
+            if state_counts is not None:
+                # A progress poll: counts kept as the changelog is read, no walk over every state.
+                statuses = {}
+                req = req._replace(tally=await state_counts())
+            elif with_offsets:
                 max_age = max(0, getattr(body, "offsets_max_age_ms", 0)) / 1000
                 statuses = await self.status.statuses(offsets=True, mirrors=mirrors, max_age=max_age)
             else:
@@ -640,7 +683,10 @@ class ClusterMirrorController:
                 # The response codec is made here first: made on two threads at once, it could
                 # differ from the one encode_response looks up.
                 self.schemas.codec(f"{api}Response")
-                records, response = await asyncio.to_thread(self.validator, req, image, statuses)
+                if req.tally is not None:  # a few counts per topic: on the loop, where the tally changes
+                    records, response = self.validator(req, image, statuses)
+                else:
+                    records, response = await asyncio.to_thread(self.validator, req, image, statuses)
             else:
                 records, response = self.validator(req, image, statuses)
             secrets = secret_values({c.name: c.value for c in getattr(body, "config", None) or getattr(body, "configs", [])})

@@ -79,6 +79,11 @@ _FETCH_WAVE = 256  # partitions fetched per pipelined wave; the round's byte bud
 
 log = logging.getLogger(__name__)
 _STARTED = (DesiredState.START, -1)  # a topic without a desired-state record mirrors as started
+# (state, desired) pairs whose step, once it changed nothing, decides nothing else until the
+# state or the desired state changes: it reads no clock and asks no cluster (``decide_partition``;
+# MIRRORING only while its partition is in its fetcher, which ``step_partitions`` checks).
+_SETTLED = frozenset({(MirrorState.MIRRORING, DesiredState.START), (MirrorState.PAUSED, DesiredState.PAUSE),
+                      (MirrorState.STOPPED, DesiredState.STOP), (MirrorState.UNKNOWN, DesiredState.STOP)})  # fmt: skip
 
 class InMemoryStateStore:
     """Stand-in for ``__mirror_state``: encoded values per key, fenced writes, legal transitions only."""
@@ -275,6 +280,11 @@ class MirrorRunner:
         self._source_cluster_id: str | None = None
         self._dest_cluster_id: str | None = None
         self._topic_settled: dict[uuid.UUID, int] = {}  # topic -> desired offset its topic level settled at
+        # Partitions whose last step left them as they were, with nothing to do and nothing to
+        # wait for (``_SETTLED``): the state object and the desired state it was decided from.
+        # While both are the same, a step would decide the same again: ``step_partitions`` skips
+        # it (an idle table partition of 6,250 mirror partitions was ~0.2 s of CPU a round).
+        self._settled: dict[MirrorPartitionKey, tuple[MirrorPartitionState, DesiredState, int]] = {}
         self._topics_checked_ms: dict[uuid.UUID, int] = {}
         # Rebuild from persisted state only: partitions known, fetchers for those that mirror.
         for key in self.store.keys(mirror_name):
@@ -291,6 +301,7 @@ class MirrorRunner:
 
     def release(self, key: MirrorPartitionKey) -> None:
         """Forget a partition whose state moved to another worker (no port call, no write)."""
+        self._settled.pop(key, None)
         tp = key.topic_partition
         parts = self.partitions.get(key.topic_id)
         if parts is not None:
@@ -349,7 +360,7 @@ class MirrorRunner:
         desired = self.metadata.latest(self.mirror_name) if desired is None else desired
         self._cluster_ids()
         due = []
-        for topic_id, (want, offset) in sorted(desired.items()):
+        for topic_id, (want, offset) in desired.items():
             stale = now_ms - self._topics_checked_ms.get(topic_id, -(1 << 62)) >= self.config.metadata_refresh_interval_ms
             if self._topic_settled.get(topic_id) == offset and not stale:
                 continue
@@ -357,7 +368,7 @@ class MirrorRunner:
                 continue  # a stop has nothing to do at the topic level until every partition is STOPPED
             self._topics_checked_ms[topic_id] = now_ms
             due.append((topic_id, want, offset))
-        self._reconcile_many(due)
+        self._reconcile_many(sorted(due))  # in topic order, as before: only the due ones sorted
 
     def reconcile_stopped(self, now_ms: int, desired: dict[uuid.UUID, tuple[DesiredState, int]] | None = None) -> None:
         """The topic level again for stopping topics whose partitions are all STOPPED now, so a
@@ -376,10 +387,19 @@ class MirrorRunner:
         self.now_ms = now_ms
         desired = self.metadata.latest(self.mirror_name) if desired is None else desired
         work = []
+        settled, get, sessions = self._settled, self.store.get, self.sessions
         for key in keys:
             got = desired.get(key.topic_id)
             if got is not None:
                 self.partitions.setdefault(key.topic_id, set()).add(key.partition)
+                was = settled.get(key)
+                if was is not None:
+                    state, want, offset = was
+                    if (want is got[0] and offset == got[1] and get(key) is state and (
+                            state.state is not MirrorState.MIRRORING
+                            or key.topic_partition in sessions[fetcher_of(key.topic_partition, len(sessions))])):
+                        continue  # as it was when last decided: the same decision again
+                    del settled[key]
                 work.append((key, got[0], got[1]))
         self._drive_many(work)
 
@@ -510,6 +530,9 @@ class MirrorRunner:
                 decision = decisions.get(key)
                 if decision is None:
                     continue
+                if (decision.state is states[key] and not decision.commands and decision.last_mirror_epoch is None
+                        and (states[key].state, want) in _SETTLED and key not in failed):
+                    self._settled[key] = (states[key], want, offset)
                 if key in failed:
                     self._on_port_error(key, states[key], failed[key], offset)
                     continue
@@ -570,7 +593,9 @@ class MirrorRunner:
         now = self.now_ms
         for i, members in enumerate(self.sessions):
             # A topic being stopped or paused is not fetched: its partitions leave MIRRORING at their next step.
-            eligible = [tp for tp in members if (only is None or tp in only)
+            # From the smaller side: ``only`` is one table partition's share of every fetcher's members.
+            candidates = members if only is None or len(only) >= len(members) else [tp for tp in only if tp in members]
+            eligible = [tp for tp in candidates if (only is None or tp in only)
                         and self.backoff_until.get(tp, -1) <= now and self.idle_until.get(tp, -1) <= now
                         and desired.get(tp.topic_id, _STARTED)[0] is DesiredState.START
                         and self.state(tp).state is MirrorState.MIRRORING]  # fmt: skip

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -397,8 +398,16 @@ async def run_controller_role(cfg: WorkerConfig, args: argparse.Namespace) -> in
     return 0
 
 
+GC_THRESHOLDS = (20_000, 10, 10)  # Python's (700, 10, 10) with 28x fewer young collections
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Fewer collections: with the default thresholds a mass failover's short-lived objects were
+    # promoted fast enough to run a full collection (a walk over every object the process holds,
+    # ~1M at 50,000 partitions) every few hundred ms: a fifth of the worker's CPU. With fewer
+    # young collections they die young; the peak RSS stays within a few MB of the default's.
+    gc.set_threshold(*GC_THRESHOLDS)
     fetch_backoff.install()  # idle consumers must not busy-poll a broker that answers empty fetches at once
     # --loglevel LEVEL[,LOGGER=LEVEL...]: e.g. "warning,streams.app=debug" for the round timings alone
     root, *per_logger = [part.strip() for part in args.loglevel.split(",") if part.strip()] or ["info"]

@@ -428,3 +428,30 @@ async def test_state_counts_only_describe_matches_the_details(controller: Cluste
                                "payments": {int(MirrorState.STOPPED): 1, int(MirrorState.UNKNOWN): 1}}
     assert all(not t.partitions for t in counts.mirrors[0].topics)
     assert counts.mirrors[0].error_code == 0
+
+
+async def test_changelog_view_fetches_only_while_reading(worker_config: WorkerConfig) -> None:
+    """Between reads the view's partitions are paused (no fetches to the broker); each read
+    still sees every state written before it, and the counts kept follow them."""
+    view = MirrorStateChangelogView(worker_config.bootstrap_servers, worker_config.mirror_state_topic_name,
+                                    worker_config.state_partitions)  # fmt: skip
+    await asyncio.wait_for(ensure_state_topic(worker_config), 30)
+    await view.start()
+    try:
+        consumer = view._consumer
+        assert consumer is not None
+        every = set(consumer.assignment())
+        assert consumer.paused() == every
+        await _write_states(worker_config, MIRRORING_ALL)
+        states = await view.catch_up()
+        assert {k: s.state for k, s in states.items()} == {("a-to-b", TOPICS[t], p): MirrorState.MIRRORING
+                                                           for t, p in MIRRORING_ALL}  # fmt: skip
+        assert consumer.paused() == every
+        await _write_states(worker_config, {("orders", 0): (MirrorState.STOPPED, 0, None)})
+        tally = await view.state_counts()
+        assert tally.mirror_counts("a-to-b") == {MirrorState.MIRRORING: 3, MirrorState.STOPPED: 1}
+        assert tally.topic_counts("a-to-b", TOPICS["orders"], range(3)) == {
+            MirrorState.STOPPED: 1, MirrorState.MIRRORING: 1, MirrorState.UNKNOWN: 1}
+        assert consumer.paused() == every
+    finally:
+        await view.stop()
