@@ -62,8 +62,6 @@ from coordinator.partition_state import (
     MirrorPartitionState,
     StateWriteFenced,
     check_write,
-    decode_state,
-    encode_state,
 )
 from coordinator.ports import PortError, SourceUnavailable
 from coordinator.state_counts import StateTally
@@ -83,7 +81,6 @@ from streams.metadata_log import MetadataLogLoader
 from streams.mirror_state_store import (
     EPOCH_HEADER,
     OFFSET_HEADER,
-    RecordType,
     decode_desired_state,
     default_codec,
     desired_state_topic_spec,
@@ -93,16 +90,16 @@ from streams.mirror_state_store import (
     mirror_state_topic_spec,
     partition_for_key,
 )
-from streams.sync_status import MirrorSyncs, SyncStatusPublisher, publish, sync_status_topic_spec
+from streams.sync_status import sync_status_topic_spec
 from streams.syncer import MirrorStats
 from streams.worker_follower import WorkerMetadataFollower
+from streams.worker_reports import WorkerReports
+from streams.worker_table import OtherWorkersStates, WorkerTable
 
 log = logging.getLogger(__name__)
 EXIT_GROUP_LOST = 1  # the worker is out of its group for good (see ``CoordinatorWorker._watch_membership``)
-_INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
-_VALUE_PREFIX = _INT16.pack(0)
 Desired = dict[uuid.UUID, tuple[DesiredState, int]]
 PortFactory = Callable[[str, ClusterMirrorImage], tuple[Any, Any]]
 
@@ -569,11 +566,9 @@ class CoordinatorWorker:
         self.caught_up = self.follower.caught_up
         self.replayer = self.follower.replayer
         self.poison_offsets = self.follower.poison_offsets
-        self.view: Any = None  # the changelog, read for other workers' states (only when table partitions are shared)
-        self._producer: Any = None  # state writes to the changelog (see _changelog_producer)
-        self._view_read_at = 0.0
-        self._keys_by_partition: dict[int, set[MirrorPartitionKey]] = defaultdict(set)
-        self._keys_sorted: dict[int, list[MirrorPartitionKey]] = {}  # keys_of, until a key is added
+        self.other_workers = OtherWorkersStates(config, self.store, tick_interval, step_timeout)
+        self.table_partitions = WorkerTable(config, self.table, self.store, lambda: self.image,
+                                            lambda seconds: self.on_changelog_write(seconds))  # fmt: skip
         self._last_step: dict[int, float] = {}
         self._last_step_ms: dict[int, int] = {}  # clock_ms at the start of each partition's last step
         self._serde = MetadataRecordSerde(default_codec().schemas)
@@ -589,15 +584,12 @@ class CoordinatorWorker:
         self.app.timer(max(1.0, config.heartbeat_interval_ms / 1000), name=f"{config.faust_app_id}.membership")(
             self._watch_membership)  # fmt: skip
         self.app.on_before_shutdown.connect(self._before_shutdown)
-        # What this worker knows of its mirrors' syncs, for the controller's describe.
-        self.sync_status = SyncStatusPublisher(config.group_instance_id or f"{config.client_id}-{uuid.uuid4().hex[:8]}")
+        # Sync status (for the controller's describe) and audit snapshots, each on its own timer.
+        instance = config.group_instance_id or f"{config.client_id}-{uuid.uuid4().hex[:8]}"
+        self.reports = WorkerReports(config, self.store, instance, self.ports, lambda: self.image, clock_ms,
+                                     self.table_partitions.changelog_producer)  # fmt: skip
         self.app.timer(1.0, name=f"{config.faust_app_id}.sync-status")(self._publish_sync_status)
-        # Audit snapshots on a timer (``streams.audit_export``); off unless audit.export.dir is set.
-        self.audit_exporter: Any = None
-        if config.audit_export_root is not None:
-            from streams.audit_export import AuditExporter  # pyarrow: only loaded when exporting
-
-            self.audit_exporter = AuditExporter(config, self.ports, lambda: self.image, clock_ms)
+        if self.reports.audit_exporter is not None:
             self.app.timer(config.audit_export_interval_ms / 1000, name=f"{config.faust_app_id}.audit-export")(
                 self._export_audit)  # fmt: skip
 
@@ -624,45 +616,16 @@ class CoordinatorWorker:
     async def _before_shutdown(self, sender: Any = None, **_: Any) -> None:
         # The consumer is still in the group here; it closes without leaving (static member).
         self.member_id = member_id(self.group_consumer()) or self.member_id
-        if self.audit_exporter is not None:
-            await self.audit_exporter.stop()
-        farewell = self.sync_status.farewell()
-        if farewell and self._producer is not None:
-            try:
-                await asyncio.wait_for(publish(self._producer, self.config.sync_status_topic_name, farewell), 5.0)
-            except Exception as e:  # noqa: BLE001 - the controller ages the reports out instead
-                log.warning("sync status tombstones not sent: %r", e)
+        await self.reports.stop(self.table_partitions.producer)
 
     async def _publish_sync_status(self) -> None:
-        """This worker's sync status per mirror (``streams.sync_status``), when it changed or
-        every half sync interval."""
-        if not self.caught_up.is_set():
-            return
-        with self.store.lock:  # counts kept as states land: no walk over every partition each second
-            tally = self.store.durable.tally
-            counts = {name: tally.mirror_counts(name).get(MirrorState.MIRRORING, 0) for name in self.mirrors}
-        mirrors = {name: MirrorSyncs(counts.get(name, 0), m.runner.config.metadata_refresh_interval_ms,
-                                     self.stats[name].sync_success_ms if name in self.stats else {})
-                   for name, m in self.mirrors.items()}  # fmt: skip
-        now = self.clock_ms()
-        reports = self.sync_status.due(now, mirrors)
-        if not reports:
-            return
-        try:
-            await publish(await self._changelog_producer(), self.config.sync_status_topic_name, reports)
-        except Exception as e:  # noqa: BLE001 - sent again at the next tick
-            log.warning("sync status not published: %r", e)
-            return
-        self.sync_status.sent(now, reports)
+        if self.caught_up.is_set():
+            await self.reports.publish_sync_status({n: m.runner for n, m in self.mirrors.items()}, self.stats)
 
     async def _export_audit(self) -> None:
-        """One audit snapshot; by the owner of table partition 0 only (one writer per store)."""
-        if self.audit_exporter is None or not self.caught_up.is_set() or 0 not in self.owned_partitions():
-            return
-        try:
-            await self.audit_exporter.export_once()
-        except Exception as e:  # noqa: BLE001 - a failed export is retried at the next interval
-            log.error("audit snapshot export to %s failed: %s", self.audit_exporter.root, e)
+        """By the owner of table partition 0 only: one writer per store."""
+        if self.caught_up.is_set() and 0 in self.owned_partitions():
+            await self.reports.export_audit()
 
     # ---------------------------------------------------------------- the metadata follower
 
@@ -676,10 +639,8 @@ class CoordinatorWorker:
         try:
             await self.follower.run()
         finally:
-            if self.view is not None:
-                await self.view.stop()
-            if self._producer is not None:
-                await self._producer.stop()
+            await self.other_workers.stop()
+            await self.table_partitions.stop()
 
     async def _publish(self) -> None:
         delta, image = self.replayer.publish()
@@ -699,7 +660,7 @@ class CoordinatorWorker:
             for k in getattr(changes, kind):
                 key = MirrorPartitionKey(k.mirror_name, k.topic_id, k.partition)
                 p = self.store.partition_of(key)
-                self._add_key(p, key)
+                self.table_partitions.add_key(p, key)
                 if p in owned and p not in events and image.mirror_topic(k.topic_id) is not None:
                     events[p] = key
         sent = 0
@@ -726,7 +687,7 @@ class CoordinatorWorker:
             offset = removed_at.get((k.mirror_name, k.topic_id), self.image.offset)
             self.store.remove(key, offset)
             if self.store.get(key) is None:  # no state of a newer membership either
-                self._drop_key(self.store.partition_of(key), key)
+                self.table_partitions.drop_key(self.store.partition_of(key), key)
         for (name, tid), offset in removed_at.items():
             got = self.event_desired.get((name, tid))
             if got is not None and got[1] <= offset:
@@ -786,7 +747,7 @@ class CoordinatorWorker:
                     k = (change.mirror_name, change.topic_id)
                     if k not in self.event_desired or self.event_desired[k][1] < change.metadata_offset:
                         self.event_desired[k] = (DesiredState(change.desired_state), change.metadata_offset)
-                    self._add_key(p, MirrorPartitionKey(change.mirror_name, change.topic_id, change.partition))
+                    self.table_partitions.add_key(p, MirrorPartitionKey(change.mirror_name, change.topic_id, change.partition))
                 if time.monotonic() - self._last_step.get(p, 0.0) < 0.05:
                     continue  # a burst of events: the next tick (or event) steps the partition
             elif len(msg.value or b"") == 8 and _INT64.unpack(msg.value)[0] < self._last_step_ms.get(p, -1):
@@ -801,133 +762,12 @@ class CoordinatorWorker:
                 log.exception("stepping table partition %d failed", p)
 
     def _sync_ownership(self) -> None:
-        owned = self.owned_partitions()
-        gained, lost = owned - self.store.owned, self.store.owned - owned
-        for p in lost:
-            for key in self.store.drop_partition(p):
+        released, loaded = self.table_partitions.sync_ownership(self.owned_partitions())
+        for keys, follow in ((released, "release"), (loaded, "adopt")):
+            for key in keys:
                 m = self.mirrors.get(key.mirror_name)
                 if m is not None:
-                    m.runner.release(key)
-        if not gained:
-            return
-        loaded: list[MirrorPartitionKey] = []
-        codec = default_codec()
-        with self.store.lock:
-            self.store.owned |= gained
-            for raw_key, raw_value in self.table.items():
-                p = partition_for_key(raw_key, self.config.state_partitions)
-                if p not in gained or raw_value is None:
-                    continue
-                rtype, k = codec.decode_key(raw_key)
-                key = MirrorPartitionKey(k.mirror_name, k.topic_id, k.partition)  # type: ignore[attr-defined]
-                if rtype == RecordType.MIRROR_PARTITION_STATE:
-                    state = decode_state(raw_value[2:])
-                    applied = state.applied_offset
-                else:
-                    applied = codec.decode_value(rtype, raw_value).applied_offset  # type: ignore[attr-defined]
-                if self._orphaned(key, applied):
-                    self.store.deletes[p].add(key)  # its mirror no longer holds the topic: tombstones
-                    continue
-                if rtype != RecordType.MIRROR_PARTITION_STATE:
-                    continue
-                self.store.durable[key] = state
-                self._add_key(p, key)
-                loaded.append(key)
-        for key in loaded:
-            m = self.mirrors.get(key.mirror_name)
-            if m is not None:
-                m.runner.adopt(key)
-        log.info("table partitions %s assigned: %d mirror partition state(s) loaded", sorted(gained), len(loaded))
-
-    def _orphaned(self, key: MirrorPartitionKey, applied_offset: int) -> bool:
-        """State of a membership that is gone: the topic left the key's mirror after the state was
-        applied, by the removals seen (``store.removed``) or by the image (a worker that was down
-        while the mirror was deleted)."""
-        if self.store.outlived(key, applied_offset):
-            return True
-        member = self.image.mirrors.topics.get(key.topic_id)
-        gone = member is None or member.mirror_name != key.mirror_name
-        return gone and applied_offset <= self.image.offset
-
-    def keys_of(self, partition: int) -> list[MirrorPartitionKey]:
-        """Mirror partitions whose state lives in table partition ``partition``."""
-        got = self._keys_sorted.get(partition)
-        if got is None:
-            got = self._keys_sorted[partition] = sorted(self._keys_by_partition.get(partition, ()))
-        return got
-
-    def _add_key(self, partition: int, key: MirrorPartitionKey) -> None:
-        keys = self._keys_by_partition[partition]
-        if key not in keys:
-            keys.add(key)
-            self._keys_sorted.pop(partition, None)
-
-    def _drop_key(self, partition: int, key: MirrorPartitionKey) -> None:
-        keys = self._keys_by_partition.get(partition)
-        if keys is not None and key in keys:
-            keys.discard(key)
-            self._keys_sorted.pop(partition, None)
-
-    async def _persist(self, partition: int) -> int:
-        """Writes the queued writes of ``partition`` into the table (inside an event of that
-        partition) and waits for the changelog to acknowledge them. Returns how many were written."""
-        deletes = self.store.take_deletes(partition)
-        ready, lmes, taken = self.store.prepare(partition)
-        if not taken and not lmes and not deletes:
-            return 0
-        codec = default_codec()
-        writes: list[tuple[bytes, bytes | None]] = [(raw, None) for raw in self._tombstones(deletes)]  # before new states
-        state_key = self.store.state_key
-        writes += [(state_key(k), _VALUE_PREFIX + encode_state(st)) for k, st in ready]
-        for key, lme in lmes.items():
-            value = codec.lme_value(lme.last_mirror_epoch, lme.applied_offset)
-            writes.append((codec.lme_key(key.mirror_name, key.topic_id, key.partition), codec.encode_value(value)))
-        try:
-            # durable before the next step's commands run
-            started = time.perf_counter()
-            # every key's partition was worked out (murmur2) when it was queued under ``partition``
-            await self.table.write_durably(partition, writes, await self._changelog_producer(), keys_checked=True)
-            self.on_changelog_write(time.perf_counter() - started)
-        except BaseException:
-            self.store.requeue(partition, taken, lmes)  # not acknowledged: the next round writes them again
-            self.store.requeue_deletes(partition, deletes)
-            raise
-        self.store.land(ready)
-        return len(writes)
-
-    def _tombstones(self, keys: Iterable[MirrorPartitionKey]) -> list[bytes]:
-        """The table keys (MirrorPartitionState and LastMirrorEpochs) of ``keys`` that still hold
-        a value of a membership that is gone; a newer membership's value is kept."""
-        codec = default_codec()
-        out = []
-        for key in sorted(keys):
-            fields = (key.mirror_name, key.topic_id, key.partition)
-            for rtype, raw in ((RecordType.MIRROR_PARTITION_STATE, codec.state_key(*fields)),
-                               (RecordType.LAST_MIRROR_EPOCHS, codec.lme_key(*fields))):  # fmt: skip
-                value = self.table.get(raw)
-                if value is None:
-                    continue
-                applied = codec.decode_value(rtype, value).applied_offset  # type: ignore[attr-defined]
-                if self._orphaned(key, applied):
-                    out.append(raw)
-        return out
-
-    async def _changelog_producer(self) -> Any:
-        """The producer of state writes: whole record batches per table partition, acks=all,
-        idempotent (Faust's producer sends a table's changelog one record at a time), lz4: a
-        batch of states of one mirror is mostly the same bytes (mirror name, field tags), and a
-        mass failover writes three states per partition to a log that is never compacted on
-        noida-db, which rewrites all it holds about once a second."""
-        if self._producer is None:
-            from aiokafka import AIOKafkaProducer
-
-            producer = AIOKafkaProducer(bootstrap_servers=self.config.bootstrap_servers, acks="all",
-                                        enable_idempotence=True, linger_ms=0, max_batch_size=1 << 19,
-                                        compression_type="lz4",
-                                        client_id=f"{self.config.faust_app_id}-changelog")  # fmt: skip
-            await producer.start()
-            self._producer = producer
-        return self._producer
+                    getattr(m.runner, follow)(key)
 
     async def _mirror(self, name: str) -> _Mirror | None:
         m = self.mirrors.get(name)
@@ -969,8 +809,8 @@ class CoordinatorWorker:
         if partition not in self.store.owned:
             return
         await self._read_other_workers_states()
-        await self._persist(partition)
-        keys = self.keys_of(partition)
+        await self.table_partitions.persist(partition)
+        keys = self.table_partitions.keys_of(partition)
         by_mirror: dict[str, list[MirrorPartitionKey]] = defaultdict(list)
         for k in keys:
             by_mirror[k.mirror_name].append(k)
@@ -992,7 +832,7 @@ class CoordinatorWorker:
             t0 = time.perf_counter()
             await asyncio.wait(jobs, timeout=self.step_timeout)
             t1 = time.perf_counter()
-            written = await self._persist(partition)
+            written = await self.table_partitions.persist(partition)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("table partition %d: jobs %.3fs, %d write(s) durable in %.3fs",
                           partition, t1 - t0, written, time.perf_counter() - t1)
@@ -1000,34 +840,14 @@ class CoordinatorWorker:
                 break
 
     async def _read_other_workers_states(self) -> None:
-        """While other workers own some table partitions and a stop is under way, reads the
-        changelog up to its end (at most once a tick) for their partitions' states: a topic turns
-        writable once every partition of it is STOPPED, not only those this worker holds. Read
-        after their writes were acknowledged, so a STOPPED seen is durable."""
-        if len(self.store.owned) >= self.config.state_partitions:
-            self.store.remote = {}
-            return
+        """While other workers own some table partitions and a stop is under way, their states
+        from the changelog (``OtherWorkersStates``): a topic turns writable once every partition
+        of it is STOPPED, not only those this worker holds."""
         # A stop reaches this worker as an event (another worker fanned it out) before its own
         # image may show it: both count, or the topic level would run on no view of the others.
-        if not (any(m.desired_state is DesiredState.STOP for m in self.image.mirrors.topics.values())
-                or any(want is DesiredState.STOP for want, _ in self.event_desired.values())):  # fmt: skip
-            self.store.remote = None  # a view from an earlier stop may say STOPPED for a restarted partition
-            return
-        if time.monotonic() - self._view_read_at < self.tick_interval:
-            return
-        self._view_read_at = time.monotonic()
-        c = self.config
-        try:
-            if self.view is None:
-                from streams.controller import MirrorStateChangelogView
-
-                view = MirrorStateChangelogView(c.bootstrap_servers, c.mirror_state_topic_name, c.state_partitions)
-                await view.start()
-                self.view = view
-            self.store.remote = await asyncio.wait_for(self.view.catch_up(), timeout=self.step_timeout)
-        except Exception as e:  # noqa: BLE001 - the topic level waits for the next read (a timeout too)
-            self.store.remote = None
-            log.warning("reading other workers' states from %s failed: %s", c.mirror_state_topic_name, e)
+        await self.other_workers.refresh(
+            lambda: any(m.desired_state is DesiredState.STOP for m in self.image.mirrors.topics.values())
+            or any(want is DesiredState.STOP for want, _ in self.event_desired.values()))
 
     def _job_done(self, m: _Mirror, fut: Any) -> None:
         m.busy = None

@@ -47,7 +47,6 @@ from coordinator.partition_state import (
 )
 from coordinator.ports import (
     DestinationCluster,
-    FetchResult,
     PortError,
     SourceCluster,
     TopicMetadata,
@@ -60,22 +59,16 @@ from coordinator.states import DesiredState, ErrorCode, MirrorState, is_legal_tr
 from coordinator.workflows import commands as c
 from coordinator.workflows.config import MirrorConfig
 from coordinator.workflows.drive import decide_partition
-from coordinator.workflows.fetcher import (
-    decide_fetch,
-    fetcher_of,
-    lag,
-    partition_max_bytes,
-    round_order,
-)
+from coordinator.workflows.fetcher import fetcher_of, lag
 from coordinator.workflows.stop import FinalSync
 from coordinator.workflows.sync_groups import SYNCED_STATES
 from coordinator.workflows.topic import TopicObservation, decide_topic
+from streams.mirror_fetch import fetch_round
 from streams.mirror_observers import MirrorObservers, SourceCallFailed
 from streams.observe import K, Call, drive_all, run_calls
 from streams.syncer import MirrorStats, MirrorSyncer
 
 _SETTLE_STEPS = 12  # workflow steps per partition per round; every workflow is shorter
-_FETCH_WAVE = 256  # partitions fetched per pipelined wave; the round's byte budget is checked between waves
 
 log = logging.getLogger(__name__)
 _STARTED = (DesiredState.START, -1)  # a topic without a desired-state record mirrors as started
@@ -342,7 +335,7 @@ class MirrorRunner:
         self._cluster_ids()
         self._reconcile_many([(t, want, offset) for t, (want, offset) in sorted(desired.items())])
         self._settle(desired)
-        self._fetch_round(desired)
+        fetch_round(self, desired)
         self._settle(desired)
         self.reconcile_stopped(now_ms, desired)
         self.sync_if_due(now_ms, desired)
@@ -406,7 +399,7 @@ class MirrorRunner:
     def fetch_round(self, now_ms: int, only: set[TopicPartition] | None = None,
                     desired: dict[uuid.UUID, tuple[DesiredState, int]] | None = None) -> None:
         self.now_ms = now_ms
-        self._fetch_round(self.metadata.latest(self.mirror_name) if desired is None else desired, only)
+        fetch_round(self, self.metadata.latest(self.mirror_name) if desired is None else desired, only)
 
     def sync_if_due(self, now_ms: int, desired: dict[uuid.UUID, tuple[DesiredState, int]] | None = None) -> bool:
         self.now_ms = now_ms
@@ -480,7 +473,7 @@ class MirrorRunner:
         for p, s in decision.states.items():
             self.partitions.setdefault(topic_id, set()).add(p)
             if s is not states.get(p):
-                self._persist(self.key(TopicPartition(topic_id, p)), stamp_applied(s, offset))
+                self.persist(self.key(TopicPartition(topic_id, p)), stamp_applied(s, offset))
         if decision.ready:
             self.ready.add(topic_id)
         if not decision.commands and (decision.ready or (
@@ -516,7 +509,7 @@ class MirrorRunner:
             for key, want, offset in active:
                 obs = observed[key]
                 if isinstance(obs, PortError):
-                    self._on_port_error(key, states[key], obs, offset)
+                    self.on_port_error(key, states[key], obs, offset)
                     continue
                 if obs is None:
                     continue
@@ -534,11 +527,11 @@ class MirrorRunner:
                         and (states[key].state, want) in _SETTLED and key not in failed):
                     self._settled[key] = (states[key], want, offset)
                 if key in failed:
-                    self._on_port_error(key, states[key], failed[key], offset)
+                    self.on_port_error(key, states[key], failed[key], offset)
                     continue
                 if decision.last_mirror_epoch is not None:
                     self.store.put_lme(decision.last_mirror_epoch)
-                if decision.state is states[key] or not self._persist(key, decision.state):
+                if decision.state is states[key] or not self.persist(key, decision.state):
                     continue
                 tp = key.topic_partition
                 self.backoff_until.pop(tp, None)
@@ -549,7 +542,7 @@ class MirrorRunner:
                 nxt.append((key, want, offset))
             active = nxt
 
-    def _persist(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> bool:
+    def persist(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> bool:
         try:
             self.store.put(key, state)
             return True
@@ -558,7 +551,7 @@ class MirrorRunner:
             self._note(str(e))
             return False
 
-    def _on_port_error(self, key: MirrorPartitionKey, state: MirrorPartitionState, e: PortError, offset: int) -> None:
+    def on_port_error(self, key: MirrorPartitionKey, state: MirrorPartitionState, e: PortError, offset: int) -> None:
         tp = key.topic_partition
         self._note(f"{tp} in {state.state.name}: {e}")
         if isinstance(e, SourceCallFailed):
@@ -569,7 +562,7 @@ class MirrorRunner:
             elif nxt is not None:
                 # A retry that found the source still failing keeps the applied offset: a newer
                 # operator command it has not acted on must still re-arm the partition.
-                self._persist(key, nxt if state.state is MirrorState.FAILED else stamp_applied(nxt, offset))
+                self.persist(key, nxt if state.state is MirrorState.FAILED else stamp_applied(nxt, offset))
             if nxt is not None:
                 return
             e = e.cause  # no outage of the source (an unknown topic, say): handled as any port error
@@ -580,75 +573,8 @@ class MirrorRunner:
             return
         code = ErrorCode.UNKNOWN_TOPIC_ID if isinstance(e, UnknownTopicId) else ErrorCode.UNKNOWN_SERVER_ERROR
         failed = fail(state, code, f"{type(e).__name__}: {e}", self.now_ms, self.config, jitter=self.jitter())
-        self._persist(key, stamp_applied(failed, offset))
+        self.persist(key, stamp_applied(failed, offset))
 
     # ------------------------------------------------------------------ fetching
-
-    def _fetch_round(self, desired: dict[uuid.UUID, tuple[DesiredState, int]],
-                     only: set[TopicPartition] | None = None) -> None:
-        """One round per fetcher: its partitions in rotation order, in pipelined waves, until the
-        response byte budget is spent (as a broker fills a fetch response partition by partition).
-        A partition caught up with an empty fetch waits ``fetch_max_wait_ms`` before the next one,
-        the broker-side long poll of a real replica fetcher."""
-        now = self.now_ms
-        for i, members in enumerate(self.sessions):
-            # A topic being stopped or paused is not fetched: its partitions leave MIRRORING at their next step.
-            # From the smaller side: ``only`` is one table partition's share of every fetcher's members.
-            candidates = members if only is None or len(only) >= len(members) else [tp for tp in only if tp in members]
-            eligible = [tp for tp in candidates if (only is None or tp in only)
-                        and self.backoff_until.get(tp, -1) <= now and self.idle_until.get(tp, -1) <= now
-                        and desired.get(tp.topic_id, _STARTED)[0] is DesiredState.START
-                        and self.state(tp).state is MirrorState.MIRRORING]  # fmt: skip
-            remaining = self.config.fetch_response_max_bytes
-            used = served = 0
-            order = round_order(eligible, self.rotation[i])
-            for w in range(0, len(order), _FETCH_WAVE):
-                if remaining <= 0:
-                    break
-                wave = order[w : w + _FETCH_WAVE]
-                cap = partition_max_bytes(remaining, self.config)
-                fetched = drive_all({tp: self.observers.fetch(tp, cap) for tp in wave})
-                self.stats.fetch_requests += 1
-                commands: dict[TopicPartition, Sequence[c.Command]] = {}
-                decided = []
-                for tp in wave:
-                    got = fetched[tp]
-                    offset = desired.get(tp.topic_id, (DesiredState.START, -1))[1]
-                    state = self.state(tp)
-                    if isinstance(got, PortError):
-                        served += 1
-                        self.stats.fetch_errors += 1
-                        self._on_port_error(self.key(tp), state, got, offset)
-                        continue
-                    self.source_errors.pop(tp, None)
-                    pos, result, local_end = got
-                    size = sum(b.size_in_bytes for b in result.batches) if isinstance(result, FetchResult) else 0
-                    if size > remaining and used > 0:
-                        remaining = 0  # the response is full: the rest is not served this round
-                        break  # (the first data of a response goes in whatever its size, as in Kafka)
-                    served += 1
-                    remaining -= size
-                    used += size
-                    if isinstance(result, FetchResult):
-                        self.stats.fetch_bytes += size
-                        self.stats.fetch_records += sum(b.record_count for b in result.batches)
-                    decision = decide_fetch(state, tp, pos, result, now, self.config, local_end)
-                    commands[tp] = decision.commands
-                    decided.append((tp, state, offset, pos, result, decision, size))
-                failed = self.executor.run_many(commands)
-                for tp, state, offset, pos, result, decision, size in decided:
-                    if tp in failed:
-                        self._on_port_error(self.key(tp), state, failed[tp], offset)
-                        continue
-                    if isinstance(result, FetchResult):
-                        appended = [b for cmd in decision.commands if isinstance(cmd, c.AppendBatches) for b in cmd.batches]
-                        leo = appended[-1].next_offset if appended else pos.fetch_offset
-                        self.progress[tp] = (result.hw, leo)
-                        if not appended and size == 0 and leo >= result.hw and decision.state is state:
-                            self.idle_until[tp] = now + self.config.fetch_max_wait_ms
-                    if decision.state is not state:
-                        self._persist(self.key(tp), stamp_applied(decision.state, offset))
-            self.rotation[i] += served
-            self.peak_round_bytes = max(self.peak_round_bytes, used)
 
     # ------------------------------------------------------------------ metadata sync

@@ -1,7 +1,7 @@
 """A stopping topic turns writable only on a view of every partition, wherever its state lives.
 
 The worker that holds some of the table partitions learns the others' states from the
-``__mirror_state`` changelog (``_read_other_workers_states``). Until it has read them, those
+``__mirror_state`` changelog (``_read_other_workers_states``, ``streams.worker_table.OtherWorkersStates``). Until it has read them, those
 partitions read as UNKNOWN, which a stop counts as stopped. The rebalance scenario once saw a
 topic writable while a partition held by a paused worker still mirrored: the STOP had reached
 the worker as a desired-state event (fanned out by another worker) before its own metadata image
@@ -21,6 +21,7 @@ from typing import Any
 
 from coordinator.states import DesiredState
 from streams.app import CoordinatorWorker, WorkerStateStore
+from streams.worker_table import OtherWorkersStates
 
 TOPIC, OTHER = uuid.uuid4(), uuid.uuid4()
 
@@ -40,9 +41,11 @@ def worker(owned: set[int], event_desired: dict[Any, Any], image_stop: bool, vie
     store = WorkerStateStore(4)
     store.owned = set(owned)
     topics = {TOPIC: SimpleNamespace(desired_state=DesiredState.STOP if image_stop else DesiredState.START)}
-    return SimpleNamespace(store=store, config=SimpleNamespace(state_partitions=4, mirror_state_topic_name="t.__mirror_state"), event_desired=event_desired,
-                           image=SimpleNamespace(mirrors=SimpleNamespace(topics=topics)), tick_interval=0.1,
-                           _view_read_at=0.0, view=view, step_timeout=5.0)  # fmt: skip
+    config = SimpleNamespace(state_partitions=4, mirror_state_topic_name="t.__mirror_state")
+    others = OtherWorkersStates(config, store, interval=0.1, timeout=5.0)  # type: ignore[arg-type]
+    others.view = view
+    return SimpleNamespace(store=store, config=config, event_desired=event_desired, other_workers=others,
+                           image=SimpleNamespace(mirrors=SimpleNamespace(topics=topics)))  # fmt: skip
 
 
 def read(w: Any) -> None:
@@ -66,7 +69,7 @@ def test_no_stop_anywhere_drops_the_view_and_a_failed_read_leaves_none() -> None
     w = worker({0, 1}, {}, image_stop=True, view=View(TimeoutError("changelog")))
     w.store.remote = {("m", TOPIC, 0): SimpleNamespace(state="STOPPED")}
     read(w)
-    assert w.view.reads == 1 and w.store.remote is None
+    assert w.other_workers.view.reads == 1 and w.store.remote is None
     w = worker({0, 1, 2, 3}, {}, image_stop=True, view=view)  # owns every table partition: no view needed
     read(w)
     assert view.reads == 0 and w.store.remote == {}
