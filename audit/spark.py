@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from audit import layout
-from audit.model import INCREMENTAL_TABLES, TABLES
+from audit.model import ALL_TABLES, INCREMENTAL_TABLES
 
 DEFAULT_MASTER: Final = "local[*]"
 MASTER_ENV: Final = "AUDIT_SPARK_MASTER"
@@ -74,7 +74,7 @@ _SPARK_TYPES: Final[dict[pa.DataType, T.DataType]] = {
 def spark_schema(table: str) -> T.StructType:
     """The table's columns plus the hive partition columns, typed."""
     fields = [
-        T.StructField(f.name, _SPARK_TYPES[f.type], f.nullable) for f in TABLES[table] if f.name != "mirror"
+        T.StructField(f.name, _SPARK_TYPES[f.type], f.nullable) for f in ALL_TABLES[table] if f.name != "mirror"
     ]
     fields += [
         T.StructField("mirror", T.StringType(), False),
@@ -102,16 +102,28 @@ class SnapshotStore:
             raise NoSnapshots(f"no complete snapshot (no manifest) under {self.root}")
         return self.manifests[-1]
 
-    def files(self, table: str, scope: Scope) -> list[str]:
+    def has(self, table: str) -> bool:
+        """Every snapshot lists ``table`` (snapshots exported before a rollup existed do not)."""
+        return bool(self.manifests) and all(table in m.tables for m in self.manifests)
+
+    def files(self, table: str, scope: Scope, only: set[tuple[str, int, int]] | None = None) -> list[str]:
+        """``only``: just the files of these (mirror, snapshot offset, taken at ms)."""
         if table in INCREMENTAL_TABLES:
             scope = "all"
         manifests = self.manifests if scope == "all" else [self.latest]
-        return [str(self.root / f.path) for m in manifests for f in m.files(table)]
+        return [
+            str(self.root / f.path)
+            for m in manifests
+            for f in m.files(table)
+            if only is None or (f.mirror, m.metadata_offset, m.taken_at_ms) in only
+        ]
 
-    def read(self, spark: SparkSession, table: str, scope: Scope = "latest") -> DataFrame:
+    def read(
+        self, spark: SparkSession, table: str, scope: Scope = "latest", *, only: set[tuple[str, int, int]] | None = None
+    ) -> DataFrame:
         if not self.manifests:
             raise NoSnapshots(f"no complete snapshot (no manifest) under {self.root}")
-        files = self.files(table, scope)
+        files = self.files(table, scope, only)
         schema = spark_schema(table)
         if not files:
             return spark.createDataFrame([], schema)
