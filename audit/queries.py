@@ -314,6 +314,7 @@ def _per_partition(ev: DataFrame | None, runs: DataFrame | None, episodes: DataF
     return (
         runs.withColumn("sec", F.floor(F.col("first_ms") / 1000))
         .join(F.broadcast(episodes), ["mirror", "sec"])
+        .repartition("mirror", "topic_id")
         .groupBy("mirror", "episode", "topic_id", "partition")
         .agg(
             F.max(F.when(F.col("stopping"), 1)).alias("has0"), F.max(F.when(F.col("stopped"), 1)).alias("has1"),
