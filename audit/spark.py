@@ -25,6 +25,7 @@ from audit.model import ALL_TABLES, INCREMENTAL_TABLES
 
 DEFAULT_MASTER: Final = "local[*]"
 MASTER_ENV: Final = "AUDIT_SPARK_MASTER"
+JAVA_OPTIONS_ENV: Final = "AUDIT_SPARK_JAVA_OPTIONS"  # local mode: the driver JVM's options
 
 Scope = Literal["latest", "all"]
 
@@ -53,6 +54,10 @@ def spark_session(master: str | None = None, *, app_name: str = "kip1279-audit",
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
             "spark.driver.memory": os.environ.get("AUDIT_SPARK_DRIVER_MEMORY", "2g"),
+            # Audit queries are short and each compiles new code: C2's compile time cost more CPU
+            # than its faster code saved (docs/audit-performance.md). Only when this session starts
+            # the JVM; a conf argument overrides it.
+            "spark.driver.extraJavaOptions": os.environ.get(JAVA_OPTIONS_ENV, "-XX:TieredStopAtLevel=1"),
         }
     for k, v in (defaults | conf).items():
         builder = builder.config(k, v)
