@@ -110,7 +110,7 @@ def failover_runs(t: pa.Table) -> pa.Table:
         {"m": m_codes, "t": t_codes, "p": ev.column("partition").combine_chunks(), "at": ev.column("at_ms").combine_chunks(),
          "mo": ev.column("metadata_offset").combine_chunks(), "k": kind}  # fmt: skip
     )
-    e = e.take(pc.sort_indices(e, sort_keys=[("m", "ascending"), ("t", "ascending"), ("p", "ascending"), ("at", "ascending")]))
+    e = e.take(pc.sort_indices(e, sort_keys=[(c, "ascending") for c in ("m", "t", "p", "at")]))
     if n == 0:
         starts = pa.array([], pa.bool_())
     else:

@@ -315,12 +315,12 @@ def main(argv: list[str] | None = None) -> int:
             best(compare[label], timed(run, rows[ft], f"{label} {ft}"))
         for name in LAYOUT_QUERIES:
             for layout_name, p in (("raw_transitions", raw), ("rollups", params)) * 2:
-                got = timed(lambda: run_query(spark, store, name, p, limit=50).row_count, rows[name], f"{layout_name} {name}")
+                got = timed(lambda: run_query(spark, store, name, p, limit=50).row_count, rows[name],
+                            f"{layout_name} {name}")  # fmt: skip
                 best(layouts[layout_name].setdefault(name, {}), got)
-            print(f"{name:<30} raw transitions {layouts['raw_transitions'][name]['seconds']:6.2f}s (JVM CPU "
-                  f"{layouts['raw_transitions'][name]['jvm_cpu_seconds']:5.2f}s); rollups "
-                  f"{layouts['rollups'][name]['seconds']:6.2f}s (JVM CPU {layouts['rollups'][name]['jvm_cpu_seconds']:5.2f}s)",
-                  file=sys.stderr)  # fmt: skip
+            r, u = layouts["raw_transitions"][name], layouts["rollups"][name]
+            print(f"{name:<30} raw transitions {r['seconds']:6.2f}s (JVM CPU {r['jvm_cpu_seconds']:5.2f}s); "
+                  f"rollups {u['seconds']:6.2f}s (JVM CPU {u['jvm_cpu_seconds']:5.2f}s)", file=sys.stderr)  # fmt: skip
         print(f"failover_timeline warm, previous: {compare['previous']['seconds']:.2f}s (JVM CPU "
               f"{compare['previous']['jvm_cpu_seconds']:.2f}s); current: {compare['current']['seconds']:.2f}s "
               f"(JVM CPU {compare['current']['jvm_cpu_seconds']:.2f}s)", file=sys.stderr)

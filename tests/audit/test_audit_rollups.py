@@ -48,7 +48,8 @@ def _history(seed: int) -> list[TransitionRow]:
                 for _ in range(rng.randrange(10, 25)):
                     at += rng.choice([300, 2_000, 30_000, 59_000, 61_000, 120_000, 400_000, 900_000])
                     if rng.random() < 0.05:
-                        out.append(_tr(mirror, topic, partition, state, S.PREPARING if state is S.STOPPING else S.MIRRORING, at, 0))
+                        jump = S.PREPARING if state is S.STOPPING else S.MIRRORING
+                        out.append(_tr(mirror, topic, partition, state, jump, at, 0))
                         continue  # illegal, and the state stays as it was for the next step
                     frm, to = next((f, t) for f, t in cycle if f is state) if rng.random() < 0.8 else (state, S.STOPPING)
                     if frm is not state:
