@@ -39,9 +39,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from audit import layout
+from audit import layout, rollup
 from audit.model import (
+    ALL_TABLES,
     DERIVED,
+    ROLLUP_TABLES,
     SCHEMA_VERSION,
     STATE_NAME_COLUMNS,
     TABLES,
@@ -143,6 +145,9 @@ def export_tables(
         if name == "transitions":
             table = _cut_transitions(table, metadata_offset, None if positions is not None else previous)
         normalized[name] = table
+    # Beside the history it appends, its rollups (audit.rollup): what the big queries read.
+    for name, build in rollup.ROLLUPS.items():
+        normalized[name] = _rollup_columns(name, build(normalized["transitions"]))
 
     date = layout.utc_date(taken_at_ms)
     _remove_partial(root, metadata_offset, taken_at_ms)
@@ -163,10 +168,10 @@ def export_tables(
         written = list(pool.map(write, jobs))
 
     entries: dict[str, layout.TableEntry] = {}
-    for name in TABLES:
+    for name in ALL_TABLES:
         files = sorted((f for n, f in written if n == name), key=lambda f: f.path)
         entries[name] = layout.TableEntry(sum(f.rows for f in files), files)
-    rows = sum(e.rows for e in entries.values())
+    rows = sum(e.rows for n, e in entries.items() if n in TABLES)  # rows handed in, not rollups
     manifest = layout.Manifest(
         schema_version=schema_version,
         metadata_offset=metadata_offset,
@@ -233,6 +238,18 @@ def _normalize(name: str, table: pa.Table | None) -> tuple[pa.Table, int]:
             byte_col = next(k for k, v in STATE_NAME_COLUMNS.items() if v == field.name)
             out[field.name] = _state_names(columns[byte_col])
     return pa.table(out), redacted
+
+
+def _rollup_columns(name: str, table: pa.Table) -> pa.Table:
+    """A rollup in its schema's column order, with the state names."""
+    out: dict[str, pa.ChunkedArray | pa.Array] = {}
+    for field in ROLLUP_TABLES[name]:
+        if field.name in table.column_names:
+            out[field.name] = _cast(table.column(field.name), field.type)
+        else:
+            byte_col = next(k for k, v in STATE_NAME_COLUMNS.items() if v == field.name)
+            out[field.name] = _state_names(table.column(byte_col))
+    return pa.table(out)
 
 
 def _cast(col: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
@@ -307,7 +324,7 @@ def _write_parquet(path: Path, table: pa.Table, compression: str) -> int:
 
 def _remove_partial(root: Path, offset: int, taken_at_ms: int) -> None:
     """Files of an export that crashed before its manifest: not visible, but not worth keeping."""
-    for table in TABLES:
+    for table in ALL_TABLES:
         base = root / table
         if base.is_dir():
             for d in base.glob(f"mirror=*/date=*/snapshot_offset={offset}/taken_at_ms={taken_at_ms}"):

@@ -266,6 +266,41 @@ TABLES: Final[dict[str, pa.Schema]] = {
     ),
 }
 
+# Derived by the export from the transitions it writes (``audit.rollup``); never handed in.
+ROLLUP_TABLES: Final[dict[str, pa.Schema]] = {
+    "transition_seconds": pa.schema(
+        [
+            pa.field("mirror", _S, False),
+            pa.field("sec", _I64, False),  # at_ms // 1000
+            pa.field("from_state", _I8, False),
+            pa.field("from_state_name", _S, False),
+            pa.field("to_state", _I8, False),
+            pa.field("to_state_name", _S, False),
+            pa.field("transitions", _I64, False),
+            pa.field("first_ms", _I64, False),
+            pa.field("last_ms", _I64, False),
+            pa.field("first_metadata_offset", _I64, False),
+        ]
+    ),
+    "failover_runs": pa.schema(
+        [
+            pa.field("mirror", _S, False),
+            pa.field("topic_id", _S, False),
+            pa.field("partition", _I32, False),
+            pa.field("first_ms", _I64, False),
+            pa.field("last_ms", _I64, False),
+            pa.field("stopping", pa.bool_(), False),  # holds a -> STOPPING
+            pa.field("stopped", pa.bool_(), False),  # holds a STOPPING -> STOPPED
+            pa.field("failback_ms", _I64, True),  # first STOPPED -> PREPARING
+            pa.field("pm_count", _I64, False),  # PREPARING -> MIRRORING: how many, first, last
+            pa.field("pm_first_ms", _I64, True),
+            pa.field("pm_last_ms", _I64, True),
+            pa.field("pm_first_metadata_offset", _I64, True),
+        ]
+    ),
+}
+ALL_TABLES: Final[dict[str, pa.Schema]] = TABLES | ROLLUP_TABLES
+
 # state byte column -> its name column, filled by the export from MirrorState.
 STATE_NAME_COLUMNS: Final[dict[str, str]] = {
     "state": "state_name",
@@ -281,7 +316,7 @@ DERIVED: Final = frozenset(STATE_NAME_COLUMNS.values())
 PARTITION_COLUMNS: Final = ("mirror", "date", "snapshot_offset", "taken_at_ms")
 
 # State history is appended; everything else is a full picture at the snapshot's offset.
-INCREMENTAL_TABLES: Final = frozenset({"transitions"})
+INCREMENTAL_TABLES: Final = frozenset({"transitions", *ROLLUP_TABLES})
 
 
 def state_name(value: int) -> str:
@@ -293,7 +328,7 @@ def state_name(value: int) -> str:
 
 def file_schema(table: str) -> pa.Schema:
     """The schema inside the Parquet files: the table's minus the hive partition columns."""
-    schema = TABLES[table]
+    schema = ALL_TABLES[table]
     return pa.schema([f for f in schema if f.name not in PARTITION_COLUMNS])
 
 

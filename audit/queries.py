@@ -28,6 +28,7 @@ from typing import Final, Literal
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from audit.rollup import FB_START, FO_DONE, FO_START, PM, ROLLUPS, RUN_GAP_MS
 from audit.spark import Scope, SnapshotStore
 from coordinator.states import MirrorState, is_legal_transition
 
@@ -52,6 +53,9 @@ class AuditParams:
     dle_states: tuple[str, ...] = DLE_STATES
     episode_gap_s: float = 300.0  # failover events further apart than this start a new episode
     mirrors: tuple[str, ...] = ()  # empty: every mirror
+    # Read the export's rollups (audit.rollup) where every snapshot has them; False: the raw
+    # transitions only (the bench and tests compare the two).
+    rollups: bool = True
 
 
 @dataclass(frozen=True)
@@ -63,8 +67,11 @@ class Query:
     tables: tuple[str, ...] = field(default=())
 
 
-def _read(spark: SparkSession, store: SnapshotStore, table: str, scope: Scope, p: AuditParams) -> DataFrame:
-    df = store.read(spark, table, scope)
+def _read(
+    spark: SparkSession, store: SnapshotStore, table: str, scope: Scope, p: AuditParams,
+    only: set[tuple[str, int, int]] | None = None,
+) -> DataFrame:
+    df = store.read(spark, table, scope, only=only)
     if p.mirrors:
         df = df.where(F.col("mirror").isin(list(p.mirrors)))
     return df
@@ -161,11 +168,25 @@ def _legal_pairs() -> list[str]:
     return [f"{a.name}->{b.name}" for a in MirrorState for b in MirrorState if is_legal_transition(a, b)]
 
 
+def _rollups(store: SnapshotStore, p: AuditParams) -> bool:
+    return p.rollups and all(store.has(t) for t in ROLLUPS)
+
+
+def _illegal(frm: str, to: str) -> Column:
+    return ~F.concat_ws("->", frm, to).isin(_legal_pairs())
+
+
 def illegal_transitions(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
-    t = _read(spark, store, "transitions", "all", p)
-    pair = F.concat_ws("->", "from_state_name", "to_state_name")
+    only = None
+    if _rollups(store, p):
+        # The per-second rollup names every (mirror, snapshot) holding an illegal pair: read only
+        # those files of the history (none at all in a clean one).
+        secs = _read(spark, store, "transition_seconds", "all", p)
+        hits = secs.where(_illegal("from_state_name", "to_state_name"))
+        only = {(r[0], r[1], r[2]) for r in hits.select("mirror", "snapshot_offset", "taken_at_ms").distinct().collect()}
+    t = _read(spark, store, "transitions", "all", p, only=only)
     return (
-        t.where(~pair.isin(_legal_pairs()))
+        t.where(_illegal("from_state_name", "to_state_name"))
         .groupBy("mirror", "topic", "partition", "from_state_name", "to_state_name", "topic_id")
         .agg(
             F.count("*").alias("count"),
@@ -206,44 +227,102 @@ def lag_per_topic(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> 
 
 
 _EVENTS: Final = (FAILOVER_STARTED, FAILOVER_COMPLETED, FAILBACK_STARTED, FAILBACK_COMPLETED)  # in the order they run
-# Kinds of transition, by index into _EVENTS: 0 -> STOPPING, 1 STOPPING -> STOPPED,
-# 2 STOPPED -> PREPARING, 3 PREPARING -> MIRRORING (which completes a failback only after a 2).
-_FO_START, _FO_DONE, _FB_START, _PM = range(4)
+# Kinds of transition (audit.rollup.failover_kind), by index into _EVENTS: 0 -> STOPPING,
+# 1 STOPPING -> STOPPED, 2 STOPPED -> PREPARING, 3 PREPARING -> MIRRORING (which completes a
+# failback only after a 2).
+_FO_START, _FO_DONE, _FB_START, _PM = FO_START, FO_DONE, FB_START, PM
 
 
-def _failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
+def _kind(frm: Column, to: Column) -> Column:
     S = MirrorState
-    frm, to = F.col("from_state"), F.col("to_state")
-    kind = (
+    return (
         F.when((to == S.STOPPING) & (frm != S.STOPPING), F.lit(_FO_START))
         .when((frm == S.STOPPING) & (to == S.STOPPED), F.lit(_FO_DONE))
         .when((frm == S.STOPPED) & (to == S.PREPARING), F.lit(_FB_START))
         .when((frm == S.PREPARING) & (to == S.MIRRORING), F.lit(_PM))
     )
+
+
+def _failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
     return (
         _read(spark, store, "transitions", "all", p)
-        .select("mirror", "topic_id", "partition", "at_ms", "metadata_offset", kind.alias("kind"))
+        .select("mirror", "topic_id", "partition", "at_ms", "metadata_offset",
+                _kind(F.col("from_state"), F.col("to_state")).alias("kind"))
         .where(F.col("kind").isNotNull())
         .withColumn("sec", F.floor(F.col("at_ms") / 1000))
-    )
-
-
-def _seconds_with_episodes(ev: DataFrame, p: AuditParams) -> DataFrame:
-    """One row per (mirror, second, kind) holding events, with its episode: a run of events with
-    no gap longer than ``episode_gap_s`` (exact for gaps of a second or more). Small, so it is
-    materialised once: both the per-event figures and the per-partition pass read it."""
-    per_sec = ev.groupBy("mirror", "sec", "kind").agg(
-        F.count("*").alias("n"), F.min("at_ms").alias("lo"), F.max("at_ms").alias("hi"),
-        F.min("metadata_offset").alias("mo"),
     )  # fmt: skip
+
+
+def _per_second(spark: SparkSession, store: SnapshotStore, p: AuditParams, ev: DataFrame | None) -> DataFrame:
+    """One row per (mirror, second, kind) holding events: from the raw events ``ev``, or (None)
+    from the per-second rollup, summed over snapshots (a second may straddle two)."""
+    if ev is not None:
+        return ev.groupBy("mirror", "sec", "kind").agg(
+            F.count("*").alias("n"), F.min("at_ms").alias("lo"), F.max("at_ms").alias("hi"),
+            F.min("metadata_offset").alias("mo"),
+        )  # fmt: skip
+    return (
+        _read(spark, store, "transition_seconds", "all", p)
+        .select("mirror", "sec", _kind(F.col("from_state"), F.col("to_state")).alias("kind"),
+                "transitions", "first_ms", "last_ms", "first_metadata_offset")
+        .where(F.col("kind").isNotNull())
+        .groupBy("mirror", "sec", "kind")
+        .agg(F.sum("transitions").alias("n"), F.min("first_ms").alias("lo"), F.max("last_ms").alias("hi"),
+             F.min("first_metadata_offset").alias("mo"))
+    )  # fmt: skip
+
+
+def _seconds_with_episodes(per_sec: DataFrame, p: AuditParams) -> DataFrame:
+    """``per_sec`` with its episode: a run of events with no gap longer than ``episode_gap_s``
+    (exact for gaps of a second or more). Small, so it is materialised once: both the per-event
+    figures and the per-partition pass read it."""
     ordered = Window.partitionBy("mirror").orderBy("sec", "kind")
     before = F.max("hi").over(ordered.rowsBetween(Window.unboundedPreceding, -1))
     sec_lo = F.min("lo").over(Window.partitionBy("mirror", "sec"))
-    gap_ms = max(int(p.episode_gap_s * 1000), 1000)
     # Only a second's first row can start an episode: the rows after it are less than a second away.
-    starts = F.when(before.isNull() | (sec_lo - before > gap_ms), 1).otherwise(0)
+    starts = F.when(before.isNull() | (sec_lo - before > _gap_ms(p)), 1).otherwise(0)
     running = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     return per_sec.withColumn("_s", starts).withColumn("episode", F.sum("_s").over(running)).drop("_s").localCheckpoint()
+
+
+def _gap_ms(p: AuditParams) -> int:
+    return max(int(p.episode_gap_s * 1000), 1000)
+
+
+def _per_partition(ev: DataFrame | None, runs: DataFrame | None, episodes: DataFrame) -> DataFrame:
+    """One row per (mirror, episode, topic ID, partition): which events it had, and what the
+    failback-completed rule needs. From the raw events, or from the runs rollup."""
+    # Broadcast: the seconds table is small, and a planned sort-merge join would shuffle every row.
+    if ev is not None:
+        k = F.col("kind")
+
+        def of(kind: int, c: str) -> Column:
+            return F.when(k == kind, F.col(c))
+
+        return (
+            ev.join(F.broadcast(episodes), ["mirror", "sec"])
+            .groupBy("mirror", "episode", "topic_id", "partition")
+            .agg(
+                F.max(of(_FO_START, "kind")).alias("has0"), F.max(of(_FO_DONE, "kind")).alias("has1"),
+                F.min(of(_FB_START, "at_ms")).alias("fb_lo"), F.max(of(_PM, "at_ms")).alias("pm_hi"),
+                F.min(of(_PM, "at_ms")).alias("pm_lo"), F.count(of(_PM, "at_ms")).alias("pm_n"),
+                F.min(of(_PM, "metadata_offset")).alias("pm_mo"),
+            )
+        )  # fmt: skip
+    assert runs is not None
+    # A run lies in one episode (audit.rollup): its first second says which.
+    return (
+        runs.withColumn("sec", F.floor(F.col("first_ms") / 1000))
+        .join(F.broadcast(episodes), ["mirror", "sec"])
+        .repartition("mirror", "topic_id")
+        .groupBy("mirror", "episode", "topic_id", "partition")
+        .agg(
+            F.max(F.when(F.col("stopping"), 1)).alias("has0"), F.max(F.when(F.col("stopped"), 1)).alias("has1"),
+            F.min("failback_ms").alias("fb_lo"), F.max("pm_last_ms").alias("pm_hi"),
+            F.min("pm_first_ms").alias("pm_lo"), F.sum("pm_count").alias("pm_n"),
+            F.min("pm_first_metadata_offset").alias("pm_mo"),
+        )
+    )  # fmt: skip
 
 
 def failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
@@ -257,10 +336,14 @@ def failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) -
     Counts and times of the first three events need no partition: they come from the small
     per-second table. One hash aggregate per (episode, partition) finds what needs one (which
     partitions had each event, and the failback-completed rule), kept to the few values that
-    rule needs: the widest rows are what this query shuffles.
+    rule needs. With the export's rollups (``audit.rollup``), the per-second table is summed from
+    ``transition_seconds`` and the per-partition pass reads ``failover_runs``, about a tenth of
+    the transitions; without them (or for an episode gap under ``RUN_GAP_MS``), both come from
+    every transition.
     """
-    ev = _failover_events(spark, store, p)
-    secs = _seconds_with_episodes(ev, p)
+    raw = not _rollups(store, p) or _gap_ms(p) < RUN_GAP_MS
+    ev = _failover_events(spark, store, p) if raw else None
+    secs = _seconds_with_episodes(_per_second(spark, store, p, ev), p)
     k = F.col("kind")
 
     def of(kind: int, c: str) -> Column:
@@ -273,17 +356,8 @@ def failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) -
         )
     ])  # fmt: skip
     episodes = secs.select("mirror", "sec", "episode").distinct()
-    # Broadcast: the seconds table is small, and a planned sort-merge join would shuffle every event.
-    per_partition = (
-        ev.join(F.broadcast(episodes), ["mirror", "sec"])
-        .groupBy("mirror", "episode", "topic_id", "partition")
-        .agg(
-            F.max(of(_FO_START, "kind")).alias("has0"), F.max(of(_FO_DONE, "kind")).alias("has1"),
-            F.min(of(_FB_START, "at_ms")).alias("fb_lo"), F.max(of(_PM, "at_ms")).alias("pm_hi"),
-            F.min(of(_PM, "at_ms")).alias("pm_lo"), F.count(of(_PM, "at_ms")).alias("pm_n"),
-            F.min(of(_PM, "metadata_offset")).alias("pm_mo"),
-        )
-    )  # fmt: skip
+    runs = None if raw else _read(spark, store, "failover_runs", "all", p)
+    per_partition = _per_partition(ev, runs, episodes)
     done = F.col("fb_lo").isNotNull() & (F.col("pm_hi") > F.col("fb_lo"))
 
     def if_done(c: str) -> Column:
@@ -340,10 +414,21 @@ def timeline_of(agg: DataFrame) -> DataFrame:
 
 
 def transition_counts(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
-    t = _read(spark, store, "transitions", "all", p)
+    if _rollups(store, p):
+        counts = (
+            _read(spark, store, "transition_seconds", "all", p)
+            .groupBy("mirror", "from_state_name", "to_state_name")
+            .agg(F.sum("transitions").alias("count"), F.min("first_ms").alias("first_ms"),
+                 F.max("last_ms").alias("last_ms"))
+        )  # fmt: skip
+    else:
+        counts = (
+            _read(spark, store, "transitions", "all", p)
+            .groupBy("mirror", "from_state_name", "to_state_name")
+            .agg(F.count("*").alias("count"), F.min("at_ms").alias("first_ms"), F.max("at_ms").alias("last_ms"))
+        )
     return (
-        t.groupBy("mirror", "from_state_name", "to_state_name")
-        .agg(F.count("*").alias("count"), F.min("at_ms").alias("first_ms"), F.max("at_ms").alias("last_ms"))
+        counts
         .select(
             "mirror", F.col("from_state_name").alias("from_state"), F.col("to_state_name").alias("to_state"),
             "count", _ts("first_ms").alias("first_at"), _ts("last_ms").alias("last_at"),

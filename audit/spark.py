@@ -21,10 +21,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from audit import layout
-from audit.model import INCREMENTAL_TABLES, TABLES
+from audit.model import ALL_TABLES, INCREMENTAL_TABLES
 
 DEFAULT_MASTER: Final = "local[*]"
 MASTER_ENV: Final = "AUDIT_SPARK_MASTER"
+JAVA_OPTIONS_ENV: Final = "AUDIT_SPARK_JAVA_OPTIONS"  # local mode: the driver JVM's options
 
 Scope = Literal["latest", "all"]
 
@@ -53,6 +54,10 @@ def spark_session(master: str | None = None, *, app_name: str = "kip1279-audit",
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
             "spark.driver.memory": os.environ.get("AUDIT_SPARK_DRIVER_MEMORY", "2g"),
+            # Audit queries are short and each compiles new code: C2's compile time cost more CPU
+            # than its faster code saved (docs/audit-performance.md). Only when this session starts
+            # the JVM; a conf argument overrides it.
+            "spark.driver.extraJavaOptions": os.environ.get(JAVA_OPTIONS_ENV, "-XX:TieredStopAtLevel=1"),
         }
     for k, v in (defaults | conf).items():
         builder = builder.config(k, v)
@@ -74,7 +79,7 @@ _SPARK_TYPES: Final[dict[pa.DataType, T.DataType]] = {
 def spark_schema(table: str) -> T.StructType:
     """The table's columns plus the hive partition columns, typed."""
     fields = [
-        T.StructField(f.name, _SPARK_TYPES[f.type], f.nullable) for f in TABLES[table] if f.name != "mirror"
+        T.StructField(f.name, _SPARK_TYPES[f.type], f.nullable) for f in ALL_TABLES[table] if f.name != "mirror"
     ]
     fields += [
         T.StructField("mirror", T.StringType(), False),
@@ -102,16 +107,28 @@ class SnapshotStore:
             raise NoSnapshots(f"no complete snapshot (no manifest) under {self.root}")
         return self.manifests[-1]
 
-    def files(self, table: str, scope: Scope) -> list[str]:
+    def has(self, table: str) -> bool:
+        """Every snapshot lists ``table`` (snapshots exported before a rollup existed do not)."""
+        return bool(self.manifests) and all(table in m.tables for m in self.manifests)
+
+    def files(self, table: str, scope: Scope, only: set[tuple[str, int, int]] | None = None) -> list[str]:
+        """``only``: just the files of these (mirror, snapshot offset, taken at ms)."""
         if table in INCREMENTAL_TABLES:
             scope = "all"
         manifests = self.manifests if scope == "all" else [self.latest]
-        return [str(self.root / f.path) for m in manifests for f in m.files(table)]
+        return [
+            str(self.root / f.path)
+            for m in manifests
+            for f in m.files(table)
+            if only is None or (f.mirror, m.metadata_offset, m.taken_at_ms) in only
+        ]
 
-    def read(self, spark: SparkSession, table: str, scope: Scope = "latest") -> DataFrame:
+    def read(
+        self, spark: SparkSession, table: str, scope: Scope = "latest", *, only: set[tuple[str, int, int]] | None = None
+    ) -> DataFrame:
         if not self.manifests:
             raise NoSnapshots(f"no complete snapshot (no manifest) under {self.root}")
-        files = self.files(table, scope)
+        files = self.files(table, scope, only)
         schema = spark_schema(table)
         if not files:
             return spark.createDataFrame([], schema)

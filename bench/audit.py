@@ -17,8 +17,11 @@ into columns. ``export_rows_per_s`` = rows written / wall time of the export cal
 
 Then one Spark session (``--master``, default ``local[2]``) runs every query in
 ``audit.queries.QUERIES`` as the CLI does (collect up to 50 rows, count when there are more),
-each timed with ``time.perf_counter``; the report build is timed on its own.
-The last line printed is one JSON object.
+each timed with ``time.perf_counter`` and the Spark JVM's CPU time; the report build is timed on
+its own. The export writes the rollups of ``audit.rollup`` beside the transitions; the queries that
+read them (``LAYOUT_QUERIES``) run again on both layouts, alternately (the raw transitions with
+``AuditParams(rollups=False)``: the previous layout), with failover_timeline's previous algorithm
+too, and the bench asserts all give the same rows. The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 # This file is bench/audit.py: run as a script, its own directory comes first on sys.path and
@@ -64,6 +68,8 @@ CYCLE = [
     (S.PREPARING, S.MIRRORING, "log aligned"),
 ]
 STEPS = START + CYCLE
+# The queries that read the export's rollups, timed on both layouts.
+LAYOUT_QUERIES = ("failover_timeline", "transition_counts", "illegal_transitions")
 
 
 def _i64(v: int) -> pa.Scalar:
@@ -233,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip running failover_timeline's previous algorithm beside the current one")
     args = ap.parse_args(argv)
 
+    load_at_start = round(os.getloadavg()[0], 2)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="audit-bench-"))
     if args.out and out.exists():
         shutil.rmtree(out)
@@ -277,28 +284,55 @@ def main(argv: list[str] | None = None) -> int:
         query_s[name], rows[name] = round(r.seconds, 3), r.row_count
         query_cpu_s[name] = round(_cpu_seconds(jvm_pid) - cpu0, 3)
         print(f"{name:<30} {r.row_count:>10,} rows {r.seconds:7.2f}s  JVM CPU {query_cpu_s[name]:6.2f}s", file=sys.stderr)
-    # failover_timeline side by side with the previous algorithm (bench/audit_previous.py), in the
-    # same session: each once more, alternately, now that the session is warm for both.
+    # Side by side, in the same session, each once more and alternately now that the session is
+    # warm: failover_timeline's previous algorithm (bench/audit_previous.py) on the raw transitions;
+    # the current queries on the raw transitions (the previous layout: AuditParams(rollups=False));
+    # and the current queries on the export's rollups (what the loop above timed).
     compare: dict[str, dict[str, float]] = {"previous": {}, "current": {}}
+    layouts: dict[str, dict[str, dict[str, float]]] = {"raw_transitions": {}, "rollups": {}}
     if not args.no_compare:
         sys.path.append(str(_HERE))  # after the project root: "audit" stays the package
+        from audit_previous import failover_timeline as previous_timeline
         from audit_previous import previous_run
 
-        runs = {
-            "previous": lambda: previous_run(spark, store, params, 50),
-            "current": lambda: run_query(spark, store, "failover_timeline", params, limit=50).row_count,
-        }
-        for label in ("previous", "current", "previous", "current"):
+        raw = AuditParams(rollups=False)
+
+        def timed(run: Callable[[], int], expected: int, what: str) -> dict[str, float]:
             cpu0, t = _cpu_seconds(jvm_pid), time.perf_counter()
-            n = runs[label]()
+            n = run()
             wall, cpu = time.perf_counter() - t, _cpu_seconds(jvm_pid) - cpu0
-            assert n == rows["failover_timeline"], f"{label} failover_timeline: {n} rows, not {rows['failover_timeline']}"
-            best = compare[label]
-            if not best or wall < best["seconds"]:
-                best.update(seconds=round(wall, 3), jvm_cpu_seconds=round(cpu, 3))
+            assert n == expected, f"{what}: {n} rows, not {expected}"
+            return {"seconds": round(wall, 3), "jvm_cpu_seconds": round(cpu, 3)}
+
+        def best(into: dict[str, float], got: dict[str, float]) -> None:
+            if not into or got["seconds"] < into["seconds"]:
+                into.update(got)
+
+        ft = "failover_timeline"
+        for label in ("previous", "current", "previous", "current"):
+            run = (lambda: previous_run(spark, store, params, 50)) if label == "previous" else (
+                lambda: run_query(spark, store, ft, params, limit=50).row_count)
+            best(compare[label], timed(run, rows[ft], f"{label} {ft}"))
+        for name in LAYOUT_QUERIES:
+            for layout_name, p in (("raw_transitions", raw), ("rollups", params)) * 2:
+                got = timed(lambda: run_query(spark, store, name, p, limit=50).row_count, rows[name],
+                            f"{layout_name} {name}")  # fmt: skip
+                best(layouts[layout_name].setdefault(name, {}), got)
+            r, u = layouts["raw_transitions"][name], layouts["rollups"][name]
+            print(f"{name:<30} raw transitions {r['seconds']:6.2f}s (JVM CPU {r['jvm_cpu_seconds']:5.2f}s); "
+                  f"rollups {u['seconds']:6.2f}s (JVM CPU {u['jvm_cpu_seconds']:5.2f}s)", file=sys.stderr)  # fmt: skip
         print(f"failover_timeline warm, previous: {compare['previous']['seconds']:.2f}s (JVM CPU "
               f"{compare['previous']['jvm_cpu_seconds']:.2f}s); current: {compare['current']['seconds']:.2f}s "
               f"(JVM CPU {compare['current']['jvm_cpu_seconds']:.2f}s)", file=sys.stderr)
+        # Same results, row for row (not timed): rollups, raw transitions and the previous algorithm.
+        for name in LAYOUT_QUERIES:
+            a = run_query(spark, store, name, params).rows
+            b = run_query(spark, store, name, raw).rows
+            assert a == b, f"{name}: rollups and raw transitions differ"
+            if name == ft:
+                assert [r.asDict() for r in previous_timeline(spark, store, params).collect()] == a, \
+                    "failover_timeline: the previous algorithm differs"
+        print("same rows: rollups, raw transitions, previous algorithm", file=sys.stderr)
     report_s = None
     if not args.no_report:
         from audit.report import build_report
@@ -309,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report: {len(html):,} bytes in {report_s:.2f}s", file=sys.stderr)
         if args.html:
             Path(args.html).write_text(html, encoding="utf-8")
+    jvm_cpu_total = _cpu_seconds(jvm_pid)
     spark.stop()
     if not args.out:
         shutil.rmtree(out, ignore_errors=True)
@@ -336,10 +371,16 @@ def main(argv: list[str] | None = None) -> int:
         # best of two warm runs each, same session: the previous algorithm and run path, and the current
         "failover_timeline_previous": compare["previous"] or None,
         "failover_timeline_current": compare["current"] or None,
+        # the queries that read the rollups, best of two warm runs each on either layout, same session
+        "layout_previous_raw_transitions": layouts["raw_transitions"] or None,
+        "layout_current_rollups": layouts["rollups"] or None,
+        "jvm_cpu_seconds_total": round(jvm_cpu_total, 3),
         "goal_export_rows_per_s": 1_000_000,
         "goal_query_seconds": 5,
         "goals_met": export_rows / export_s >= 1_000_000 and query_s[slowest] <= 5,
         "load_average_1m": round(os.getloadavg()[0], 2),
+        "load_average_5m": round(os.getloadavg()[1], 2),
+        "load_average_at_start_1m": load_at_start,
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "pyarrow": pa.__version__,

@@ -1,0 +1,145 @@
+"""The export's rollups (audit.rollup): the queries that read them answer exactly what the raw
+transitions answer, on histories built to break them (runs cut by snapshots, failovers of one
+partition within one episode, seconds shared by two snapshots, illegal transitions)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+
+from audit.export import export_snapshot
+from audit.layout import MANIFEST_DIR
+from audit.model import AuditSnapshot, TransitionRow
+from audit.queries import AuditParams
+from audit.rollup import RUN_GAP_MS, failover_runs
+from audit.run import run_query
+from audit.spark import SnapshotStore
+from coordinator.states import MirrorState as S
+
+ROLLED_UP = ("failover_timeline", "transition_counts", "illegal_transitions")
+T0 = 1_767_225_600_000
+
+
+def _tr(mirror: str, topic: int, partition: int, frm: S, to: S, at_ms: int, offset: int) -> TransitionRow:
+    return TransitionRow(mirror=mirror, topic=f"t{topic}", topic_id=f"00000000-0000-0000-0000-{topic:012d}",
+                         partition=partition, from_state=int(frm), to_state=int(to), at_ms=at_ms,
+                         metadata_offset=offset)  # fmt: skip
+
+
+def _history(seed: int) -> list[TransitionRow]:
+    """Partitions cycling through failovers and failbacks at random pace: steps from 0.3 s to
+    15 minutes apart, so runs split inside episodes and episodes merge; a few illegal jumps."""
+    rng = random.Random(seed)
+    cycle = [(S.MIRRORING, S.STOPPING), (S.STOPPING, S.STOPPED), (S.STOPPED, S.PREPARING), (S.PREPARING, S.MIRRORING),
+             (S.MIRRORING, S.PAUSING), (S.PAUSING, S.PAUSED), (S.PAUSED, S.MIRRORING)]  # fmt: skip
+    out: list[TransitionRow] = []
+    for mirror in ("a-to-b", "c-to-b"):
+        for topic in range(3):
+            for partition in range(3):
+                at = T0 + rng.randrange(0, 5_000)
+                out.append(_tr(mirror, topic, partition, S.UNKNOWN, S.PREPARING, at, 0))
+                out.append(_tr(mirror, topic, partition, S.PREPARING, S.MIRRORING, at + 1_000, 0))
+                state = S.MIRRORING
+                for _ in range(rng.randrange(10, 25)):
+                    at += rng.choice([300, 2_000, 30_000, 59_000, 61_000, 120_000, 400_000, 900_000])
+                    if rng.random() < 0.05:
+                        jump = S.PREPARING if state is S.STOPPING else S.MIRRORING
+                        out.append(_tr(mirror, topic, partition, state, jump, at, 0))
+                        continue  # illegal, and the state stays as it was for the next step
+                    frm, to = next((f, t) for f, t in cycle if f is state) if rng.random() < 0.8 else (state, S.STOPPING)
+                    if frm is not state:
+                        continue
+                    out.append(_tr(mirror, topic, partition, frm, to, at, 0))
+                    state = to
+    out.sort(key=lambda t: t.at_ms)
+    return [TransitionRow(**{**{f: getattr(t, f) for f in t.__struct_fields__}, "metadata_offset": 10 + i})
+            for i, t in enumerate(out)]  # fmt: skip
+
+
+def _export(history: list[TransitionRow], cuts: int, root: Path) -> Path:
+    """In ``cuts`` snapshots, each cut at a random point (may split a second or a run)."""
+    rng = random.Random(len(history))
+    ends = sorted(rng.sample(range(1, len(history)), cuts - 1)) + [len(history)]
+    for end in ends:
+        last = history[end - 1]
+        export_snapshot(AuditSnapshot(metadata_offset=last.metadata_offset, taken_at_ms=last.at_ms + 1,
+                                      transitions=history[:end]), root)  # fmt: skip
+    return root
+
+
+def _both(spark: SparkSession, root: Path, name: str, **params: object) -> tuple[list[dict], list[dict]]:
+    store = SnapshotStore(root)
+    assert store.has("failover_runs") and store.has("transition_seconds")
+    fast = run_query(spark, store, name, AuditParams(**params))  # type: ignore[arg-type]
+    raw = run_query(spark, store, name, AuditParams(rollups=False, **params))  # type: ignore[arg-type]
+    return fast.rows, raw.rows
+
+
+def test_rollups_answer_as_the_raw_history(spark: SparkSession, tmp_path: Path) -> None:
+    root = _export(_history(1), 5, tmp_path)
+    for gap_s in (90.0, 300.0):  # just above the run gap (runs split inside episodes), and the default
+        fast, raw = _both(spark, root, "failover_timeline", episode_gap_s=gap_s)
+        assert fast == raw, gap_s
+        assert {r["event"] for r in fast} == {"failover started", "failover completed", "failback started",
+                                              "failback completed"}  # fmt: skip
+    fast, raw = _both(spark, root, "transition_counts")
+    assert fast == raw and sum(r["count"] for r in fast) == len(_history(1))
+    fast, raw = _both(spark, root, "illegal_transitions")
+    assert fast == raw and fast  # the history does hold illegal transitions, and both paths find them
+
+
+def test_illegal_transitions_reads_only_the_files_that_hold_them(spark: SparkSession, tmp_path: Path) -> None:
+    ok = [_tr("a-to-b", 0, 0, S.UNKNOWN, S.PREPARING, T0, 10), _tr("c-to-b", 1, 0, S.UNKNOWN, S.PREPARING, T0, 11)]
+    bad = _tr("c-to-b", 1, 0, S.PREPARING, S.STOPPED, T0 + 5_000, 12)
+    export_snapshot(AuditSnapshot(metadata_offset=11, taken_at_ms=T0 + 1, transitions=ok), tmp_path)
+    export_snapshot(AuditSnapshot(metadata_offset=12, taken_at_ms=T0 + 6_000, transitions=[*ok, bad]), tmp_path)
+    fast, raw = _both(spark, tmp_path, "illegal_transitions")
+    assert fast == raw and [(r["mirror"], r["from_state"], r["to_state"]) for r in fast] == [
+        ("c-to-b", "PREPARING", "STOPPED")
+    ]
+    store = SnapshotStore(tmp_path)
+    assert store.files("transitions", "all", {("c-to-b", 12, T0 + 6_000)}) == [
+        str(tmp_path / f.path) for f in store.latest.files("transitions")
+    ]
+
+
+def test_a_store_exported_before_the_rollups_is_read_raw(spark: SparkSession, tmp_path: Path) -> None:
+    root = _export(_history(3), 3, tmp_path)
+    expected = {n: run_query(spark, SnapshotStore(root), n, AuditParams()).rows for n in ROLLED_UP}
+    first = sorted((root / MANIFEST_DIR).glob("snapshot-*.json"))[0]
+    body = json.loads(first.read_text())
+    for t in ("failover_runs", "transition_seconds"):
+        del body["tables"][t]  # as an older exporter wrote it
+    first.write_text(json.dumps(body))
+    store = SnapshotStore(root)
+    assert not store.has("failover_runs")
+    assert {n: run_query(spark, store, n, AuditParams()).rows for n in ROLLED_UP} == expected
+
+
+def test_failover_runs_split_at_the_run_gap() -> None:
+    p = dict(mirror="m", topic=0, partition=0)
+    rows = [
+        _tr(**p, frm=S.MIRRORING, to=S.STOPPING, at_ms=T0, offset=1),  # type: ignore[arg-type]
+        _tr(**p, frm=S.STOPPING, to=S.STOPPED, at_ms=T0 + RUN_GAP_MS, offset=2),  # type: ignore[arg-type]
+        _tr(**p, frm=S.STOPPED, to=S.PREPARING, at_ms=T0 + RUN_GAP_MS + 1, offset=3),  # type: ignore[arg-type]
+        _tr(**p, frm=S.PREPARING, to=S.MIRRORING, at_ms=T0 + 2 * RUN_GAP_MS + 2, offset=4),  # type: ignore[arg-type]
+        _tr(**p, frm=S.MIRRORING, to=S.PAUSING, at_ms=T0 + 2 * RUN_GAP_MS + 3, offset=5),  # type: ignore[arg-type]
+        _tr(mirror="m", topic=0, partition=1, frm=S.PREPARING, to=S.MIRRORING, at_ms=T0 + 5, offset=6),
+    ]
+    cols = {f: [getattr(r, f) for r in rows] for f in rows[0].__struct_fields__}
+    cols["from_state"] = pa.array(cols["from_state"], pa.int8())  # type: ignore[assignment]
+    cols["to_state"] = pa.array(cols["to_state"], pa.int8())  # type: ignore[assignment]
+    runs = failover_runs(pa.table(cols)).to_pylist()
+    assert [(r["partition"], r["first_ms"] - T0, r["last_ms"] - T0, r["stopping"], r["stopped"], r["pm_count"])
+            for r in runs] == [  # the pause is no failover event; partition 1's first start is one
+        (0, 0, RUN_GAP_MS + 1, True, True, 0),
+        (0, 2 * RUN_GAP_MS + 2, 2 * RUN_GAP_MS + 2, False, False, 1),
+        (1, 5, 5, False, False, 1),
+    ]  # fmt: skip
+    assert runs[0]["failback_ms"] == T0 + RUN_GAP_MS + 1 and runs[0]["pm_first_ms"] is None
+    assert runs[1]["pm_first_metadata_offset"] == 4 and runs[1]["failback_ms"] is None
