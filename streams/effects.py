@@ -63,7 +63,7 @@ from coordinator.workflows.fetcher import fetcher_of, lag
 from coordinator.workflows.stop import FinalSync
 from coordinator.workflows.sync_groups import SYNCED_STATES
 from coordinator.workflows.topic import TopicObservation, decide_topic
-from streams.mirror_fetch import fetch_round
+from streams.mirror_fetch import STARTED, fetch_round
 from streams.mirror_observers import MirrorObservers, SourceCallFailed
 from streams.observe import K, Call, drive_all, run_calls
 from streams.syncer import MirrorStats, MirrorSyncer
@@ -71,7 +71,6 @@ from streams.syncer import MirrorStats, MirrorSyncer
 _SETTLE_STEPS = 12  # workflow steps per partition per round; every workflow is shorter
 
 log = logging.getLogger(__name__)
-_STARTED = (DesiredState.START, -1)  # a topic without a desired-state record mirrors as started
 # (state, desired) pairs whose step, once it changed nothing, decides nothing else until the
 # state or the desired state changes: it reads no clock and asks no cluster (``decide_partition``;
 # MIRRORING only while its partition is in its fetcher, which ``step_partitions`` checks).
@@ -410,7 +409,7 @@ class MirrorRunner:
         # Periodic work for live mirror partitions only (paused, stopped and failed ones are left
         # be, as are those of topics being stopped or paused).
         live = {tp: s for tp, s in self.states().items()
-                if s.state in SYNCED_STATES and desired.get(tp.topic_id, _STARTED)[0] is DesiredState.START}  # fmt: skip
+                if s.state in SYNCED_STATES and desired.get(tp.topic_id, STARTED)[0] is DesiredState.START}  # fmt: skip
         self.syncer.run(live, self.now_ms)
         return True
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from streams.effects import MirrorRunner
 
 _FETCH_WAVE = 256  # partitions fetched per pipelined wave; the round's byte budget is checked between waves
-_STARTED = (DesiredState.START, -1)  # a topic without a desired-state record mirrors as started
+STARTED = (DesiredState.START, -1)  # a topic without a desired-state record mirrors as started
 
 
 def fetch_round(r: MirrorRunner, desired: dict[uuid.UUID, tuple[DesiredState, int]],
@@ -39,7 +39,7 @@ def fetch_round(r: MirrorRunner, desired: dict[uuid.UUID, tuple[DesiredState, in
         candidates = members if only is None or len(only) >= len(members) else [tp for tp in only if tp in members]
         eligible = [tp for tp in candidates if (only is None or tp in only)
                     and r.backoff_until.get(tp, -1) <= now and r.idle_until.get(tp, -1) <= now
-                    and desired.get(tp.topic_id, _STARTED)[0] is DesiredState.START
+                    and desired.get(tp.topic_id, STARTED)[0] is DesiredState.START
                     and r.state(tp).state is MirrorState.MIRRORING]  # fmt: skip
         remaining = r.config.fetch_response_max_bytes
         used = served = 0
