@@ -576,6 +576,7 @@ class MetadataLogLoader:
         self.loaded_snapshot: SnapshotId | None = None
         self._since_snapshot = 0
         self._last_snapshot_ms = clock_ms()
+        self._snapshotting = False  # a write is on its thread: callers meanwhile (ticks, the follower) skip
 
     async def load_snapshot(self) -> SnapshotId | None:
         if self.snapshots is None:
@@ -630,11 +631,21 @@ class MetadataLogLoader:
         now = self.clock_ms()
         if not force and not self.policy.due(self._since_snapshot, now - self._last_snapshot_ms):
             return None
+        if self._snapshotting:
+            return None  # one write at a time: two of the same snapshot would race on its file
         got = self.to_records()  # taken on the loop: the state cannot move under it
         if got is None:
             return None  # not at a committed point (inside a metadata transaction): later
         records = list(got)
-        sid = await asyncio.to_thread(self.snapshots.write, records, self.next_offset - 1, self.last_epoch, now)
+        self._snapshotting = True
+        try:
+            sid = await asyncio.to_thread(self.snapshots.write, records, self.next_offset - 1, self.last_epoch, now)
+        except OSError as e:
+            # A snapshot only shortens the next replay: a failed one is logged, never fatal.
+            log.error("metadata snapshot at offset %d failed: %s", self.next_offset - 1, e)
+            return None
+        finally:
+            self._snapshotting = False
         self._since_snapshot = 0
         self._last_snapshot_ms = now
         return sid

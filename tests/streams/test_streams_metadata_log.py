@@ -245,3 +245,35 @@ def test_snapshot_files_are_segments_and_damage_falls_back(tmp_path: Path) -> No
     # A segment without its manifest (crash before the commit point) is not a snapshot.
     (tmp_path / f"{old.name}.manifest.json").unlink()
     assert old not in store.ids()
+
+
+async def test_snapshots_due_at_once_write_one_and_a_failed_write_is_not_fatal(tmp_path: Path) -> None:
+    """The worker's ticks and its metadata follower both call ``maybe_snapshot``: two calls while
+    one write is on its thread must not write the same snapshot file twice (the second rename
+    failed and crashed the worker), and a failed write only logs."""
+    writes: list[int] = []
+
+    class SlowStore(SnapshotStore):
+        def write(self, records, last_offset, epoch, timestamp_ms):  # type: ignore[no-untyped-def]
+            writes.append(last_offset)
+            import time
+
+            time.sleep(0.2)  # on the loader's thread: the second call comes meanwhile
+            return super().write(records, last_offset, epoch, timestamp_ms)
+
+    recs = sample_records(2)
+    loader = MetadataLogLoader(None, SlowStore(tmp_path), replay=lambda *_: None,  # type: ignore[arg-type]
+                               to_records=lambda: recs, policy=SnapshotPolicy(max_records=1))  # fmt: skip
+    loader.next_offset, loader._since_snapshot = 5, 5
+    first, second = await asyncio.gather(loader.maybe_snapshot(), loader.maybe_snapshot())
+    assert first is not None and second is None and writes == [4]
+    latest = SnapshotStore(tmp_path).latest()
+    assert latest is not None and latest.id == first and latest.records == recs
+    # The directory gone read-only under it (a full disk, say): logged, the loader goes on.
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the snapshot directory should be")
+    loader.snapshots = SnapshotStore(blocked)
+    loader._since_snapshot = 5
+    assert await loader.maybe_snapshot() is None
+    loader.snapshots = SnapshotStore(tmp_path / "again")
+    assert await loader.maybe_snapshot() is not None
