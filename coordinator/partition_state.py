@@ -53,6 +53,12 @@ class MirrorPartitionKey(msgspec.Struct, frozen=True, order=True, gc=False, cach
         return TopicPartition(self.topic_id, self.partition)
 
 
+def key_order(key: MirrorPartitionKey) -> tuple[str, int, int]:
+    """A sort key giving ``MirrorPartitionKey``'s own order: as plain strings and ints it sorts
+    in C (comparing the keys compares their UUIDs in Python, ~1 us each; 200,000 keys take ~2 s)."""
+    return (key.mirror_name, key.topic_id.int, key.partition)
+
+
 class MirrorPartitionState(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One mirror partition's persisted state. ``UNKNOWN_STATE`` is the value before any write."""
 

@@ -56,6 +56,12 @@ class TopicPartition(msgspec.Struct, frozen=True, order=True, gc=False, cache_ha
         return f"{self.topic_id}-{self.partition}"
 
 
+def tp_order(tp: TopicPartition) -> tuple[int, int]:
+    """A sort key giving ``TopicPartition``'s own order, compared in C (comparing the structs
+    compares their UUIDs in Python, ~1 us each)."""
+    return (tp.topic_id.int, tp.partition)
+
+
 class Batch(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One RecordBatch: offsets [base_offset, last_offset], the epoch it was written in, producer fields.
 

@@ -64,6 +64,7 @@ from .port_types import (
     ReplicaState,
     TopicMetadata,
     TopicPartition,
+    tp_order,
     UNDEFINED_EPOCH,
     UNDEFINED_OFFSET,
 )
@@ -101,6 +102,7 @@ __all__ = [
     "TopicAlreadyExists",
     "TopicMetadata",
     "TopicPartition",
+    "tp_order",
     "UNDEFINED_EPOCH",
     "UNDEFINED_OFFSET",
     "UnexpectedAppendOffset",

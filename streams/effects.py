@@ -304,6 +304,11 @@ class MirrorRunner:
         self.progress.pop(tp, None)
         self.source_errors.pop(tp, None)
 
+    def reconfigure(self, config: MirrorConfig) -> None:
+        """New settings from the next round (not new connections nor fetchers: those need a new runner)."""
+        self.config = config
+        self.syncer.config = config
+
     # ------------------------------------------------------------------ operator side
 
     def set_desired(self, topic_id: uuid.UUID, desired: DesiredState) -> int:
@@ -408,8 +413,12 @@ class MirrorRunner:
         desired = self.metadata.latest(self.mirror_name) if desired is None else desired
         # Periodic work for live mirror partitions only (paused, stopped and failed ones are left
         # be, as are those of topics being stopped or paused).
-        live = {tp: s for tp, s in self.states().items()
-                if s.state in SYNCED_STATES and desired.get(tp.topic_id, STARTED)[0] is DesiredState.START}  # fmt: skip
+        live = {}
+        for key in self.store.keys(self.mirror_name):
+            if desired.get(key.topic_id, STARTED)[0] is DesiredState.START:  # before the state: a failover reads none
+                s = self.store.get(key)
+                if s is not None and s.state in SYNCED_STATES:
+                    live[key.topic_partition] = s
         self.syncer.run(live, self.now_ms)
         return True
 
@@ -495,14 +504,22 @@ class MirrorRunner:
         then the (fenced) state writes. A partition leaves the loop when its state settles, on a
         port error, or when the store says its next decision must wait for durability."""
         active = list(work)
+        get, may_run = self.store.get, self.store.may_run
         for _ in range(self.settle_steps):
             if not active:
                 return
-            states = {key: self.store.get(key) or UNKNOWN_STATE for key, _, _ in active}
-            active = [w for w in active if self.store.may_run(w[0], states[w[0]], None)]  # nothing to observe for the rest yet
-            self._final_group_sync([key.topic_partition for key, _, _ in active
-                                    if states[key].state is MirrorState.STOPPING and states[key].step is Step.STOP_WAIT_ISR
-                                    and self.final_sync.get(key.topic_partition) is not FinalSync.RAN])  # fmt: skip
+            states: dict[MirrorPartitionKey, MirrorPartitionState] = {}
+            runnable, wait_isr = [], []
+            for w in active:
+                key = w[0]
+                s = states[key] = get(key) or UNKNOWN_STATE
+                if not may_run(key, s, None):
+                    continue  # nothing to observe for it yet
+                runnable.append(w)
+                if s.step is Step.STOP_WAIT_ISR and s.state is MirrorState.STOPPING:
+                    wait_isr.append(key.topic_partition)
+            active = runnable
+            self._final_group_sync([tp for tp in wait_isr if self.final_sync.get(tp) is not FinalSync.RAN])
             observed = drive_all({key: self.observers.partition(key, states[key], want, self.now_ms) for key, want, _ in active})
             decisions = {}
             for key, want, offset in active:

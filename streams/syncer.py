@@ -21,6 +21,7 @@ from coordinator.ports import (
     PortError,
     SourceCluster,
     TopicPartition,
+    tp_order,
 )
 from coordinator.workflows import commands as c
 from coordinator.workflows.config import MirrorConfig
@@ -87,8 +88,9 @@ class MirrorSyncer:
         """The periodic syncs of the live mirror partitions ``live``: the epoch check, topic
         configs, group offsets and ACLs; a failure is noted and the next kind goes on."""
         self.now_ms = now_ms
-        checked = drive_all({tp: self._epochs(tp) for tp in sorted(live)})
-        for tp in sorted(live):
+        ordered = sorted(live, key=tp_order)
+        checked = drive_all({tp: self._epochs(tp) for tp in ordered})
+        for tp in ordered:
             got = checked[tp]
             try:
                 if isinstance(got, PortError):
@@ -184,7 +186,7 @@ class MirrorSyncer:
         dest_committed = {g.group_id: self.dest.group_offsets(g.group_id) for g in groups if g.group_id in dest_groups}
         wanted = {TopicPartition(o.topic_id, o.partition) for offs in source_offsets.values() for o in offs}
         partitions = {}
-        for tp in sorted(wanted & live.keys()):
+        for tp in sorted(wanted & live.keys(), key=tp_order):
             off = self.dest.list_offsets(tp)
             partitions[tp] = DestPartition(live[tp].state, off.log_start, off.leo, final=final)
         plan = plan_group_sync(groups, source_offsets, active, dest_committed, partitions,

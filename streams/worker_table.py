@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from coordinator.image import MetadataImage
-from coordinator.partition_state import MirrorPartitionKey, decode_state, encode_state
+from coordinator.partition_state import MirrorPartitionKey, decode_state, encode_state, key_order
 from streams.config import WorkerConfig
 from streams.mirror_state_store import RecordType, default_codec, partition_for_key
 
@@ -45,7 +45,7 @@ class WorkerTable:
         """Mirror partitions whose state lives in table partition ``partition``."""
         got = self._keys_sorted.get(partition)
         if got is None:
-            got = self._keys_sorted[partition] = sorted(self._keys_by_partition.get(partition, ()))
+            got = self._keys_sorted[partition] = sorted(self._keys_by_partition.get(partition, ()), key=key_order)
         return got
 
     def add_key(self, partition: int, key: MirrorPartitionKey) -> None:

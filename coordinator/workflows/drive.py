@@ -118,7 +118,7 @@ def _route(
     if desired is DesiredState.STOP:
         if s in (MirrorState.UNKNOWN, MirrorState.STOPPED):
             return unchanged(state)
-        return Decision(begin_stop(state, now_ms))
+        return begin_stop(state, tp, now_ms)
     # START or PAUSE
     if s in (MirrorState.UNKNOWN, MirrorState.STOPPED):
         return Decision(start(state, now_ms))

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import msgspec
 
 from coordinator.partition_state import MirrorPartitionState, advance
-from coordinator.ports import Batch, EpochEndOffset, FetchResult, IsolationLevel, TopicPartition
+from coordinator.ports import Batch, EpochEndOffset, FetchResult, IsolationLevel, TopicPartition, tp_order
 from coordinator.workflows.commands import (
     AppendBatches,
     Command,
@@ -141,7 +141,7 @@ def fetcher_of(tp: TopicPartition, num_fetchers: int) -> int:
 
 def round_order(partitions: Sequence[TopicPartition], rotation: int) -> list[TopicPartition]:
     """This round's fetch order: sorted, starting at ``rotation`` (where the last round stopped)."""
-    ordered = sorted(partitions)
+    ordered = sorted(partitions, key=tp_order)
     if not ordered:
         return ordered
     k = rotation % len(ordered)

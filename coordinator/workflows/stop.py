@@ -3,6 +3,8 @@
 The SPEC's order, one persisted step each:
 
 1. STOP_REMOVE_FETCHER: remove the partition from its fetch session (no more appends from the source).
+   Entering STOPPING does it at once (``begin_stop``); a state at this step (a FAILED stop's
+   retry, or one persisted by an earlier version) still resumes here.
 2. STOP_RECORD_LME: the LME is the epoch of the last mirrored batch (the destination's
    OffsetsForLeaderEpoch for its own leader epoch); it is written to ``__mirror_state`` as a
    LastMirrorEpochs record and published with ``set_last_mirrored_epoch``. The LEO at that moment
@@ -51,6 +53,7 @@ from coordinator.ports import (
     IsrStatus,
     OpenTransaction,
     PartitionOffsets,
+    TopicPartition,
 )
 from coordinator.states import MirrorState
 from coordinator.workflows.commands import (
@@ -84,9 +87,11 @@ class StopObservation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     final_sync: FinalSync | None = None  # STOP_WAIT_ISR: how the last group sync went; None: not tried
 
 
-def begin_stop(state: MirrorPartitionState, now_ms: int) -> MirrorPartitionState:
-    """Enter STOPPING at its first step (legal from every state but UNKNOWN and STOPPED)."""
-    return transition(state, MirrorState.STOPPING, now_ms, step=Step.STOP_REMOVE_FETCHER)
+def begin_stop(state: MirrorPartitionState, tp: TopicPartition, now_ms: int) -> Decision:
+    """Enter STOPPING (legal from every state but UNKNOWN and STOPPED), its first step done with
+    it: the fetcher goes as the partition enters, so the state starts at STOP_RECORD_LME (a step
+    less to observe and decide per partition; removing a fetcher is local and idempotent)."""
+    return Decision(transition(state, MirrorState.STOPPING, now_ms, step=Step.STOP_RECORD_LME), (RemoveFetcher(tp),))
 
 
 def has_pid_reset(tail: tuple[Batch, ...]) -> bool:

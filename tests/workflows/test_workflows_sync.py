@@ -182,7 +182,7 @@ def test_stop_wait_isr_waits_for_the_isr_and_the_last_group_sync_without_a_step_
     """Pure: STOP_WAIT_ISR ends in STOPPED only once the ISR has everything and the last group sync
     ran (or failed for ``group_sync_timeout_ms``); no extra persisted step between them."""
     key = MirrorPartitionKey("m", uuid.UUID(int=1), 0)
-    state = advance(begin_stop(MirrorPartitionState(state=MirrorState.MIRRORING), now_ms=1_000),
+    state = advance(begin_stop(MirrorPartitionState(state=MirrorState.MIRRORING), key.topic_partition, now_ms=1_000).state,
                     step=Step.STOP_WAIT_ISR)  # fmt: skip
     dest = PartitionOffsets(log_start=0, lso=9, hw=9, leo=9, leader_epoch=3)
 
