@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -138,7 +138,12 @@ def run_worker(cfg: WorkerConfig, args: argparse.Namespace) -> int:
     asyncio.set_event_loop(loop)
     loop.run_until_complete(ensure_topics(cfg.bootstrap_servers, worker_topic_specs(cfg)))
     coordinator = CoordinatorWorker(cfg, tick_interval=args.tick_interval, threads=args.threads)
-    coordinator.on_fatal = lambda: _stop_self(code=coordinator.exit_code)
+
+    def leave() -> None:  # a stop that hangs never reaches the ``finally`` below
+        if coordinator.member_id:
+            _leave_group(cfg, coordinator.member_id)
+
+    coordinator.on_fatal = lambda: _stop_self(code=coordinator.exit_code, before_exit=leave)
     crashes = loop.create_task(coordinator.watch_crash())  # noqa: F841 - held, as ``beats``
     watchdog = LoopWatchdog(cfg.unhealthy_exit_ms) if cfg.unhealthy_exit_ms else None
     if watchdog is not None:
@@ -165,10 +170,20 @@ def run_worker(cfg: WorkerConfig, args: argparse.Namespace) -> int:
     return coordinator.exit_code or code
 
 
-def _stop_self(grace_s: float = 30.0, code: int = EXIT_GROUP_LOST) -> None:
+def _stop_self(grace_s: float = 30.0, code: int = EXIT_GROUP_LOST,
+               before_exit: Callable[[], None] = lambda: None) -> None:  # fmt: skip
     """Stops this worker as SIGTERM does; should the stop hang, exits anyway with ``code`` after
-    ``grace_s``."""
-    backstop = threading.Timer(grace_s, os._exit, (code,))
+    ``grace_s``, once ``before_exit`` (leaving the group) has run."""
+
+    def backstop_exit() -> None:
+        log.critical("the worker's stop has not finished after %.0f s; exiting with code %d", grace_s, code)
+        try:
+            before_exit()
+        finally:
+            logging.shutdown()  # flush the lines first
+            os._exit(code)
+
+    backstop = threading.Timer(grace_s, backstop_exit)
     backstop.daemon = True
     backstop.start()
     os.kill(os.getpid(), signal.SIGTERM)
