@@ -99,6 +99,7 @@ from streams.worker_table import OtherWorkersStates, WorkerTable
 
 log = logging.getLogger(__name__)
 EXIT_GROUP_LOST = 1  # the worker is out of its group for good (see ``CoordinatorWorker._watch_membership``)
+EXIT_CRASHED = 70  # its Faust app crashed (sysexits' EX_SOFTWARE; see ``CoordinatorWorker.watch_crash``)
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
 Desired = dict[uuid.UUID, tuple[DesiredState, int]]
@@ -611,6 +612,22 @@ class CoordinatorWorker:
         log.critical("the worker's consumer is out of group %s: %s; exiting with code %d for a supervisor "
                      "to restart it", self.config.faust_app_id, reason, EXIT_GROUP_LOST)  # fmt: skip
         self.exit_code = EXIT_GROUP_LOST
+        self.on_fatal()
+
+    async def watch_crash(self) -> None:
+        """Exits the worker (``on_fatal``, code ``EXIT_CRASHED``) once its Faust app has crashed (a
+        task, timer or service of it raised): Faust then stops the app, a stop that can hang (a
+        commit through the crashed consumer), and the worker would stay up doing nothing.
+
+        Runs on the loop from before the app starts (``run_worker``): app tasks start only after
+        table recovery, and a crash can come sooner. Ends quietly on a clean stop."""
+        await self.app.wait_until_stopped()  # stopped or crashed: mode sets one of its two events
+        if not self.app.crashed or self.exit_code:
+            return
+        self.member_id = member_id(self.group_consumer()) or self.member_id
+        log.error("the worker's Faust app crashed: %r; exiting with code %d for a supervisor to restart it",
+                  self.app.crash_reason, EXIT_CRASHED)  # fmt: skip
+        self.exit_code = EXIT_CRASHED
         self.on_fatal()
 
     async def _before_shutdown(self, sender: Any = None, **_: Any) -> None:

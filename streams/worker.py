@@ -12,7 +12,8 @@ partitions go to the other workers when it leaves the group (SIGTERM) or when th
 its session (``worker.session.timeout.ms``: Faust's 60 s by default; brokers accept 6 s to 30 min).
 It is a static group member (``--group-instance-id``, or the id kept in ``--data-dir``): restarted
 after a SIGKILL, it takes its dead member over at once (``streams.membership``). It exits with
-code 1 if its consumer drops out of the group for good, for a supervisor to restart it.
+code 1 if its consumer drops out of the group for good, and with code 70 if its Faust app
+crashes (a task of it raised), for a supervisor to restart it.
 
 ``--controller`` runs ``ClusterMirrorController`` and registers in the metadata log the topics
 of each mirror's source cluster that the log does not have yet (TopicRecord and PartitionRecords
@@ -39,7 +40,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -49,7 +50,15 @@ from records.registry import default_schemas
 from streams import admin_tls, fetch_backoff
 from streams import config as worker_config
 from streams import membership
-from streams.app import CoordinatorWorker, ReconnectingClient, model_cluster_of, open_source, source_key, worker_topic_specs
+from streams.app import (
+    EXIT_GROUP_LOST,
+    CoordinatorWorker,
+    ReconnectingClient,
+    model_cluster_of,
+    open_source,
+    source_key,
+    worker_topic_specs,
+)
 from streams.config import WorkerConfig, ensure_topics
 from streams.destination_check import check_destination
 from streams.liveness import LoopWatchdog
@@ -117,8 +126,9 @@ def load_config(args: argparse.Namespace) -> WorkerConfig:
 
 
 def run_worker(cfg: WorkerConfig, args: argparse.Namespace) -> int:
-    """Runs the worker until SIGTERM/SIGINT (exit 0) or until it is out of its group for good
-    (``EXIT_GROUP_LOST``); a clean stop leaves the group (see ``streams.membership``)."""
+    """Runs the worker until SIGTERM/SIGINT (exit 0), until it is out of its group for good
+    (``EXIT_GROUP_LOST``) or until its Faust app crashes (``EXIT_CRASHED``); a clean stop leaves
+    the group (see ``streams.membership``), and so does a crash's unless the stop hangs."""
     import faust
 
     worker_config.install_payload_redaction()
@@ -128,7 +138,13 @@ def run_worker(cfg: WorkerConfig, args: argparse.Namespace) -> int:
     asyncio.set_event_loop(loop)
     loop.run_until_complete(ensure_topics(cfg.bootstrap_servers, worker_topic_specs(cfg)))
     coordinator = CoordinatorWorker(cfg, tick_interval=args.tick_interval, threads=args.threads)
-    coordinator.on_fatal = _stop_self
+
+    def leave() -> None:  # a stop that hangs never reaches the ``finally`` below
+        if coordinator.member_id:
+            _leave_group(cfg, coordinator.member_id)
+
+    coordinator.on_fatal = lambda: _stop_self(code=coordinator.exit_code, before_exit=leave)
+    crashes = loop.create_task(coordinator.watch_crash())  # noqa: F841 - held, as ``beats``
     watchdog = LoopWatchdog(cfg.unhealthy_exit_ms) if cfg.unhealthy_exit_ms else None
     if watchdog is not None:
         beats = loop.create_task(watchdog.beat())  # noqa: F841 - held: the loop keeps only weak references
@@ -154,11 +170,20 @@ def run_worker(cfg: WorkerConfig, args: argparse.Namespace) -> int:
     return coordinator.exit_code or code
 
 
-def _stop_self(grace_s: float = 30.0) -> None:
-    """Stops this worker as SIGTERM does; should the stop hang, exits anyway after ``grace_s``."""
-    from streams.app import EXIT_GROUP_LOST
+def _stop_self(grace_s: float = 30.0, code: int = EXIT_GROUP_LOST,
+               before_exit: Callable[[], None] = lambda: None) -> None:  # fmt: skip
+    """Stops this worker as SIGTERM does; should the stop hang, exits anyway with ``code`` after
+    ``grace_s``, once ``before_exit`` (leaving the group) has run."""
 
-    backstop = threading.Timer(grace_s, os._exit, (EXIT_GROUP_LOST,))
+    def backstop_exit() -> None:
+        log.critical("the worker's stop has not finished after %.0f s; exiting with code %d", grace_s, code)
+        try:
+            before_exit()
+        finally:
+            logging.shutdown()  # flush the lines first
+            os._exit(code)
+
+    backstop = threading.Timer(grace_s, backstop_exit)
     backstop.daemon = True
     backstop.start()
     os.kill(os.getpid(), signal.SIGTERM)
