@@ -116,18 +116,19 @@ class MirrorObservers:
     def _stop(self, tp: TopicPartition, state: MirrorPartitionState, in_fetcher: bool) -> Observer:
         """Destination only: a failover must work with the source unreachable."""
         step = state.step
+        bump = step is Step.STOP_BUMP_EPOCH  # the bump step also aborts and resets (``decide_stop``)
         asks: list[Call] = [(self.dest, "list_offsets", (tp,), None)]
-        if step is Step.STOP_ABORT_OPEN:
+        if step is Step.STOP_ABORT_OPEN or bump:
             asks.append((self.dest, "open_transactions", (tp,), None))
         elif step is Step.STOP_WAIT_ISR:
             asks.append((self.dest, "isr_status", (tp,), None))
-        elif step is Step.STOP_PID_RESET:  # the reset batch names the source cluster the topic mirrored
+        if step is Step.STOP_PID_RESET or bump:  # the reset batch names the source cluster the topic mirrored
             asks.append((self.dest, "describe_topics", ((tp.topic_id,),), None))
         got = yield asks
         dest = got[0]
-        described = got[1] if step is Step.STOP_PID_RESET else []
+        described = got[-1] if step is Step.STOP_PID_RESET or bump else []
         if isinstance(described, UnknownTopicId):
-            described = got[1] = []
+            described = got[-1] = []
         raise_first(got)
         latest = tail = None
         if step is Step.STOP_RECORD_LME:
@@ -135,7 +136,7 @@ class MirrorObservers:
             latest = EpochEndOffset(epoch, dest.leo) if epoch is not None else EpochEndOffset(-1, -1)
         elif step is Step.STOP_PID_RESET and dest.hw >= dest.leo:
             tail = yield from self._read_dest(tp, state.stop_offset, dest.leo)
-        opens = tuple(got[1]) if step is Step.STOP_ABORT_OPEN else ()
+        opens = tuple(got[1]) if step is Step.STOP_ABORT_OPEN or bump else ()
         isr = got[1] if step is Step.STOP_WAIT_ISR else None
         topic = described[0] if described else None
         source_id = (topic.mirror_source_cluster_id if topic is not None else None) or self.cluster_ids()[0] or ""

@@ -29,6 +29,14 @@ The SPEC's order, one persisted step each:
    source that blinks loses no offsets). It is not a step of its own: a persisted step would cost
    every partition one more durable write, and a sync run again after a crash is harmless.
 7. STOPPED: the topic workflow makes the topic writable once all its partitions are STOPPED.
+
+Steps 3 to 5 are decided together at STOP_BUMP_EPOCH, in their order: only the coordinator
+writes to a STOPPING partition, so the transactions open before the bump are those open after
+it, and a log that still ends at ``stop_offset`` holds no reset of ours. Two observations and
+decisions per partition fewer (a 200,000-partition failover is 400,000 of each). Once the log
+has grown past ``stop_offset`` (a crash after some of those commands), the aborts still open are
+written and the reset waits for STOP_PID_RESET, which reads the tail first; a state persisted at
+STOP_ABORT_OPEN or STOP_PID_RESET resumes there.
 """
 
 from __future__ import annotations
@@ -126,12 +134,19 @@ def decide_stop(
         publish = SetLastMirroredEpoch(key.mirror_name, tp, lme if lme != UNDEFINED_EPOCH else None)
         return Decision(nxt, (publish,), record)
     bump: tuple[Command, ...] = () if dle >= state.epoch_target else (BumpLeaderEpoch(tp, state.epoch_target),)
+    aborts = tuple(AppendControl(tp, ControlType.ABORT, t.producer_id, t.producer_epoch) for t in obs.open_transactions)
     if step is Step.STOP_BUMP_EPOCH:
-        return Decision(advance(state, leader_epoch=max(dle, state.epoch_target), step=Step.STOP_ABORT_OPEN), bump)
+        # The bump, the aborts and the reset in one step, as their own steps would write them:
+        # while STOPPING only the coordinator writes to the partition, so the transactions open
+        # before the bump are the ones open after it, and a log still ending at the stop offset
+        # holds no reset of ours yet. Once the coordinator has written (a crash after some of
+        # these commands), the reset waits for its step, which reads the tail first.
+        leader_epoch = max(dle, state.epoch_target)
+        if obs.dest.leo == state.stop_offset:
+            reset = AppendControl(tp, ControlType.MIRROR_PID_RESET, source_cluster_id=obs.source_cluster_id)
+            return Decision(advance(state, leader_epoch=leader_epoch, step=Step.STOP_WAIT_ISR), (*bump, *aborts, reset))
+        return Decision(advance(state, leader_epoch=leader_epoch, step=Step.STOP_PID_RESET), bump + aborts)
     if step is Step.STOP_ABORT_OPEN:
-        aborts = tuple(
-            AppendControl(tp, ControlType.ABORT, t.producer_id, t.producer_epoch) for t in obs.open_transactions
-        )
         return Decision(advance(state, step=Step.STOP_PID_RESET), bump + aborts)
     if step is Step.STOP_PID_RESET:
         if obs.tail is None:
