@@ -273,10 +273,12 @@ class MirrorRunner:
         self._dest_cluster_id: str | None = None
         self._topic_settled: dict[uuid.UUID, int] = {}  # topic -> desired offset its topic level settled at
         # Partitions whose last step left them as they were, with nothing to do and nothing to
-        # wait for (``_SETTLED``): the state object and the desired state it was decided from.
-        # While both are the same, a step would decide the same again: ``step_partitions`` skips
-        # it (an idle table partition of 6,250 mirror partitions was ~0.2 s of CPU a round).
-        self._settled: dict[MirrorPartitionKey, tuple[MirrorPartitionState, DesiredState, int]] = {}
+        # wait for (``_SETTLED``): the state and the desired state it was decided from. While both
+        # are the same, a step would decide the same again: ``step_partitions`` skips it (an idle
+        # table partition of 6,250 mirror partitions was ~0.2 s of CPU a round). The state alone
+        # decides a settled pair, not the object: the write that lands it durable (its state
+        # epoch stamped) is a new object, and the round after a mass stop re-stepped them all.
+        self._settled: dict[MirrorPartitionKey, tuple[MirrorState, DesiredState, int]] = {}
         self._topics_checked_ms: dict[uuid.UUID, int] = {}
         # Rebuild from persisted state only: partitions known, fetchers for those that mirror.
         for key in self.store.keys(mirror_name):
@@ -392,8 +394,8 @@ class MirrorRunner:
                 was = settled.get(key)
                 if was is not None:
                     state, want, offset = was
-                    if (want is got[0] and offset == got[1] and get(key) is state and (
-                            state.state is not MirrorState.MIRRORING
+                    if (want is got[0] and offset == got[1] and (get(key) or UNKNOWN_STATE).state is state and (
+                            state is not MirrorState.MIRRORING
                             or key.topic_partition in sessions[fetcher_of(key.topic_partition, len(sessions))])):
                         continue  # as it was when last decided: the same decision again
                     del settled[key]
@@ -541,7 +543,7 @@ class MirrorRunner:
                     continue
                 if (decision.state is states[key] and not decision.commands and decision.last_mirror_epoch is None
                         and (states[key].state, want) in _SETTLED and key not in failed):
-                    self._settled[key] = (states[key], want, offset)
+                    self._settled[key] = (states[key].state, want, offset)
                 if key in failed:
                     self.on_port_error(key, states[key], failed[key], offset)
                     continue
