@@ -62,7 +62,7 @@ from coordinator.workflows.drive import decide_partition
 from coordinator.workflows.fetcher import fetcher_of, lag
 from coordinator.workflows.stop import FinalSync
 from coordinator.workflows.sync_groups import SYNCED_STATES
-from coordinator.workflows.topic import TopicObservation, decide_topic
+from coordinator.workflows.topic import TopicDecision, decide_topic
 from streams.mirror_fetch import STARTED, fetch_round
 from streams.mirror_observers import MirrorObservers, SourceCallFailed
 from streams.observe import K, Call, drive_all, run_calls
@@ -455,31 +455,38 @@ class MirrorRunner:
                    for p in self.partitions.get(topic_id, ()))  # fmt: skip
 
     def _reconcile_many(self, topics: Sequence[tuple[uuid.UUID, DesiredState, int]]) -> None:
-        """Observe every topic at once (pipelined), then decide and act topic by topic."""
+        """Observe every topic at once (pipelined), decide each, then run every topic's commands
+        side by side (pipelined, each topic's in its order: one topic's decision reads only its
+        own observation), and apply each topic's outcome."""
         for topic_id, _, _ in topics:
             self.ready.discard(topic_id)
         observed = drive_all({t: self.observers.topic(t, want) for t, want, _ in topics})
         if topics:
             failed = any(isinstance(o, PortError) for o in observed.values())
             self.stats.synced("topic_metadata_refresh", self.now_ms, failed)
+        decided = []
         for topic_id, want, offset in topics:
             obs = observed[topic_id]
             if isinstance(obs, PortError):
                 self._note(f"topic {topic_id}: {obs}")
             elif obs is not None:
-                self._decide_topic(topic_id, want, offset, obs)
+                parts = set(self.partitions.get(topic_id, ()))
+                if want is DesiredState.STOP and obs.dest_topic is not None:
+                    parts.update(range(len(obs.dest_topic.partitions)))  # writable once every one is STOPPED, wherever its state lives
+                states = {p: self.state(TopicPartition(topic_id, p)) for p in sorted(parts)}
+                decided.append((topic_id, want, offset, states,
+                                decide_topic(self.mirror_name, obs, want, states, self.now_ms, self.config)))
+        # One round trip per command position, not one per command: making 4,000 topics
+        # writable at the end of a failover took ~2 s one by one.
+        failed_topics = self.executor.run_many({t: d.commands for t, _, _, _, d in decided})
+        for topic_id, want, offset, states, decision in decided:
+            if topic_id in failed_topics:
+                self._note(f"topic {topic_id}: {failed_topics[topic_id]}")
+            else:
+                self._apply_topic(topic_id, want, offset, states, decision)
 
-    def _decide_topic(self, topic_id: uuid.UUID, want: DesiredState, offset: int, obs: TopicObservation) -> None:
-        parts = set(self.partitions.get(topic_id, ()))
-        if want is DesiredState.STOP and obs.dest_topic is not None:
-            parts.update(range(len(obs.dest_topic.partitions)))  # writable once every one is STOPPED, wherever its state lives
-        states = {p: self.state(TopicPartition(topic_id, p)) for p in sorted(parts)}
-        decision = decide_topic(self.mirror_name, obs, want, states, self.now_ms, self.config)
-        try:
-            self.executor.run(decision.commands)
-        except PortError as e:
-            self._note(f"topic {topic_id}: {e}")
-            return
+    def _apply_topic(self, topic_id: uuid.UUID, want: DesiredState, offset: int,
+                     states: dict[int, MirrorPartitionState], decision: TopicDecision) -> None:
         for p, s in decision.states.items():
             self.partitions.setdefault(topic_id, set()).add(p)
             if s is not states.get(p):
