@@ -10,7 +10,7 @@ import time
 import uuid
 from pathlib import Path
 
-from aiokafka.admin import AIOKafkaAdminClient
+from worker_harness import group_members
 
 from streams.app import EXIT_CRASHED
 from streams.broker import LocalBroker, free_port
@@ -21,14 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 async def _members(bootstrap: str, group: str) -> list[str]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        node = await admin.find_coordinator(group)
-        (resp,) = await admin.describe_consumer_groups([group], group_coordinator_id=node)
-        return [m[0] for g in resp.groups for m in g[5]]
-    finally:
-        await admin.close()
+    return [member for member, _, _ in await group_members(bootstrap, group)]
 
 
 def test_a_worker_whose_table_store_is_corrupt_exits_with_exit_crashed(broker: LocalBroker, tmp_path: Path) -> None:

@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import NewTopic
+
+from worker_harness import group_members
 
 from streams.app import EXIT_GROUP_LOST, CoordinatorWorker
 from streams.broker import LocalBroker
@@ -44,14 +46,7 @@ def test_a_bad_instance_id_is_refused_clearly(tmp_path: Path) -> None:
 
 
 async def _members(bootstrap: str, group: str) -> list[str]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        node = await admin.find_coordinator(group)
-        (resp,) = await admin.describe_consumer_groups([group], group_coordinator_id=node)
-        return [m[0] for g in resp.groups for m in g[5]]
-    finally:
-        await admin.close()
+    return [member for member, _, _ in await group_members(bootstrap, group)]
 
 
 async def _joined(bootstrap: str, topic: str, group: str, instance: str | None) -> AIOKafkaConsumer:

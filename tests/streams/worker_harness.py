@@ -150,7 +150,7 @@ class Rig:
 
     def group_members(self, cluster: str) -> list[tuple[str, str, bytes]]:
         """(member id, client id, assignment) of every member of the cluster's worker group."""
-        return asyncio.run(_group_members(self.bootstrap, self.config(cluster).faust_app_id))
+        return asyncio.run(group_members(self.bootstrap, self.config(cluster).faust_app_id))
 
     def owners(self, cluster: str) -> dict[str, set[int]]:
         """Worker name -> the desired-state topic partitions (so table partitions) the group gives it."""
@@ -382,7 +382,8 @@ async def read_history(bootstrap: str, topic: str, timeout: float) -> dict[tuple
     return out
 
 
-async def _group_members(bootstrap: str, group: str) -> list[tuple[str, str, bytes]]:
+async def group_members(bootstrap: str, group: str) -> list[tuple[str, str, bytes]]:
+    """The group's members (DescribeGroups): member id, client id, assignment."""
     from aiokafka.admin import AIOKafkaAdminClient
 
     from aiokafka.errors import GroupCoordinatorNotAvailableError
