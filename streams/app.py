@@ -79,7 +79,6 @@ from streams.config import (
     metadata_topic_spec,
 )
 from streams.effects import MirrorRunner
-from streams.membership import coordination_failure, member_id
 from streams.metadata_log import MetadataLogLoader
 from streams.mirror_state_store import (
     EPOCH_HEADER,
@@ -95,13 +94,12 @@ from streams.mirror_state_store import (
 )
 from streams.sync_status import sync_status_topic_spec
 from streams.syncer import MirrorStats
+from streams.worker_exit import WorkerExit
 from streams.worker_follower import WorkerMetadataFollower
 from streams.worker_reports import WorkerReports
 from streams.worker_table import OtherWorkersStates, WorkerTable
 
 log = logging.getLogger(__name__)
-EXIT_GROUP_LOST = 1  # the worker is out of its group for good (see ``CoordinatorWorker._watch_membership``)
-EXIT_CRASHED = 70  # its Faust app crashed (sysexits' EX_SOFTWARE; see ``CoordinatorWorker.watch_crash``)
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
 Desired = dict[uuid.UUID, tuple[DesiredState, int]]
@@ -607,12 +605,10 @@ class CoordinatorWorker:
         self.agent = self.app.agent(channel, name=f"{config.faust_app_id}.mirror-partitions")(self._process)
         self.app.timer(tick_interval, name=f"{config.faust_app_id}.ticks")(self._send_ticks)
         self.app.task(self._follow_metadata)
-        # Liveness: the process's exit code and how to stop it (``run_worker`` sets both).
-        self.exit_code = 0
-        self.on_fatal: Callable[[], None] = lambda: None
-        self.member_id = ""  # the group member id last held: a static member leaves with it
+        # Liveness: the process's exit code and how to stop it (``run_worker`` sets ``on_fatal``).
+        self.exit = WorkerExit(self.app, config.faust_app_id, lambda: self.group_consumer())
         self.app.timer(max(1.0, config.heartbeat_interval_ms / 1000), name=f"{config.faust_app_id}.membership")(
-            self._watch_membership)  # fmt: skip
+            self.exit.watch_membership)  # fmt: skip
         self.app.on_before_shutdown.connect(self._before_shutdown)
         # Sync status (for the controller's describe) and audit snapshots, each on its own timer.
         instance = config.group_instance_id or f"{config.client_id}-{uuid.uuid4().hex[:8]}"
@@ -629,39 +625,9 @@ class CoordinatorWorker:
         """The worker's aiokafka consumer (None until Faust's consumer thread has made it)."""
         return getattr(getattr(self.app.consumer, "_thread", None), "_consumer", None)
 
-    async def _watch_membership(self) -> None:
-        """Exits the worker (``on_fatal``, code ``EXIT_GROUP_LOST``) once its consumer has stopped
-        taking part in the group: it would stay up with no table partitions, and nobody would
-        restart it."""
-        consumer = self.group_consumer()
-        self.member_id = member_id(consumer) or self.member_id
-        reason = coordination_failure(consumer)
-        if reason is None or self.exit_code:
-            return
-        log.critical("the worker's consumer is out of group %s: %s; exiting with code %d for a supervisor "
-                     "to restart it", self.config.faust_app_id, reason, EXIT_GROUP_LOST)  # fmt: skip
-        self.exit_code = EXIT_GROUP_LOST
-        self.on_fatal()
-
-    async def watch_crash(self) -> None:
-        """Exits the worker (``on_fatal``, code ``EXIT_CRASHED``) once its Faust app has crashed (a
-        task, timer or service of it raised): Faust then stops the app, a stop that can hang (a
-        commit through the crashed consumer), and the worker would stay up doing nothing.
-
-        Runs on the loop from before the app starts (``run_worker``): app tasks start only after
-        table recovery, and a crash can come sooner. Ends quietly on a clean stop."""
-        await self.app.wait_until_stopped()  # stopped or crashed: mode sets one of its two events
-        if not self.app.crashed or self.exit_code:
-            return
-        self.member_id = member_id(self.group_consumer()) or self.member_id
-        log.error("the worker's Faust app crashed: %r; exiting with code %d for a supervisor to restart it",
-                  self.app.crash_reason, EXIT_CRASHED)  # fmt: skip
-        self.exit_code = EXIT_CRASHED
-        self.on_fatal()
-
     async def _before_shutdown(self, sender: Any = None, **_: Any) -> None:
         # The consumer is still in the group here; it closes without leaving (static member).
-        self.member_id = member_id(self.group_consumer()) or self.member_id
+        self.exit.note_member()
         await self.reports.stop(self.table_partitions.producer)
 
     async def _publish_sync_status(self) -> None:

@@ -4,7 +4,7 @@ A stuck event loop (a call that blocks it, a deadlock in a library) serves no ``
 no timer and sends no heartbeat of its own making, yet the process lives on and a supervisor sees
 nothing. Only a thread can notice: the loop stamps a beat every second, and the thread exits the
 process non-zero once no beat came for ``worker.unhealthy.exit.ms``, for the supervisor to
-restart it. (A worker out of its group exits at once: ``CoordinatorWorker._watch_membership``.)
+restart it. (A worker out of its group exits at once: ``WorkerExit.watch_membership``.)
 """
 
 from __future__ import annotations

@@ -99,8 +99,8 @@ class WorkerMetrics:
     def health(self) -> tuple[bool, str]:
         """The event loop answers (this runs on it), and the group membership is alive."""
         w = self.worker
-        if w.exit_code:
-            return False, f"exiting with code {w.exit_code}"
+        if w.exit.exit_code:
+            return False, f"exiting with code {w.exit.exit_code}"
         reason = coordination_failure(w.group_consumer())
         if reason is not None:
             return False, f"out of group {w.config.faust_app_id}: {reason}"

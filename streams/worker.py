@@ -51,7 +51,6 @@ from streams import admin_tls, fetch_backoff
 from streams import config as worker_config
 from streams import membership
 from streams.app import (
-    EXIT_GROUP_LOST,
     CoordinatorWorker,
     ReconnectingClient,
     model_cluster_of,
@@ -62,6 +61,7 @@ from streams.app import (
 from streams.config import WorkerConfig, ensure_topics
 from streams.destination_check import check_destination
 from streams.liveness import LoopWatchdog
+from streams.worker_exit import EXIT_GROUP_LOST
 
 log = logging.getLogger("streams.worker")
 
@@ -140,11 +140,11 @@ def run_worker(cfg: WorkerConfig, args: argparse.Namespace) -> int:
     coordinator = CoordinatorWorker(cfg, tick_interval=args.tick_interval, threads=args.threads)
 
     def leave() -> None:  # a stop that hangs never reaches the ``finally`` below
-        if coordinator.member_id:
-            _leave_group(cfg, coordinator.member_id)
+        if coordinator.exit.member_id:
+            _leave_group(cfg, coordinator.exit.member_id)
 
-    coordinator.on_fatal = lambda: _stop_self(code=coordinator.exit_code, before_exit=leave)
-    crashes = loop.create_task(coordinator.watch_crash())  # noqa: F841 - held, as ``beats``
+    coordinator.exit.on_fatal = lambda: _stop_self(code=coordinator.exit.exit_code, before_exit=leave)
+    crashes = loop.create_task(coordinator.exit.watch_crash())  # noqa: F841 - held, as ``beats``
     watchdog = LoopWatchdog(cfg.unhealthy_exit_ms) if cfg.unhealthy_exit_ms else None
     if watchdog is not None:
         beats = loop.create_task(watchdog.beat())  # noqa: F841 - held: the loop keeps only weak references
@@ -165,9 +165,9 @@ def run_worker(cfg: WorkerConfig, args: argparse.Namespace) -> int:
         if watchdog is not None:
             watchdog.stop()  # a slow shutdown is not a stuck loop: _stop_self has its own backstop
         coordinator.close()
-        if coordinator.member_id:
-            _leave_group(cfg, coordinator.member_id)
-    return coordinator.exit_code or code
+        if coordinator.exit.member_id:
+            _leave_group(cfg, coordinator.exit.member_id)
+    return coordinator.exit.exit_code or code
 
 
 def _stop_self(grace_s: float = 30.0, code: int = EXIT_GROUP_LOST,

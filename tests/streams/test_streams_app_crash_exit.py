@@ -1,4 +1,4 @@
-"""A worker whose Faust app crashes exits (``CoordinatorWorker.watch_crash``): a real
+"""A worker whose Faust app crashes exits (``WorkerExit.watch_crash``): a real
 ``kip1279-worker`` process on the session's noida-db broker, crashed by a real fault."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pathlib import Path
 
 from worker_harness import group_members
 
-from streams.app import EXIT_CRASHED
 from streams.broker import LocalBroker, free_port
 from streams.config import WorkerConfig
 from streams.mirror_state_store import make_app, make_mirror_state_table
+from streams.worker_exit import EXIT_CRASHED
 
 ROOT = Path(__file__).resolve().parents[2]
 

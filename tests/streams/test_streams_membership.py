@@ -18,10 +18,11 @@ from aiokafka.admin import NewTopic
 
 from worker_harness import group_members
 
-from streams.app import EXIT_GROUP_LOST, CoordinatorWorker
+from streams.app import CoordinatorWorker
 from streams.broker import LocalBroker
 from streams.config import ConfigError, WorkerConfig, ensure_topics
 from streams.membership import IDENTITY_FILE, coordination_failure, instance_id, leave_group, member_id
+from streams.worker_exit import EXIT_GROUP_LOST
 
 UNKNOWN_MEMBER_ID = 25
 
@@ -87,7 +88,7 @@ def test_the_watchdog_sees_a_dead_coordination_task(broker: LocalBroker) -> None
 
 
 def test_the_worker_exits_once_out_of_its_group(broker: LocalBroker, tmp_path: Path) -> None:
-    """``_watch_membership`` on a real consumer whose coordination task ended: the exit code is
+    """``WorkerExit.watch_membership`` on a real consumer whose coordination task ended: the exit code is
     set and the stop requested, once."""
     topic, group = _names(broker)
     stops: list[int] = []
@@ -100,24 +101,24 @@ def test_the_worker_exits_once_out_of_its_group(broker: LocalBroker, tmp_path: P
 
     worker = Worker(WorkerConfig(bootstrap_servers=broker.bootstrap, cluster_name=f"w{group}", state_partitions=2,
                                  data_dir=str(tmp_path)), ports=lambda *_: (None, None))  # fmt: skip
-    worker.on_fatal = lambda: stops.append(worker.exit_code)
+    worker.exit.on_fatal = lambda: stops.append(worker.exit.exit_code)
 
     async def scenario() -> None:
         worker.consumer = await _joined(broker.bootstrap, topic, group, "w-1")
-        await worker._watch_membership()
-        assert (worker.exit_code, stops, worker.member_id) == (0, [], member_id(worker.consumer))
+        await worker.exit.watch_membership()
+        assert (worker.exit.exit_code, stops, worker.exit.member_id) == (0, [], member_id(worker.consumer))
         worker.consumer._coordinator._coordination_task.cancel()
         await asyncio.sleep(0.1)
-        await worker._watch_membership()
-        await worker._watch_membership()
+        await worker.exit.watch_membership()
+        await worker.exit.watch_membership()
         await worker.consumer.stop()
 
     try:
         asyncio.run(scenario())
     finally:
         worker.close()
-    assert worker.exit_code == EXIT_GROUP_LOST and stops == [EXIT_GROUP_LOST]
-    assert worker.member_id  # kept: the worker leaves the group with it on its way out
+    assert worker.exit.exit_code == EXIT_GROUP_LOST and stops == [EXIT_GROUP_LOST]
+    assert worker.exit.member_id  # kept: the worker leaves the group with it on its way out
 
 
 def test_stop_self_exits_even_if_the_stop_hangs() -> None:

@@ -45,7 +45,7 @@ from streams.mirror_state_store import RecordType
 # handle_heartbeat), so a live member whose JoinGroup waited longer than the session is thrown out.
 # And a round that reaches its rebalance timeout completes without its slow members; with 8 s,
 # under load, a worker once got an empty assignment that aiokafka cannot decode (its coordinator
-# died: the worker now exits, see ``CoordinatorWorker._watch_membership``). Hence a rebalance
+# died: the worker now exits, see ``WorkerExit.watch_membership``). Hence a rebalance
 # timeout a loaded machine does not reach, and a session above it plus a heartbeat.
 GROUP_TIMING = {"--session-timeout-ms": "45000", "--heartbeat-interval-ms": "500", "--rebalance-timeout-ms": "30000"}
 FAUST_ENV: dict[str, str] = {}
