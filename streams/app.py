@@ -51,7 +51,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from coordinator.changes import local_changes
@@ -530,7 +530,7 @@ _gc_lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def _cyclic_gc_paused() -> Any:
+def _cyclic_gc_paused() -> Iterator[None]:
     """No cyclic collection while a job runs (reference counting still frees what it can).
 
     A job's waves keep tens of thousands of short-lived objects (observers, observations,
