@@ -4,8 +4,8 @@ and Apache Kafka.
     .venv/bin/python bench/kafka_front.py [--records 50000] [--value-bytes 100] [--quick] [--no-kafka]
 
 The same client code runs against all three in one run: a clustermodel-server with one cluster of
-one broker, a noida-db started as streams/broker.py starts it, and one combined-mode Apache Kafka
-node (streams/apache_kafka.py; its column is left out, with the reason, where Java or the jars
+one broker, a noida-db started as streams/brokers/noida.py starts it, and one combined-mode Apache Kafka
+node (streams/brokers/apache_kafka.py; its column is left out, with the reason, where Java or the jars
 are missing, or with ``--no-kafka``). Produce:
 records/s of ``send`` calls awaited together (acks=1, the client's default batching). Fetch: a
 consumer assigned the partition reads every record from the start (the second of two reads: the
@@ -29,8 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from clustermodel.client import ClusterClient  # noqa: E402
-from streams.apache_kafka import ApacheKafkaCluster, missing_reason  # noqa: E402
-from streams.broker import LocalBroker  # noqa: E402
+from streams.brokers.apache_kafka import ApacheKafkaCluster
+from streams.brokers.kafka_jars import missing_reason
+from streams.brokers.noida import LocalBroker  # noqa: E402
 
 TOPIC = "bench"
 

@@ -2,7 +2,7 @@
 
     python -m bench.mass_failover [--topics 1000] [--partitions 50] [--setup-timeout S] [--failover-timeout S]
 
-Starts what ``streams.demo`` starts (noida-db broker, cluster-model server with A and B, the
+Starts what ``streams.demo.job`` starts (noida-db broker, cluster-model server with A and B, the
 controller and the worker of B), creates ``--topics`` x ``--partitions`` topics on A (a few
 records in some partitions; the rest idle, the "link flap" case), creates mirror ``a-to-b`` on
 B, starts every topic and waits until every partition is MIRRORING -- none of that is timed.
@@ -41,9 +41,10 @@ from typing import Any
 
 from clustermodel.client import ClusterClient
 from coordinator.states import MirrorState
-from streams.admin_client import ClusterMirrorAdmin
-from streams.broker import LocalBroker
-from streams.demo import ADMIN, PY, Clock, Demo, DemoError, run_cli
+from streams.admin.client import ClusterMirrorAdmin
+from streams.brokers.noida import LocalBroker
+from streams.demo.harness import ADMIN, PY, Clock, DemoError, run_cli
+from streams.demo.job import Demo
 
 MIRROR = "a-to-b"
 PREFIX = "bench-"
@@ -209,11 +210,11 @@ class Bench:
                   "--data-dir", str(self.workdir / "data-B"), "--state-partitions", str(a_.state_partitions),
                   "--model-port", str(port)]  # fmt: skip
         extra = ["--no-offsets"] if a_.no_offsets else []
-        _, line = d.procs.spawn("controller-B", [PY, "-m", "streams.worker", "--controller", "--listener", "127.0.0.1:0",
+        _, line = d.procs.spawn("controller-B", [PY, "-m", "streams.worker.main", "--controller", "--listener", "127.0.0.1:0",
                                                  "--super-users", ADMIN, "--loglevel", "warning", *extra, *common],
                                         ready="LISTENING")  # fmt: skip
         d.endpoints["B"] = line.split()[1]
-        d.procs.spawn("worker-B", [PY, "-m", "streams.worker", "--tick-interval", str(a_.tick_interval),
+        d.procs.spawn("worker-B", [PY, "-m", "streams.worker.main", "--tick-interval", str(a_.tick_interval),
                                    "--loglevel", a_.worker_loglevel, *common])  # fmt: skip
         self.say(f"coordinator of B: controller on {d.endpoints['B']}{' (--no-offsets)' if a_.no_offsets else ''}, "
                  f"worker started ({a_.state_partitions} state partitions, tick {a_.tick_interval}s)")  # fmt: skip
@@ -255,8 +256,7 @@ class Bench:
 
         def call() -> None:
             os.environ["KIP1279_PRINCIPAL"] = ADMIN
-            from streams import cli
-
+            from streams.admin import cli
             try:
                 box["code"] = cli.main(["--bootstrap-server", self.demo.endpoints["B"], "--stop", "--mirror", MIRROR,
                                         "--topics", ".*", "--wait", str(a_.failover_timeout)], out=out, err=err)  # type: ignore[arg-type]  # fmt: skip

@@ -11,7 +11,7 @@ Timed, in the same run, on the same data:
 
 1. the mirror: from ``kafka-cluster-mirrors --start`` until B's HW equals the source's HW on
    every partition (PREPARING included), copying raw RecordBatches through
-   ``streams.kafka_source.KafkaSourceCluster``;
+   ``streams.kafka.source.KafkaSourceCluster``;
 2. a plain aiokafka consumer (read_uncommitted, all partitions assigned, from the beginning)
    reading the topic up to the same HWs: the practical ceiling for pulling that data into Python
    from that broker. It decodes records; the mirror never does.
@@ -22,7 +22,7 @@ both, so the ratio is a ratio of times. The LAST line is one JSON object with
 and ``ratio_vs_aiokafka_consumer`` (mirror MB/s over consumer MB/s; goal >= 0.5).
 
 Then the same again (same client code, same data size, a fresh B) with one combined-mode Apache
-Kafka node as the source (streams/apache_kafka.py), stopping the noida-db source first: the JSON
+Kafka node as the source (streams/brokers/apache_kafka.py), stopping the noida-db source first: the JSON
 line gains the same figures prefixed ``kafka_`` and ``kafka_mirror_vs_noida_mirror``. Where Java or
 the jars are missing (or with ``--no-kafka``) ``kafka_skipped`` says why; ``--no-noida`` runs the
 Apache Kafka column only.
@@ -49,10 +49,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition as Kafka
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from clustermodel.client import ClusterClient
-from streams.apache_kafka import ApacheKafkaCluster, missing_reason
-from streams.broker import LocalBroker
-from streams.demo import ADMIN, PY, Clock, DemoError, Processes, run_cli
-from streams.kafka_source import KafkaSourceCluster
+from streams.brokers.apache_kafka import ApacheKafkaCluster
+from streams.brokers.kafka_jars import missing_reason
+from streams.brokers.noida import LocalBroker
+from streams.demo.harness import ADMIN, PY, Clock, DemoError, Processes, run_cli
+from streams.kafka.source import KafkaSourceCluster
 
 TOPIC = "bench"
 MIRROR = "from-kafka"
@@ -154,10 +155,10 @@ def mirror_once(kind: str, source_bootstrap: str, coord_bootstrap: str, args: ar
         common = ["--bootstrap-server", coord_bootstrap, "--cluster-name", f"B{kind.replace('-', '')}",
                   "--data-dir", str(workdir / "data-B"), "--state-partitions", "4", "--model-port", str(port), "--model-cluster", "B",
                   "--loglevel", "warning"]  # fmt: skip
-        _, line = procs.spawn("controller-B", [PY, "-m", "streams.worker", "--controller", "--listener", "127.0.0.1:0",
+        _, line = procs.spawn("controller-B", [PY, "-m", "streams.worker.main", "--controller", "--listener", "127.0.0.1:0",
                                                "--super-users", ADMIN, *common], ready="LISTENING")  # fmt: skip
         endpoint = line.split()[1]
-        procs.spawn("worker-B", [PY, "-m", "streams.worker", "--tick-interval", str(args.tick_interval), *common])
+        procs.spawn("worker-B", [PY, "-m", "streams.worker.main", "--tick-interval", str(args.tick_interval), *common])
         cfg = workdir / "mirror.properties"
         cfg.write_text(f"bootstrap.servers={source_bootstrap}\nclient.id=kip1279-bench\nmetadata.refresh.interval.ms=1000\n"
                        + "".join(f"{kv}\n" for kv in args.mirror_config))  # fmt: skip

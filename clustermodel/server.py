@@ -314,7 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point: clustermodel-server."""
     args = parse_args(argv)
     # Fewer full collections: a model of 100,000s of partitions holds millions of objects, each
-    # full collection walks them all (as the worker, streams.worker.GC_THRESHOLDS).
+    # full collection walks them all (as the worker, streams.worker.main.GC_THRESHOLDS).
     gc.set_threshold(20_000, 10, 10)
     if not is_loopback(args.host):
         print(f"error: --host must be a loopback address, got {args.host!r}", file=sys.stderr)

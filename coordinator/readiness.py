@@ -26,7 +26,7 @@ NO_SYNC_REPORT = "no worker reported its syncs within two sync intervals"
 
 
 class SyncReport(NamedTuple):
-    """What one worker last said of one mirror's syncs (``streams.sync_status``)."""
+    """What one worker last said of one mirror's syncs (``streams.state.sync_status``)."""
 
     worker: str
     at_ms: int  # the worker's clock when it said so

@@ -1,5 +1,7 @@
-"""The shell around the pure coordinator: effects against cluster ports (and, later, the Faust app).
+"""The shell around the pure core: the Faust worker, the mirror runner and the ports' Kafka side.
 
-``streams.effects`` holds the synchronous executor and ``MirrorRunner``, the observe -> decide ->
-execute -> persist loop for one cluster mirror.
+Rooms, from the bottom up (a room imports only rooms before it; ``tests/test_layout.py``):
+``config`` and ``tls`` (settings and TLS contexts), ``brokers`` (launchers), ``state`` (the
+coordinator's own logs), ``kafka`` (the source port over the Kafka protocol), ``runner``,
+``admin``, ``worker``, ``demo``. ``docs/architecture.md`` draws how they fit together.
 """

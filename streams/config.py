@@ -25,7 +25,6 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
-from streams.membership import MembershipError, validate_instance_id
 
 ENV_PREFIX = "KIP1279_"
 DEFAULT_METADATA_TOPIC = "__kip1279_metadata"
@@ -47,6 +46,21 @@ DEFAULT_REBALANCE_TIMEOUT_MS = 60_000
 # noida-db 0.2.3 hard-codes the same range.
 MIN_SESSION_TIMEOUT_MS = 6_000
 MAX_SESSION_TIMEOUT_MS = 1_800_000
+
+# Kafka's rule for group.instance.id (JoinGroupRequest.validateGroupInstanceId).
+_INSTANCE_ID = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+class MembershipError(ValueError):
+    pass
+
+
+def validate_instance_id(instance_id: str) -> str:
+    if not _INSTANCE_ID.match(instance_id) or instance_id in (".", ".."):
+        raise MembershipError(f"group.instance.id {instance_id!r} is illegal: use 1 to 249 of "
+                              f"letters, digits, '.', '_' or '-' (and not '.' or '..')")  # fmt: skip
+    return instance_id
+
 
 _CLUSTER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 
@@ -103,7 +117,7 @@ class WorkerConfig:
     session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
     heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
     rebalance_timeout_ms: int = DEFAULT_REBALANCE_TIMEOUT_MS
-    # The worker's group.instance.id (static membership, see ``streams.membership``); empty:
+    # The worker's group.instance.id (static membership, see ``streams.worker.membership``); empty:
     # the one kept in its data directory.
     group_instance_id: str = ""
     # A worker whose event loop answers nothing for this long exits non-zero (0: never).
@@ -114,7 +128,7 @@ class WorkerConfig:
     metrics_lag_max_series: int = 1000
     # Failover readiness needs every partition's lag (source HW - destination LEO) at most this.
     failover_ready_max_lag: int = 1000
-    # Audit snapshots (Parquet, ``streams.audit_export``) under <dir>/<cluster.name>, one every
+    # Audit snapshots (Parquet, ``streams.worker.audit_export``) under <dir>/<cluster.name>, one every
     # interval; empty: off.
     audit_export_dir: str = ""
     audit_export_interval_ms: int = 5 * 60 * 1000
@@ -175,7 +189,7 @@ class WorkerConfig:
 
     @property
     def sync_status_topic_name(self) -> str:
-        """Each worker's sync status per mirror (``streams.sync_status``)."""
+        """Each worker's sync status per mirror (``streams.state.sync_status``)."""
         return self._prefixed("__mirror_sync_status")
 
     @property

@@ -6,7 +6,7 @@ from __future__ import annotations
 import reference_data
 from kafka_fixtures import REQUIRE_ENV, apache_kafka, apache_kafka_3, kafka_required  # noqa: F401 - fixtures for all tests
 
-from streams.apache_kafka import kafka_version, missing_reason
+from streams.brokers.kafka_jars import kafka_version, missing_reason
 
 
 def pytest_report_header() -> list[str]:

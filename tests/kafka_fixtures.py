@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from streams.apache_kafka import ApacheKafkaCluster, missing_reason
+from streams.brokers.apache_kafka import ApacheKafkaCluster
+from streams.brokers.kafka_jars import missing_reason
 
 REQUIRE_ENV = "KIP1279_REQUIRE_KAFKA"
 

@@ -141,7 +141,7 @@ def java_console_producer(bootstrap: str) -> Any:
     codec, each from its own JVM, all started at once (JVM start-up is the cost)."""
     import subprocess
 
-    from streams.apache_kafka import java_command
+    from streams.brokers.kafka_jars import java_command
 
     def produce(batches: dict[str, list[str]]) -> None:
         procs = {}
@@ -317,7 +317,7 @@ def regenerate(out_dir: Path) -> None:
 
     from kafka_fixtures import start_session_cluster
 
-    from streams.apache_kafka import dump_log_segments
+    from streams.brokers.kafka_jars import dump_log_segments
 
     with tempfile.TemporaryDirectory(prefix="kip1279-yardstick-") as tmp:
         cluster = start_session_cluster(Path(tmp) / "kafka")

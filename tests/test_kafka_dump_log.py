@@ -28,7 +28,8 @@ from kafka_yardstick import (
 )
 from reference_data import DATA
 
-from streams.apache_kafka import ApacheKafkaCluster, dump_log_segments
+from streams.brokers.apache_kafka import ApacheKafkaCluster
+from streams.brokers.kafka_jars import dump_log_segments
 
 METADATA_DIR = DATA / "apache_kafka_cluster_metadata"
 DATA_DIR = DATA / "apache_kafka_data"

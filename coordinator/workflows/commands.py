@@ -1,7 +1,7 @@
 """Commands: what a decision asks the shell to do against the ports, as frozen values.
 
 A decision returns ``Decision(state, commands, last_mirror_epoch)``. The executor
-(``streams.effects``) runs the commands in order, then persists the state (fenced) and the
+(``streams.runner.runner``) runs the commands in order, then persists the state (fenced) and the
 LastMirrorEpochs record. A crash between the two re-runs the decision from the old state, so
 every command here is idempotent against what the decision will observe again:
 truncations are "to offset N", bumps are "to at least N", ABORT markers are only emitted for

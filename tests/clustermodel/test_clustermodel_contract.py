@@ -11,7 +11,7 @@ from clustermodel_contract import PortContract
 
 from clustermodel import ClusterModel
 from clustermodel.client import ClusterClient
-from streams.kafka_source import KafkaSourceCluster
+from streams.kafka.source import KafkaSourceCluster
 
 _seeds = itertools.count(100)
 

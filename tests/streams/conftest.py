@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.broker import LocalBroker
+from streams.brokers.noida import LocalBroker
 from streams.config import WorkerConfig
 
 _counter = itertools.count()

@@ -1,4 +1,4 @@
-"""streams/apache_kafka.py: Apache Kafka (KRaft) started by the project on loopback.
+"""streams/brokers/apache_kafka.py: Apache Kafka (KRaft) started by the project on loopback.
 
 The session's shared node (``apache_kafka``) and one 1-controller + 3-broker cluster of this
 module's own; skipped with one reason where Java or the jars are missing (a failure under
@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 from kafka_fixtures import REQUIRE_ENV, require_apache_kafka
 
-from streams.apache_kafka import ApacheKafkaCluster, kafka_version, metadata_broker_ids, missing_reason
-from streams.broker import BrokerError, probe
+from streams.brokers.apache_kafka import ApacheKafkaCluster, metadata_broker_ids
+from streams.brokers.kafka_jars import kafka_version, missing_reason
+from streams.brokers.noida import BrokerError, probe
 
 
 def _listening_addresses(pid: int) -> set[tuple[str, int]]:

@@ -15,8 +15,9 @@ import pytest
 from model_server import ServerProcess
 
 from clustermodel.client import ClusterClient
-from streams.demo import GROUP, REFUSED_AS, Demo
-from streams.demo_clients import (ClientLoop, Consumed, Produced, account, committed_offsets, consume_group,
+from streams.demo.harness import GROUP, REFUSED_AS
+from streams.demo.job import Demo
+from streams.demo.clients import (ClientLoop, Consumed, Produced, account, committed_offsets, consume_group,
                                   create_topics, leave_open, produce_mix, refused_produce)  # fmt: skip
 
 T = "orders"

@@ -1,4 +1,4 @@
-"""The --from-kafka verdict (``streams.demo_from_kafka.verdict_problems``) on tampered evidence,
+"""The --from-kafka verdict (``streams.demo.from_kafka.verdict_problems``) on tampered evidence,
 the open transactions it derives from a source's log, and the client accounting's allowance for
 a source whose read_committed Fetch leaves out open transactions."""
 
@@ -10,8 +10,8 @@ import pytest
 from crc32c import crc32c
 
 from coordinator.ports import Batch, ControlType, PartitionOffsets
-from streams import demo_clients as dc
-from streams.demo_from_kafka import PartitionEvidence, open_transactions, verdict_problems
+from streams.demo import clients as dc
+from streams.demo.from_kafka import PartitionEvidence, open_transactions, verdict_problems
 
 rep = msgspec.structs.replace
 _HEADER = struct.Struct(">qiibIhiqqqhii")

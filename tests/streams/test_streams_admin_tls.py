@@ -27,11 +27,12 @@ from coordinator.image import AclOperation
 from coordinator.states import ErrorCode
 from records.framing import ApiMessageAndVersion
 from records.registry import default_schemas
-from streams import admin_tls, cli
-from streams.admin_client import ClusterMirrorAdmin
+from streams import tls as admin_tls
+from streams.admin import cli
+from streams.admin.client import ClusterMirrorAdmin
 from streams.config import ConfigError, WorkerConfig
-from streams.controller import ClusterMirrorController
-from streams.demo import PY, Processes
+from streams.admin.controller import ClusterMirrorController
+from streams.demo.harness import PY, Processes
 
 S = default_schemas()
 ADMIN = "User:CN=admin,OU=ops,O=acme"
@@ -87,7 +88,7 @@ async def seed(cfg: WorkerConfig, caplog: pytest.LogCaptureFixture) -> None:
     """The destination's topics and alice's ACL in the metadata log, before the TLS controller starts
     (the log has one writer at a time). This controller is local mode: it says so."""
     c = ClusterMirrorController(cfg)
-    with caplog.at_level(logging.INFO, logger="streams.controller"):
+    with caplog.at_level(logging.INFO, logger="streams.admin.controller"):
         await c.start()
     try:
         assert "PLAINTEXT, local mode" in caplog.text
@@ -121,7 +122,7 @@ def tls_controller(worker_config: WorkerConfig, certs: Certs, tmp_path: Path,
     )
     procs = Processes(tmp_path)
     try:
-        _, line = procs.spawn("controller", [PY, "-m", "streams.worker", "--controller", "--config", str(config),
+        _, line = procs.spawn("controller", [PY, "-m", "streams.worker.main", "--controller", "--config", str(config),
                                              "--super-users", ADMIN], ready="LISTENING")  # fmt: skip
         yield line.split()[1]
         assert "SSL, client certificates required" in (tmp_path / "controller.log").read_text()
@@ -212,7 +213,7 @@ def _one_line(pem: bytes) -> str:
 
 
 def test_a_listener_off_loopback_without_tls_is_refused(worker_config: WorkerConfig) -> None:
-    for argv in ([PY, "-m", "streams.worker", "--controller"], [PY, "-c", "import sys; from streams.cli import "
+    for argv in ([PY, "-m", "streams.worker.main", "--controller"], [PY, "-c", "import sys; from streams.admin.cli import "
                                                                 "controller_main; sys.exit(controller_main())"]):
         done = subprocess.run([*argv, "--bootstrap-server", worker_config.bootstrap_servers, "--listener", "0.0.0.0:0"],
                               capture_output=True, text=True, timeout=60)  # fmt: skip

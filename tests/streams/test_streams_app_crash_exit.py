@@ -12,10 +12,10 @@ from pathlib import Path
 
 from worker_harness import group_members
 
-from streams.broker import LocalBroker, free_port
+from streams.brokers.noida import LocalBroker, free_port
 from streams.config import WorkerConfig
-from streams.mirror_state_store import make_app, make_mirror_state_table
-from streams.worker_exit import EXIT_CRASHED
+from streams.state.mirror_state import make_app, make_mirror_state_table
+from streams.worker.exits import EXIT_CRASHED
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,7 +37,7 @@ def test_a_worker_whose_table_store_is_corrupt_exits_with_exit_crashed(broker: L
         path.mkdir(parents=True)
         (path / "CURRENT").write_text("MANIFEST-000001")  # no trailing newline: "Corruption"
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "streams.worker", "--bootstrap-server", broker.bootstrap,
+    done = subprocess.run([sys.executable, "-m", "streams.worker.main", "--bootstrap-server", broker.bootstrap,
                            "--cluster-name", cfg.cluster_name, "--data-dir", cfg.data_dir, "--state-partitions", "2",
                            "--heartbeat-interval-ms", "500", "--loglevel", "info",
                            "--model-port", str(free_port("127.0.0.1"))],  # no mirror: never called
@@ -46,7 +46,7 @@ def test_a_worker_whose_table_store_is_corrupt_exits_with_exit_crashed(broker: L
     out = done.stdout + done.stderr
     assert done.returncode == EXIT_CRASHED, out[-4000:]
     assert took < 60, f"{took:.1f} s"
-    said = [line for line in out.splitlines() if " ERROR streams.app: " in line]
+    said = [line for line in out.splitlines() if " ERROR streams.worker.app: " in line]
     assert len(said) == 1, said
     assert "Faust app crashed" in said[0] and "Corruption" in said[0], said[0]
     assert f"exiting with code {EXIT_CRASHED}" in said[0], said[0]
@@ -59,8 +59,8 @@ def test_a_worker_whose_table_store_is_corrupt_exits_with_exit_crashed(broker: L
 # runs); the worker, its stop and its exit are real.
 FAILING_TASK = """
 import asyncio, sys
-import streams.worker
-from streams.app import CoordinatorWorker
+import streams.worker.main
+from streams.worker.app import CoordinatorWorker
 
 class Failing(CoordinatorWorker):
     def __init__(self, *args, **kwargs):
@@ -77,8 +77,8 @@ class Failing(CoordinatorWorker):
         self.app.consumer.commit = never
         raise RuntimeError("boom")
 
-streams.worker.CoordinatorWorker = Failing
-sys.exit(streams.worker.main(sys.argv[1:]))
+streams.worker.main.CoordinatorWorker = Failing
+sys.exit(streams.worker.main.main(sys.argv[1:]))
 """
 
 
@@ -95,7 +95,7 @@ def test_a_crashed_worker_whose_stop_hangs_leaves_its_group_and_exits(broker: Lo
     out = done.stdout + done.stderr
     assert done.returncode == EXIT_CRASHED, out[-4000:]
     assert took < 60, f"{took:.1f} s"  # the stop's grace is 30 s
-    said = [line for line in out.splitlines() if " ERROR streams.app: " in line]
+    said = [line for line in out.splitlines() if " ERROR streams.worker.app: " in line]
     assert len(said) == 1 and "Faust app crashed: RuntimeError('boom')" in said[0], said
     assert f"the worker's stop has not finished after 30 s; exiting with code {EXIT_CRASHED}" in out
     assert " left group " in out  # even so, as a clean stop does: the other workers need not wait for it

@@ -30,7 +30,7 @@ import pytest
 
 from audit import layout
 from coordinator.states import MirrorState
-from streams.broker import LocalBroker
+from streams.brokers.noida import LocalBroker
 from streams.config import ConfigError, WorkerConfig
 from worker_harness import Rig
 
@@ -162,10 +162,10 @@ async def test_exporter_hands_over_between_workers_without_exporting_twice(worke
 
     from coordinator.image import EMPTY_IMAGE
     from coordinator.partition_state import MirrorPartitionState
-    from streams.app import worker_topic_specs
-    from streams.audit_export import AuditExporter
+    from streams.worker.table import worker_topic_specs
+    from streams.worker.audit_export import AuditExporter
     from streams.config import ensure_topics
-    from streams.mirror_state_store import default_codec, partition_for_key
+    from streams.state.mirror_state import default_codec, partition_for_key
 
     cfg = WorkerConfig(**{**{f: getattr(worker_config, f) for f in ("bootstrap_servers", "cluster_name", "data_dir")},
                           "state_partitions": 2, "audit_export_dir": str(tmp_path / "audit")})  # fmt: skip
@@ -220,7 +220,7 @@ async def test_exporter_hands_over_between_workers_without_exporting_twice(worke
 def test_offsets_are_looked_up_in_one_batch_where_the_port_has_one() -> None:
     from coordinator.ports import PartitionOffsets, SourceUnavailable
     from coordinator.ports import TopicPartition as TP
-    from streams.audit_export import _list_offsets_all
+    from streams.worker.audit_export import _list_offsets_all
 
     tps = [TP(uuid.UUID(int=1), p) for p in range(3)]
     offsets = PartitionOffsets(log_start=0, lso=5, hw=5, leo=7, leader_epoch=2)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.broker import BrokerError, LocalBroker, free_port, probe, probe_async, require_loopback
+from streams.brokers.noida import BrokerError, LocalBroker, free_port, probe, probe_async, require_loopback
 
 
 def test_start_probe_stop(tmp_path: Path) -> None:
@@ -52,7 +52,7 @@ def test_restart_keeps_data_dir(tmp_path: Path) -> None:
 
 def test_console_entry_prints_bootstrap_and_stops_on_sigterm(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streams.broker", "--data-dir", str(tmp_path / "cli")],
+        [sys.executable, "-m", "streams.brokers.noida", "--data-dir", str(tmp_path / "cli")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -74,7 +74,7 @@ def test_console_entry_prints_bootstrap_and_stops_on_sigterm(tmp_path: Path) -> 
 
 def test_broker_does_not_outlive_a_killed_parent(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streams.broker", "--data-dir", str(tmp_path / "orphan")],
+        [sys.executable, "-m", "streams.brokers.noida", "--data-dir", str(tmp_path / "orphan")],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streams import cli
+from streams.admin import cli
 from streams import config as wc
 
 
@@ -66,8 +66,7 @@ def test_add_config_is_read_as_kafka_configs_reads_it() -> None:
 
 
 def test_group_timing_settings_from_properties_env_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from streams import worker
-
+    from streams.worker import main as worker
     path = tmp_path / "worker.properties"
     path.write_text("worker.session.timeout.ms=10000\nworker.heartbeat.interval.ms=1000\n")
     cfg = wc.load(path, env={"KIP1279_WORKER_REBALANCE_TIMEOUT_MS": "8000"})
@@ -103,8 +102,7 @@ def test_bad_group_timing_is_refused(props: dict[str, str], message: str) -> Non
 
 
 def test_the_faust_app_gets_the_group_timing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from streams import mirror_state_store as mss
-
+    from streams.state import mirror_state as mss
     # Faust lets its environment beat keyword settings; the worker's settings win all the same.
     monkeypatch.setenv("BROKER_SESSION_TIMEOUT", "7")
     cfg = wc.WorkerConfig(bootstrap_servers="127.0.0.1:1", data_dir=str(tmp_path), session_timeout_ms=10_000,

@@ -19,11 +19,12 @@ from coordinator.states import ErrorCode, MirrorState
 from records.framing import ApiMessageAndVersion
 from records.redact import REDACTED
 from records.registry import default_schemas
-from streams import cli
-from streams import mirror_state_store as mss
-from streams.admin_client import ClusterMirrorAdmin
+from streams.admin import cli
+from streams.state import mirror_state as mss
+from streams.admin.client import ClusterMirrorAdmin
 from streams.config import WorkerConfig
-from streams.controller import ClusterMirrorController, MirrorStateChangelogView
+from streams.admin.controller import ClusterMirrorController
+from streams.state.changelog_view import MirrorStateChangelogView
 
 # Each broker test runs on noida-db and on Apache Kafka (tests/streams/conftest.py).
 pytestmark = pytest.mark.brokers("noida-db", "apache-kafka")
@@ -232,7 +233,8 @@ async def test_describe_failed_and_mass_stop_progress(controller: ClusterMirrorC
 
 async def test_controller_restart_loads_its_snapshot_and_the_tail(worker_config: WorkerConfig, tmp_path: Path) -> None:
     from coordinator.delta import replay_log
-    from streams.metadata_log import MetadataLogReader, SnapshotPolicy
+    from streams.state.metadata_log import MetadataLogReader
+    from streams.state.snapshots import SnapshotPolicy
 
     first = ClusterMirrorController(worker_config, super_users=frozenset({ADMIN}),
                                     snapshot_policy=SnapshotPolicy(max_records=4, max_interval_ms=10**9))
@@ -265,13 +267,13 @@ async def test_controller_restart_loads_its_snapshot_and_the_tail(worker_config:
 
 
 async def test_malformed_request_gets_invalid_request(controller: ClusterMirrorController) -> None:
-    from streams.admin_client import RequestHeader, decode_response, read_frame
+    from streams.admin.client import RequestHeader, decode_response, read_frame
 
     host, port = controller.address  # type: ignore[misc]
     reader, writer = await asyncio.open_connection(host, port)
     try:
         good = S.struct("DeleteClusterMirrorRequest")(mirror_name="m", state_validation_offset=-1)
-        from streams.admin_client import encode_request
+        from streams.admin.client import encode_request
 
         frame = encode_request(RequestHeader(104, 0, 77, "t", ADMIN), good)
         broken = frame[:-3]  # cut the body short, fix the size prefix
@@ -401,7 +403,7 @@ async def test_changelog_view_decodes_only_the_latest_value_per_key(worker_confi
 
 
 async def ensure_state_topic(cfg: WorkerConfig) -> None:
-    from streams.metadata_log import ensure_topics
+    from streams.config import ensure_topics
 
     await ensure_topics(cfg.bootstrap_servers, [mss.mirror_state_topic_spec(cfg)])
 

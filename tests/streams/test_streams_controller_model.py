@@ -24,9 +24,11 @@ from coordinator.delta import Replayer
 from coordinator.ports import TopicPartition
 from coordinator.states import DesiredState, MirrorState
 from records.registry import default_schemas
-from streams import controller as controller_module
-from streams.controller import MirrorStateChangelogView, PartitionStatus
-from streams.worker import _ModelOffsets, _register_topics
+from streams.admin import controller as controller_module
+from streams.state import changelog_view
+from streams.state.changelog_view import MirrorStateChangelogView
+from streams.state.changelog_view import PartitionStatus
+from streams.worker.main import _ModelOffsets, _register_topics
 
 TOPICS, PARTITIONS = 3, 4
 
@@ -125,7 +127,7 @@ async def test_describe_offsets_are_batched_off_the_loop_and_right_per_partition
         model_port: int, topics: dict[str, uuid.UUID], monkeypatch: pytest.MonkeyPatch, inline: bool) -> None:  # fmt: skip
     monkeypatch.setattr(_ModelOffsets, "CHUNK", 5)  # 12 partitions: 3 pipelines per cluster
     if not inline:  # the merge and the staleness scan go to a thread too, as for 50k partitions
-        monkeypatch.setattr(controller_module, "_INLINE", 0)
+        monkeypatch.setattr(changelog_view, "_INLINE", 0)
     missing = uuid.UUID(int=999)  # a topic neither cluster has
     states = _states(topics) | {("a-to-b", missing, 0): PartitionStatus(MirrorState.PREPARING),
                                 ("elsewhere", topics["orders-0"], 0): PartitionStatus(MirrorState.MIRRORING)}

@@ -26,9 +26,9 @@ import pytest
 from coordinator.partition_state import MirrorPartitionKey, MirrorPartitionState
 from coordinator.ports import TopicPartition
 from coordinator.states import MirrorState, is_legal_transition
-from streams.broker import LocalBroker
-from streams.demo import read_changelog
-from streams.mirror_state_store import RecordType
+from streams.brokers.noida import LocalBroker
+from streams.demo.harness import read_changelog
+from streams.state.mirror_state import RecordType
 from worker_harness import Rig
 
 Key = tuple[RecordType, str, uuid.UUID, int]
@@ -96,7 +96,7 @@ def produce(rig: Rig, cluster: str, topic: str, partitions: int, n: int, tag: st
 def test_the_worker_store_forgets_a_departed_membership_and_drops_its_late_writes() -> None:
     """What a publish with a removal does to the worker's states, without the processes around it."""
     from coordinator.partition_state import LastMirrorEpoch, transition
-    from streams.app import WorkerStateStore
+    from streams.worker.state_store import WorkerStateStore
 
     store = WorkerStateStore(4)
     key = MirrorPartitionKey("a-to-b", uuid.UUID(int=7), 0)
@@ -259,7 +259,7 @@ def test_a_new_source_topic_matching_a_started_pattern_is_mirrored_and_a_stopped
 def _start(rig: Rig) -> str:
     """``--start`` with a pattern, once the source's topics are registered (a regex selects
     registered topics only); returns the describe output."""
-    from streams.demo import run_cli
+    from streams.demo.harness import run_cli
 
     code, text = run_cli(rig.endpoints["B"], "--start", "--mirror", "a-to-b", "--topics", ".*pay.*",
                          "--exclude", "pay-internal")  # fmt: skip

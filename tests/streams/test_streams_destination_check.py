@@ -19,8 +19,8 @@ import pytest
 
 from records.kafka_envelope import MODEL_LISTENER_VERSIONS
 from records.kip1279_apis import KIP1279_APIS, describe_missing, missing_capabilities
-from streams.broker import LocalBroker, free_port
-from streams.destination_check import DestinationError, check_destination, require_kip1279
+from streams.brokers.noida import LocalBroker, free_port
+from streams.runner.destination_check import DestinationError, check_destination, require_kip1279
 
 NAMES = ("mirror appends", "truncation", "leader-epoch bump", "mirror partition states", "mirror topics")
 APIS = ("WriteMirrorStates (101)", "ReadMirrorStates (100)", "BumpLeaderEpochs (105)", "CreateClusterMirror (94)",
@@ -62,7 +62,7 @@ def test_worker_and_controller_fail_fast_on_such_a_destination(broker: LocalBrok
     common = ["--bootstrap-server", broker.bootstrap, "--cluster-name", "K", "--data-dir", str(tmp_path / "data"),
               "--model-port", "1"]  # fmt: skip
     for role in ([], ["--controller", "--listener", "127.0.0.1:0"]):
-        code, text, took = _run([sys.executable, "-m", "streams.worker", *role, *common,
+        code, text, took = _run([sys.executable, "-m", "streams.worker.main", *role, *common,
                                  "--destination-bootstrap-server", broker.bootstrap])  # fmt: skip
         assert code == 2, text
         assert f"error: destination.bootstrap.servers={broker.bootstrap} is not a KIP-1279 cluster" in text, text

@@ -18,7 +18,7 @@ from test_streams_e2e_source_outage import BACKOFF, MIRROR
 from worker_harness import Rig, history_problems
 
 from coordinator.states import MirrorState
-from streams.broker import LocalBroker
+from streams.brokers.noida import LocalBroker
 
 SECRET = "s3cr3t-pw"
 

@@ -20,7 +20,7 @@ from worker_harness import Rig
 
 from coordinator.readiness import NO_SYNC_REPORT
 from coordinator.states import MirrorState
-from streams.broker import LocalBroker
+from streams.brokers.noida import LocalBroker
 
 # The prototype's headers and JSON keys (ClusterMirrorCommand, aiven/inkless inkless-linking).
 DESCRIBE = ["MIRROR", "TOPIC", "PARTITION", "SOURCE-OFFSET", "DESTINATION-OFFSET", "LAG", "STATE"]
@@ -99,7 +99,7 @@ def test_describe_matches_the_prototype_is_fresh_and_says_why_not_ready(
         finally:
             rig.workers[worker][1].send_signal(signal.SIGCONT)
 
-        # Caught up again, and the worker has reported clean syncs (streams.sync_status): ready.
+        # Caught up again, and the worker has reported clean syncs (streams.state.sync_status): ready.
         rig.wait("B to match A", lambda: rig.in_sync("A", "B"), 60)
         rig.wait("lag 0 in describe", lambda: {r["lag"] for r in rig.describe("B", MIRROR)} == {0}, 30)
         rig.wait("ready", lambda: rig.describe("B", MIRROR)[0]["failoverReadiness"] == {"ready": True, "reasons": []}, 30)

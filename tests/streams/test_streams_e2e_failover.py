@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.demo import Demo
+from streams.demo.job import Demo
 
 
 @pytest.mark.slow

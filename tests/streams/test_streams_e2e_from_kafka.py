@@ -3,7 +3,7 @@
 A second noida-db is the source, written and read by aiokafka clients; B's coordinator mirrors
 it (``kafka-to-b``, ``bootstrap.servers=127.0.0.1:PORT``), fails over, and the consumer group
 moves to B. The job's verdict is computed from what the source returns over the Kafka protocol
-and from B's log (``streams.demo_from_kafka.verdict_problems``, unit-tested on tampered evidence
+and from B's log (``streams.demo.from_kafka.verdict_problems``, unit-tested on tampered evidence
 in ``tests/streams/test_demo_from_kafka.py``). Here: the command exits 0 with VERDICT OK, every
 partition's row says the bytes are the same and the offsets agree, the clients' accounting has
 no gap, and a controller started with the source as its destination (what a failback needs)

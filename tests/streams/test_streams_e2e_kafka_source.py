@@ -6,7 +6,7 @@ data directory, not the coordinator's broker) or the session's 3-broker Apache K
 transactional records committed, aborted and one transaction left open, over three topics and
 seven partitions, plus a consumer group's committed offsets and explicit topic configs. B's
 controller and a ``kip1279-worker`` run the mirror (``bootstrap.servers=<host:port>``: the
-worker's source port is ``streams.kafka_source.KafkaSourceCluster``). Checked:
+worker's source port is ``streams.kafka.source.KafkaSourceCluster``). Checked:
 
 - B's batches are the source's byte for byte, as the broker itself holds them (noida-db's
   ``kafka.json``, the Kafka leader's ``.log`` segments): same offsets, CRCs, producer fields, markers; lag 0 (``--describe``);
@@ -57,9 +57,9 @@ from worker_harness import Rig
 
 from coordinator.ports import IsolationLevel, TopicPartition
 from coordinator.states import MirrorState
-from streams.broker import LocalBroker
-from streams.demo import log_batches
-from streams.kafka_source import KafkaSourceCluster
+from streams.brokers.noida import LocalBroker
+from streams.demo.harness import log_batches
+from streams.kafka.source import KafkaSourceCluster
 
 MIRROR = "from-kafka"
 Held = dict[tuple[str, int], list[tuple[int, bytes]]]

@@ -20,8 +20,8 @@ from test_streams_e2e_source_outage import BACKOFF, MIRROR
 from worker_harness import Rig
 
 from coordinator.states import MirrorState
-from streams.broker import LocalBroker
-from streams.demo import log_batches
+from streams.brokers.noida import LocalBroker
+from streams.demo.harness import log_batches
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

@@ -29,8 +29,8 @@ from clustermodel.client import ClusterClient
 from clustermodel.records import batch_values, read_committed_values
 from coordinator.ports import ControlType, GroupType, TopicPartition
 from coordinator.states import MirrorState
-from streams.broker import LocalBroker
-from streams.demo import log_batches
+from streams.brokers.noida import LocalBroker
+from streams.demo.harness import log_batches
 
 MIRROR = "my-mirror"
 # The periodic metadata sync (groups among it) is due again only after this: within a test, the

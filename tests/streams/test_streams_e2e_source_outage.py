@@ -19,7 +19,7 @@ import pytest
 from worker_harness import Rig, history_problems
 
 from coordinator.states import MirrorState
-from streams.broker import LocalBroker
+from streams.brokers.noida import LocalBroker
 
 MIRROR = "a-to-b"
 # Short FAILED backoffs so that a retry lands within a few seconds of A coming back.

@@ -1,5 +1,5 @@
 """An idle consumer must not busy-poll a broker that answers empty fetches at once (noida-db),
-and a record produced to it is still read promptly (streams.fetch_backoff)."""
+and a record produced to it is still read promptly (streams.runner.backoff)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import time
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from streams import fetch_backoff
-from streams.broker import LocalBroker
+from streams.runner import backoff as fetch_backoff
+from streams.brokers.noida import LocalBroker
 
 
 async def _fetches_while_idle(bootstrap: str, topic: str, seconds: float) -> tuple[int, float]:

@@ -20,7 +20,8 @@ from typing import Any
 from coordinator.partition_state import MirrorPartitionKey
 from coordinator.ports import TopicPartition
 from coordinator.states import DesiredState
-from streams.app import CoordinatorWorker, WorkerStateStore
+from streams.worker.app import CoordinatorWorker
+from streams.worker.state_store import WorkerStateStore
 
 TOPIC = uuid.uuid4()
 

@@ -1,4 +1,4 @@
-"""Jobs run with the cyclic collector paused (``streams.app._cyclic_gc_paused``): it resumes
+"""Jobs run with the cyclic collector paused (``streams.worker.mirror_jobs.cyclic_gc_paused``): it resumes
 after the last of overlapping jobs, and after a job that raised."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from streams.app import _cyclic_gc_paused
+from streams.worker.mirror_jobs import cyclic_gc_paused
 
 
 def test_paused_while_any_job_runs_and_resumed_after_the_last() -> None:
@@ -17,12 +17,12 @@ def test_paused_while_any_job_runs_and_resumed_after_the_last() -> None:
     release = threading.Event()
 
     def job() -> None:
-        with _cyclic_gc_paused():
+        with cyclic_gc_paused():
             inside.set()
             release.wait(5)
 
     other = threading.Thread(target=job)
-    with _cyclic_gc_paused():
+    with cyclic_gc_paused():
         other.start()
         assert inside.wait(5)
         assert not gc.isenabled()
@@ -34,7 +34,7 @@ def test_paused_while_any_job_runs_and_resumed_after_the_last() -> None:
 
 def test_resumed_after_a_job_that_raised() -> None:
     with pytest.raises(RuntimeError):
-        with _cyclic_gc_paused():
+        with cyclic_gc_paused():
             assert not gc.isenabled()
             raise RuntimeError("boom")
     assert gc.isenabled()

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kafka_fixtures import require_apache_kafka
 
-from streams.apache_kafka import java_command
+from streams.brokers.kafka_jars import java_command
 
 pytestmark = pytest.mark.brokers("noida-db", "apache-kafka")
 N = 20
@@ -102,7 +102,7 @@ def test_java_console_consumer_reads_the_mirror_on_b(broker: Any, tmp_path: Path
 def _committed_records(client: Any, name: str) -> list[tuple[int, bytes, bytes]]:
     """(offset, key, value) a read_committed reader sees on the model cluster, by its own fetch."""
     from clustermodel.records import decode_records
-    from streams.demo import log_batches
+    from streams.demo.harness import log_batches
 
     tp = next(p.topic_partition for t in client.describe_topics() if t.name == name for p in t.partitions)
     out = []

@@ -51,20 +51,10 @@ from coordinator.ports import (
     UnknownLeaderEpoch,
     UnknownTopicId,
 )
-from streams.broker import LocalBroker
+from streams.brokers.noida import LocalBroker
 from records.registry import default_schemas
-from streams.kafka_source import (
-    CodecRequest,
-    KafkaProtocolError,
-    KafkaSourceCluster,
-    UnsupportedApi,
-    _n,
-    _s,
-    client_settings,
-    parse_jaas,
-    port_error,
-    split_batches,
-)
+from streams.kafka.wire import CodecRequest, KafkaProtocolError, UnsupportedApi, _n, _s, port_error, split_batches
+from streams.kafka.source import KafkaSourceCluster, client_settings, parse_jaas
 from streams.config import ConfigError
 from tls_front import TlsFront
 from kafka_source_data import (

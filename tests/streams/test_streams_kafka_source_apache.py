@@ -44,8 +44,8 @@ from coordinator.ports import (
     TopicPartition,
     UnknownLeaderEpoch,
 )
-from streams.apache_kafka import ApacheKafkaCluster
-from streams.kafka_source import KafkaSourceCluster
+from streams.brokers.apache_kafka import ApacheKafkaCluster
+from streams.kafka.source import KafkaSourceCluster
 
 
 def _run(coro: Any) -> Any:

@@ -24,8 +24,8 @@ from kafka import KafkaProducer
 
 from coordinator.ports import IsolationLevel, SourceUnavailable
 from kafka_fixtures import require_apache_kafka
-from streams.apache_kafka import ApacheKafkaCluster
-from streams.kafka_source import KafkaSourceCluster
+from streams.brokers.apache_kafka import ApacheKafkaCluster
+from streams.kafka.source import KafkaSourceCluster
 
 pytestmark = pytest.mark.slow
 

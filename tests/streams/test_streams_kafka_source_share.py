@@ -19,8 +19,9 @@ from kafka.admin import NewTopic
 
 from coordinator.ports import GroupType, UNDEFINED_EPOCH
 from kafka_fixtures import require_apache_kafka
-from streams.apache_kafka import ApacheKafkaCluster, java_command, run_tool
-from streams.kafka_source import KafkaSourceCluster
+from streams.brokers.apache_kafka import ApacheKafkaCluster
+from streams.brokers.kafka_jars import java_command, run_tool
+from streams.kafka.source import KafkaSourceCluster
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from streams.config import ConfigError, WorkerConfig
-from streams.liveness import LoopWatchdog
+from streams.worker.liveness import LoopWatchdog
 
 
 def _run(block_s: float, limit_ms: int) -> LoopWatchdog:

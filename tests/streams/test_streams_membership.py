@@ -1,4 +1,4 @@
-"""The worker's group membership (``streams.membership``) against the session's noida-db broker:
+"""The worker's group membership (``streams.worker.membership``) against the session's noida-db broker:
 its kept identity, static members replacing a killed process, the watchdog, leaving the group."""
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from aiokafka.admin import NewTopic
 
 from worker_harness import group_members
 
-from streams.app import CoordinatorWorker
-from streams.broker import LocalBroker
+from streams.worker.app import CoordinatorWorker
+from streams.brokers.noida import LocalBroker
 from streams.config import ConfigError, WorkerConfig, ensure_topics
-from streams.membership import IDENTITY_FILE, coordination_failure, instance_id, leave_group, member_id
-from streams.worker_exit import EXIT_GROUP_LOST
+from streams.worker.membership import IDENTITY_FILE, coordination_failure, instance_id, leave_group, member_id
+from streams.worker.exits import EXIT_GROUP_LOST
 
 UNKNOWN_MEMBER_ID = 25
 
@@ -123,7 +123,7 @@ def test_the_worker_exits_once_out_of_its_group(broker: LocalBroker, tmp_path: P
 
 def test_stop_self_exits_even_if_the_stop_hangs() -> None:
     """The backstop: a worker whose SIGTERM stop does not finish still exits, non-zero."""
-    code = ("import signal, time\nfrom streams.worker import _stop_self\n"
+    code = ("import signal, time\nfrom streams.worker.main import _stop_self\n"
             "signal.signal(signal.SIGTERM, lambda *_: print('SIGTERM', flush=True))\n"
             "_stop_self(0.5)\ntime.sleep(30)\n")  # fmt: skip
     started = time.monotonic()

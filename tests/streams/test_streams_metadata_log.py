@@ -17,20 +17,10 @@ from records import segments
 from records.framing import ApiMessageAndVersion
 from records.registry import default_schemas
 from streams.config import WorkerConfig
-from streams.metadata_log import (
-    DeadLetterQueue,
-    LogEntry,
-    MetadataLogLoader,
-    MetadataLogReader,
-    MetadataLogWriter,
-    PoisonRecord,
-    SnapshotPolicy,
-    SnapshotStore,
-    dlq_topic_spec,
-    ensure_topics,
-    metadata_topic_spec,
-    read_dlq,
-)
+from streams.state.dead_letters import DeadLetterQueue, read_dlq
+from streams.state.metadata_log import LogEntry, MetadataLogLoader, MetadataLogReader, MetadataLogWriter, PoisonRecord
+from streams.state.snapshots import SnapshotPolicy, SnapshotStore
+from streams.config import dlq_topic_spec, ensure_topics, metadata_topic_spec
 
 # Each broker test runs on noida-db and on Apache Kafka (tests/streams/conftest.py).
 pytestmark = pytest.mark.brokers("noida-db", "apache-kafka")

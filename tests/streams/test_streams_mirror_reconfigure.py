@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from coordinator.workflows.config import MirrorConfig
-from streams.app import CoordinatorWorker, _Mirror
-from streams.effects import MirrorRunner
+from streams.worker.app import CoordinatorWorker
+from streams.worker.mirror_jobs import MirrorJob
+from streams.runner.runner import MirrorRunner
 
 BASE = {"bootstrap.servers": "model://A", "fetch.backoff.ms": "500"}
 
@@ -46,7 +47,7 @@ def worker(configs: dict[str, str]) -> Any:
     w.set_image(configs)
     runner = MirrorRunner("m", Port(), Port(), MirrorConfig.from_properties(configs))  # type: ignore[arg-type]
     runner._settled["marker"] = ("kept",)  # type: ignore[index]
-    w.mirrors["m"] = _Mirror(runner, (runner.source, runner.dest), dict(configs))
+    w.mirrors["m"] = MirrorJob(runner, (runner.source, runner.dest), dict(configs))
     return w
 
 

@@ -17,9 +17,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from coordinator.states import ErrorCode, MirrorState
 from records import cli as records_cli
-from streams import mirror_state_store as mss
+from streams.state import mirror_state as mss
 from streams.config import WorkerConfig
-from streams.metadata_log import ensure_topics
+from streams.config import ensure_topics
 
 codec = mss.default_codec()
 # Each broker test runs on noida-db and on Apache Kafka (tests/streams/conftest.py).

@@ -14,10 +14,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from worker_harness import Rig
 
 from coordinator.states import MirrorState
-from streams import mirror_state_store as mss
-from streams.apache_kafka import ApacheKafkaCluster
+from streams.state import mirror_state as mss
+from streams.brokers.apache_kafka import ApacheKafkaCluster
 from streams.config import WorkerConfig
-from streams.metadata_log import ensure_topics
+from streams.config import ensure_topics
 
 SESSION_TIMEOUT_MS = 6000  # Kafka's group.min.session.timeout.ms
 

@@ -1,7 +1,7 @@
 """A stopping topic turns writable only on a view of every partition, wherever its state lives.
 
 The worker that holds some of the table partitions learns the others' states from the
-``__mirror_state`` changelog (``_read_other_workers_states``, ``streams.worker_table.OtherWorkersStates``). Until it has read them, those
+``__mirror_state`` changelog (``_read_other_workers_states``, ``streams.worker.table.OtherWorkersStates``). Until it has read them, those
 partitions read as UNKNOWN, which a stop counts as stopped. The rebalance scenario once saw a
 topic writable while a partition held by a paused worker still mirrored: the STOP had reached
 the worker as a desired-state event (fanned out by another worker) before its own metadata image
@@ -20,8 +20,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from coordinator.states import DesiredState
-from streams.app import CoordinatorWorker, WorkerStateStore
-from streams.worker_table import OtherWorkersStates
+from streams.worker.app import CoordinatorWorker
+from streams.worker.state_store import WorkerStateStore
+from streams.worker.table import OtherWorkersStates
 
 TOPIC, OTHER = uuid.uuid4(), uuid.uuid4()
 

@@ -1,11 +1,11 @@
-"""What a worker publishes of its syncs (streams.sync_status): a report when it changes or every
+"""What a worker publishes of its syncs (streams.state.sync_status): a report when it changes or every
 half sync interval, a tombstone once the worker holds none of the mirror's MIRRORING partitions."""
 
 from __future__ import annotations
 
 import msgspec
 
-from streams.sync_status import MirrorSyncs, SyncStatusPublisher, SyncStatusView, report_key
+from streams.state.sync_status import MirrorSyncs, SyncStatusPublisher, SyncStatusView, report_key
 
 OK = {"consumer_group_offset": 1_000, "share_group_offset": 1_000, "topic_config": 1_000, "acl": 1_000}
 

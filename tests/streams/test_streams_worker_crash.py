@@ -11,7 +11,7 @@ metadata snapshots gone: the state comes back from the ``__mirror_state`` change
 metadata log).
 
 Nothing evicts the dead worker's group member: noida-db never expires it, and the restarted
-worker takes it over by its group.instance.id (``streams.membership``). After the last restart
+worker takes it over by its group.instance.id (``streams.worker.membership``). After the last restart
 of each phase, within ``worker.session.timeout.ms``: the group is that one worker holding every
 table partition, and every partition reaches the desired state with the logs in step. Then the
 changelog history of every mirror partition goes up one state epoch per write with legal
@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.states import MirrorState
-from streams.broker import LocalBroker
+from streams.brokers.noida import LocalBroker
 from worker_harness import GROUP_TIMING, Rig, history_problems
 
 SEED = int(os.environ.get("KIP1279_CRASH_SEED", "1279"))

@@ -18,8 +18,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from coordinator.states import MirrorState
-from streams.broker import LocalBroker
-from streams.metadata_log import read_dlq
+from streams.brokers.noida import LocalBroker
+from streams.state.dead_letters import read_dlq
 from worker_harness import Rig, history_problems
 
 UNDECODABLE = b"\x00\x07\x01\xff"  # frame version 0: not a metadata record frame

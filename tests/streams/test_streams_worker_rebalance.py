@@ -19,7 +19,7 @@ Nothing evicts a member. noida-db 0.2.3 (the test broker) never expires a dead o
 session only when that member's own Heartbeat arrives, engine.rs ``handle_heartbeat``), so a
 worker that died and stays dead would keep its table partitions until an operator removed it:
 a dead worker is restarted here, as a supervisor would, and takes its member over by its
-group.instance.id (``streams.membership``); a worker that noida-db's early generation bump throws
+group.instance.id (``streams.worker.membership``); a worker that noida-db's early generation bump throws
 out of a round rejoins under the same instance id too, so no ghost member is left behind.
 
 Each hand-over is checked on the group (``Rig.owners``, and no member but the running workers'),
@@ -46,9 +46,9 @@ import pytest
 
 from coordinator.ports import TopicPartition
 from coordinator.states import MirrorState
-from streams.broker import LocalBroker
-from streams.demo import DemoError
-from streams.mirror_state_store import partition_for
+from streams.brokers.noida import LocalBroker
+from streams.demo.harness import DemoError
+from streams.state.mirror_state import partition_for
 from worker_harness import Rig, history_problems
 
 TOPICS = {"orders": 4, "audit": 2}  # 6 mirror partitions over 4 table partitions

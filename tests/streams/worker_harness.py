@@ -2,13 +2,13 @@
 
 One cluster-model server (clusters A and B), and per destination cluster a controller and any
 number of ``kip1279-worker`` processes, all on the session's noida-db broker. It reuses the
-demo's process management (``streams.demo.Processes``: every child is stopped on close and dies
+demo's process management (``streams.demo.job.Processes``: every child is stopped on close and dies
 with its parent), its CLI runner (or, with ``cli_process``, ``kafka-cluster-mirrors`` as a process
 of its own) and its log helpers, and adds what the tests need: SIGKILL a
 worker, restart it with the same arguments (its data directory kept, or its state wiped), read
 the ``__mirror_state`` changelog history of every mirror partition and check it, and compare the
 two clusters' logs. It never touches the workers' group: a dead member is the product's business
-(static membership, see ``streams.membership``).
+(static membership, see ``streams.worker.membership``).
 
 The topic prefixes (``--cluster-name``) are unique per rig, so rigs share the broker; the model
 cluster is passed with ``--model-cluster``.
@@ -35,9 +35,9 @@ from coordinator.partition_state import MirrorPartitionState
 from coordinator.ports import PortError, TopicPartition
 from coordinator.states import MirrorState, is_legal_transition
 from streams.config import WorkerConfig
-from streams.demo import ADMIN, PY, Clock, DemoError, Processes, log_batches, read_changelog, run_cli, shape, wait_for
-from streams.membership import IDENTITY_FILE
-from streams.mirror_state_store import RecordType
+from streams.demo.harness import ADMIN, PY, Clock, DemoError, Processes, log_batches, read_changelog, run_cli, shape, wait_for
+from streams.worker.membership import IDENTITY_FILE
+from streams.state.mirror_state import RecordType
 
 # The workers' group timing (worker.session.timeout.ms etc.). noida-db 0.2.3 never expires a dead
 # member (a restarted worker takes its member over by its group.instance.id), so a short session
@@ -53,10 +53,10 @@ PROPS = "bootstrap.servers=model://{src}\nmetadata.refresh.interval.ms=1000\n"
 
 
 def run_cli_process(endpoint: str, *argv: str, timeout: float = 120.0) -> tuple[int, str]:
-    """``kafka-cluster-mirrors`` as a process of its own (``streams.cli:main``, the console script's
+    """``kafka-cluster-mirrors`` as a process of its own (``streams.admin.cli:main``, the console script's
     entry point, run from the working directory as the workers are): exit code and output."""
     env = dict(os.environ, KIP1279_PRINCIPAL=ADMIN)
-    done = subprocess.run([PY, "-m", "streams.cli", "--bootstrap-server", endpoint, *argv], capture_output=True,
+    done = subprocess.run([PY, "-m", "streams.admin.cli", "--bootstrap-server", endpoint, *argv], capture_output=True,
                           text=True, timeout=timeout, env=env, cwd=os.getcwd())  # fmt: skip
     return done.returncode, done.stdout + done.stderr
 
@@ -105,7 +105,7 @@ class Rig:
         self.ids = {name: self.clients["A"].add_topic(name, n).topic_id for name, n in self.topics.items()}
         self.tps = [TopicPartition(self.ids[t], p) for t, n in self.topics.items() for p in range(n)]
         for c in clusters:
-            _, line = self.procs.spawn(f"controller-{c}", [PY, "-m", "streams.worker", "--controller", "--listener",
+            _, line = self.procs.spawn(f"controller-{c}", [PY, "-m", "streams.worker.main", "--controller", "--listener",
                                                            "127.0.0.1:0", "--super-users", "User:demo-admin",
                                                            *self.common(c, self.data_dir(c, ""))], ready="LISTENING")  # fmt: skip
             self.endpoints[c] = line.split()[1]
@@ -119,7 +119,7 @@ class Rig:
         worker arguments."""
         name = name or f"worker-{cluster}"
         data_dir = data_dir or self.data_dir(cluster, "")
-        argv = [PY, "-m", "streams.worker", "--tick-interval", str(self.tick), *self.common(cluster, data_dir),
+        argv = [PY, "-m", "streams.worker.main", "--tick-interval", str(self.tick), *self.common(cluster, data_dir),
                 *(x for kv in GROUP_TIMING.items() for x in kv), *extra]  # fmt: skip
         # A client id per worker names its group member (``owners``, ``group_members``).
         env = dict(FAUST_ENV, BROKER_CLIENT_ID=self.client_id(name),
@@ -197,7 +197,7 @@ class Rig:
     def wipe(self, cluster: str, worker: str = "") -> None:
         """Removes RocksDB and the metadata snapshots: state comes back from the changelog and the
         log. The worker's identity (its group.instance.id) stays, as a restart with the same
-        arguments keeps it (``streams.membership``)."""
+        arguments keeps it (``streams.worker.membership``)."""
         for d in self.data_dir(cluster, worker).glob("*"):
             for item in d.iterdir() if d.is_dir() else ():
                 if item.name != IDENTITY_FILE:

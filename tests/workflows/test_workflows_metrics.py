@@ -21,7 +21,7 @@ from coordinator.ports import SourceUnavailable
 from coordinator.states import DesiredState, MirrorState
 from coordinator.workflows.config import MirrorConfig
 from streams.config import WorkerConfig
-from streams.metrics import MetricsServer, WorkerMetrics
+from streams.worker.metrics import MetricsServer, WorkerMetrics
 
 # Sync every second of model time; one batch per partition and fetch, so catching up takes rounds.
 CONFIG = MirrorConfig(metadata_refresh_interval_ms=1_000, fetch_backoff_ms=0, failed_retry_initial_backoff_ms=100,

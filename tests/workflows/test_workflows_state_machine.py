@@ -24,7 +24,7 @@ from coordinator.retry import backoff_ms, decide_failed, fail, retry_target
 from coordinator.states import DesiredState, ErrorCode, MirrorState, is_legal_transition
 from coordinator.workflows.config import DEFAULT_TOPIC_PROPERTIES_EXCLUDE, MirrorConfig
 from records.registry import default_schemas
-from streams.effects import InMemoryStateStore
+from streams.runner.stores import InMemoryStateStore
 
 KEY = MirrorPartitionKey("a-to-b", uuid.UUID(int=7), 0)
 CFG = MirrorConfig()

@@ -18,7 +18,8 @@ from coordinator.partition_state import MirrorPartitionKey
 from coordinator.ports import Batch, ControlType, TopicPartition
 from coordinator.states import DesiredState, MirrorState
 from coordinator.workflows.config import MirrorConfig
-from streams.effects import DesiredStateLog, InMemoryStateStore, MirrorRunner
+from streams.runner.stores import DesiredStateLog, InMemoryStateStore
+from streams.runner.runner import MirrorRunner
 
 FAST = MirrorConfig(metadata_refresh_interval_ms=0, fetch_backoff_ms=0, failed_retry_initial_backoff_ms=100,
                     failed_retry_max_backoff_ms=1_000)
@@ -92,7 +93,7 @@ class WorkerMirror(Mirror):
     A crash loses every write not committed yet."""
 
     def __init__(self, name: str, source: ClusterModel, dest: ClusterModel, config: MirrorConfig) -> None:
-        from streams.app import WorkerStateStore
+        from streams.worker.state_store import WorkerStateStore
 
         self.name, self.source, self.dest, self.config = name, source, dest, config
         self.store = WorkerStateStore(4)  # type: ignore[assignment]

@@ -1,0 +1,6 @@
+"""The admin side: the controller (the metadata log's single writer, serving the KIP's RPCs),
+its client and ``kafka-cluster-mirrors`` (``cli``).
+
+Imports the rooms below it (``config``, ``tls``, ``state``, ``kafka``, ``runner``); the worker's
+main starts a controller, nothing else above imports it.
+"""

@@ -1,0 +1,363 @@
+"""The main job: failover and failback between two model clusters, end to end, on loopback.
+
+Run by ``python -m streams.demo`` (``streams/demo/__main__.py``).
+
+``--from-kafka`` runs a migration from a real noida-db broker to B instead (``streams.demo.from_kafka``).
+
+Starts the noida-db broker, the cluster-model server (clusters A and B), and one coordinator
+per destination cluster (SPEC, "One coordinator per destination cluster"): a controller and a
+worker for B (mirror ``a-to-b``) and a controller and a worker for A (mirror ``b-to-a``), each
+a separate process with its own topic prefix. The applications are aiokafka clients on the
+model's Kafka listeners (``streams.demo.clients``); the model's own API only referees and moves
+the model's clock. Then:
+producers on A (keyed records, transactions committed and aborted) and consumer group
+``demo-orders-app`` reading A -> ``a-to-b`` catches up; a produce to B's mirror topic is refused
+-> A's producers leave transactions open and stop, the group reads to A's LSO and stops ->
+failover (``--stop``, with transactions still open on A: copied to B, aborted there once each;
+its last group offset sync carries the group's last commit to B) -> the group resumes on B,
+producers on B (again leaving transactions open) -> failback (``b-to-a``) -> A catches up with
+B's HW -> describe and a verdict computed from the two clusters' logs and what the clients saw -> the audit verdict (Spark)
+on the snapshots the workers export every second (``audit.export.*``: states, transitions from
+``__mirror_state``, the clusters' offsets and leader epochs) to Parquet, one store per
+coordinator under ``<workdir>/audit/<cluster>``; ``--no-audit`` turns both off. Every process is stopped on exit, on failure and on Ctrl-C.
+Exit 0 on success, 1 with the reason otherwise (also when the audit fails).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from clustermodel.records import read_committed_values
+from clustermodel.client import ClusterClient
+from streams.demo import clients as dc
+from streams.demo.clients import ClientLoop
+from coordinator.ports import PortError, TopicPartition
+from streams.brokers.noida import LocalBroker
+from streams.demo.harness import ADMIN, Clock, DemoError, GROUP, PY, Processes, REFUSED_AS, TOPICS, failover_aborts, log_batches, run_cli, shape, wait_for
+
+
+class Demo:
+    def __init__(self, workdir: Path, seed: int, out: Any = sys.stdout, audit: bool = True) -> None:
+        self.workdir, self.seed, self.out, self.audit_enabled = workdir, seed, out, audit
+        self.procs = Processes(workdir)
+        self.broker: LocalBroker | None = None
+        self.clock: Clock | None = None
+        self.apps: ClientLoop | None = None
+        self.clients: dc.ClientReport | None = None
+        self.refused: str | None = None
+        self.endpoints: dict[str, str] = {}
+        self.source_name = "A"  # the cluster the applications leave at the failover (client_check's wording)
+        self.source_skips_open_transactions = False  # see demo_clients.account
+        self.t0 = time.monotonic()
+
+    def say(self, text: str) -> None:
+        self.out.write(f"[{time.monotonic() - self.t0:5.1f}s] {text}\n")
+        self.out.flush()
+
+    def coordinator(self, cluster: str, model_port: int) -> None:
+        common = ["--bootstrap-server", self.broker.bootstrap, "--cluster-name", cluster,  # type: ignore[union-attr]
+                  "--data-dir", str(self.workdir / f"data-{cluster}"), "--state-partitions", "8",
+                  "--model-port", str(model_port), "--loglevel", "warning"]  # fmt: skip
+        _, line = self.procs.spawn(f"controller-{cluster}", [PY, "-m", "streams.worker.main", "--controller", "--listener",
+                                                             "127.0.0.1:0", "--super-users", ADMIN, *common], ready="LISTENING")  # fmt: skip
+        self.endpoints[cluster] = line.split()[1]
+        audit = ["--audit-export-dir", str(self.workdir / "audit"), "--audit-export-interval-ms", "1000"]
+        self.procs.spawn(f"worker-{cluster}", [PY, "-m", "streams.worker.main", "--tick-interval", "0.2", *common,
+                                               *(audit if self.audit_enabled else [])])  # fmt: skip
+        self.say(f"coordinator of cluster {cluster}: controller on {self.endpoints[cluster]}, worker started")
+
+    def cli(self, cluster: str, *argv: str, show: bool = True) -> str:
+        code, text = run_cli(self.endpoints[cluster], *argv)
+        if show:
+            for line in text.rstrip().splitlines():
+                self.out.write(f"    {line}\n")
+        if code != 0:
+            raise DemoError(f"kafka-cluster-mirrors {' '.join(argv)} failed ({code}): {text.strip()}")
+        return text
+
+    def start_topics(self, cluster: str, mirror: str) -> None:
+        """Starts the topics once the controller has registered them from the source."""
+        deadline = time.monotonic() + 30
+        while True:
+            code, text = run_cli(self.endpoints[cluster], "--start", "--mirror", mirror, "--topics", ",".join(TOPICS))
+            if code == 0:
+                for line in text.rstrip().splitlines():
+                    self.out.write(f"    {line}\n")
+                return
+            if time.monotonic() > deadline:
+                raise DemoError(f"could not start {mirror}: {text.strip()}")
+            time.sleep(0.5)
+
+    def run(self) -> int:
+        self.broker = LocalBroker(self.workdir / "broker").start()
+        self.say(f"noida-db broker on {self.broker.bootstrap}")
+        _, line = self.procs.spawn("model-server", [PY, "-m", "clustermodel.server", "--port", "0", "--cluster", "A",
+                                                    "--cluster", "B", "--seed", str(self.seed)], ready="PORT")  # fmt: skip
+        port = int(line.split()[1])
+        # The referee's view (model API): offsets, logs, open transactions, the clock. The
+        # applications use only the Kafka listeners.
+        a, b = ClusterClient(port, "A"), ClusterClient(port, "B")
+        boot = {"A": a.bootstrap_servers(), "B": b.bootstrap_servers()}
+        self.say(f"cluster-model server with clusters A and B on 127.0.0.1:{port}; Kafka listeners "
+                 f"A {boot['A']}, B {boot['B']}")  # fmt: skip
+        apps = self.apps = ClientLoop()
+        apps.run(dc.create_topics(boot["A"], TOPICS))
+        ids = {t.name: t.topic_id for t in a.describe_topics() if t.name in TOPICS}
+        tps = [TopicPartition(ids[t], p) for t, n in TOPICS.items() for p in range(n)]
+        parts = [(t, p) for t, n in TOPICS.items() for p in range(n)]
+        self.coordinator("B", port)
+        self.coordinator("A", port)
+        self.clock = clock = Clock(port)
+        clock.start()
+        stop_a, drain_a = threading.Event(), threading.Event()
+        read_a: list[dc.Consumed] = []
+        producing_a = apps.submit(dc.produce_mix(boot["A"], "A", list(TOPICS), stop_a, self.seed))
+        group_a = apps.submit(dc.consume_group(boot["A"], GROUP, list(TOPICS), len(parts), read_a, drain_a, final_commit=False))
+        self.say(f"aiokafka on A: idempotent producer (keyed records), transactional producer (committed and aborted), "
+                 f"consumer group {GROUP} (read_committed, commits every second)")  # fmt: skip
+
+        cfg_ab = self.workdir / "a-to-b.properties"
+        cfg_ab.write_text("bootstrap.servers=model://A\nmetadata.refresh.interval.ms=1000\n")
+        self.say("create mirror a-to-b on B and start its topics")
+        self.cli("B", "--create", "--mirror", "a-to-b", "--mirror-config", str(cfg_ab))
+        self.start_topics("B", "a-to-b")
+
+        def caught_up(src: ClusterClient, dst: ClusterClient) -> Callable[[], bool]:
+            def check() -> bool:  # lag 0: the destination has everything up to the source's HW
+                try:
+                    return all(dst.list_offsets(tp).hw >= src.list_offsets(tp).hw for tp in tps)
+                except PortError:
+                    return False  # the mirror topic is not created yet
+            return check
+
+        wait_for("the mirror topics on B", lambda: {t.name for t in b.describe_topics()} >= set(TOPICS), 30, clock)
+        refused = apps.run(dc.refused_produce(boot["B"], "orders"), 30)
+        self.say(f"produce to B's mirror topic orders before the stop: "
+                 f"{'ACCEPTED' if refused is None else f'refused ({refused}: aiokafka 0.14 name for READ_ONLY_TOPIC, 134)'}")  # fmt: skip
+        time.sleep(3)  # mirror under live load
+        stop_a.set()
+        produced = self.joined(producing_a, "A's producers")
+        produced += apps.run(dc.leave_open(boot["A"], "A", list(TOPICS), 3, self.seed))
+        drain_a.set()
+        ends_a = self.joined(group_a, f"group {GROUP} on A")
+        committed_a = apps.run(dc.committed_offsets(boot["A"], GROUP, parts))
+        self.say(f"A's producers stopped: {len(produced)} records, 3 transactions left open; group {GROUP} read "
+                 f"{len(read_a)} records on A up to the read_committed end (LSO) of its {len(ends_a)} partitions and "
+                 "stopped without committing the last second's reads")  # fmt: skip
+        wait_for("a-to-b to catch up with A's HW", caught_up(a, b), 60, clock)
+        a_open = {tp: a.open_transactions(tp) for tp in tps}
+        self.say(f"a-to-b caught up with A's HW, {sum(map(len, a_open.values()))} transaction(s) still open on A "
+                 "(copied open); failover: stop a-to-b")  # fmt: skip
+        self.cli("B", "--stop", "--mirror", "a-to-b", "--topics", ",".join(TOPICS), "--wait", "60")
+        wait_for("B's topics to become writable", lambda: all(not t.read_only for t in b.describe_topics(list(ids.values()))), 30, clock)
+        a_before = {tp: a.list_offsets(tp) for tp in tps}
+        b_at_stop = {tp: b.list_offsets(tp) for tp in tps}
+        synced_b = apps.run(dc.committed_offsets(boot["B"], GROUP, parts))
+        stop_b, drain_b = threading.Event(), threading.Event()
+        read_b: list[dc.Consumed] = []
+        group_b = apps.submit(dc.consume_group(boot["B"], GROUP, list(TOPICS), len(parts), read_b, drain_b, final_commit=True))
+        producing_b = apps.submit(dc.produce_mix(boot["B"], "B", list(TOPICS), stop_b, self.seed + 1))
+        self.say(f"B is writable; group {GROUP} resumes on B from the offsets the last group offset sync wrote "
+                 f"(those it committed last on A: {'yes' if synced_b == committed_a else 'NO'}); producing on B")  # fmt: skip
+        time.sleep(3)
+        stop_b.set()
+        produced_b = self.joined(producing_b, "B's producers")
+        produced_b += apps.run(dc.leave_open(boot["B"], "B", list(TOPICS), 2, self.seed + 1))
+        drain_b.set()
+        ends_b = self.joined(group_b, f"group {GROUP} on B")
+        self.clients = dc.account(produced + produced_b, read_a, read_b, committed_a, synced_b, ends_b)
+        self.refused = refused
+        self.say(f"B's producers stopped: {len(produced_b)} records (2 transactions left open); group {GROUP} read "
+                 f"{len(read_b)} records on B and committed")  # fmt: skip
+        apps.close()
+
+        cfg_ba = self.workdir / "b-to-a.properties"
+        cfg_ba.write_text("bootstrap.servers=model://B\nmetadata.refresh.interval.ms=1000\n")
+        self.say("failback: create mirror b-to-a on A and start its topics")
+        self.cli("A", "--create", "--mirror", "b-to-a", "--mirror-config", str(cfg_ba))
+        self.start_topics("A", "b-to-a")
+        self.cli("A", "--describe", "--mirror", "b-to-a", show=False)
+        wait_for("b-to-a to reach MIRRORING", lambda: {r["state"] for r in json.loads(
+            self.cli("A", "--describe", "--mirror", "b-to-a", "--json", show=False))} == {"MIRRORING"}, 60, clock)  # fmt: skip
+        wait_for("b-to-a to catch up with B's HW", caught_up(b, a), 60, clock)
+
+        def in_sync() -> bool:
+            for tp in tps:
+                la, lb = a.list_offsets(tp), b.list_offsets(tp)
+                if (la.leo, la.hw, la.lso) != (lb.leo, lb.hw, lb.lso):
+                    return False
+            return True
+
+        wait_for("A to match B (LEO, HW and LSO equal)", in_sync, 60, clock)
+        if self.audit_enabled:
+            self.await_exports()
+        clock.stop()
+        left_open = sum(len(b.open_transactions(tp)) for tp in tps)
+        self.say(f"A matches B: same LEO, HW and LSO on every partition ({left_open} transaction(s) B's producers "
+                 "left open are open on A too, as on B)")  # fmt: skip
+        self.say("describe on B (a-to-b) and on A (b-to-a):")
+        self.cli("B", "--describe", "--mirror", "a-to-b")
+        self.cli("A", "--describe", "--mirror", "b-to-a")
+        code = self.verdict(a, b, tps, a_before, b_at_stop, a_open)
+        if self.audit_enabled:
+            code = max(code, self.audit())
+        return code
+
+    def await_exports(self) -> None:
+        """Waits for each coordinator's timed audit export (``audit.export.*``, one store per
+        destination cluster under ``<workdir>/audit/<cluster>``) taken after both mirrors settled."""
+        from audit import layout
+
+        settled = int(time.time() * 1000)
+
+        def exported() -> bool:
+            return all((ms := layout.list_manifests(r)) and ms[-1].taken_at_ms > settled for r in self.audit_roots.values())
+
+        wait_for("both coordinators to export an audit snapshot", exported, 30, self.clock)
+
+    @property
+    def audit_roots(self) -> dict[str, Path]:
+        return {c: self.workdir / "audit" / c for c in ("B", "A")}
+
+    def audit(self) -> int:
+        """The audit verdict (Spark) over both coordinators' stores, up to the snapshots
+        ``await_exports`` waited for (later ones show the same settled state).
+
+        The broker, coordinators and model server are stopped before Spark starts (on two cores
+        they would slow Spark several times over).
+        """
+        from audit import layout
+
+        self.close()
+        roots = self.audit_roots
+        latest = {c: layout.list_manifests(r)[-1] for c, r in roots.items()}
+        self.say("audit: the workers' latest snapshots: " + "; ".join(
+            f"{c} ({', '.join(m.mirrors)}) at metadata offset {m.metadata_offset}, "
+            f"{len(layout.list_manifests(roots[c]))} incremental exports" for c, m in latest.items())
+            + "; processes stopped; starting Spark")  # fmt: skip
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only (and no hostname warning)
+        os.environ.setdefault("AUDIT_SPARK_MASTER", "local[2]")  # BROKER.md: local[2], loopback, no UI
+        from audit.queries import VIOLATION_QUERIES, AuditParams
+        from audit.run import run_queries
+        from audit.spark import SnapshotStore, spark_session
+        from audit.verdict import SHOWN_ROWS, verdict_text
+
+        spark = spark_session()
+        texts, ok = [], True
+        try:
+            for c, root in roots.items():
+                results = run_queries(spark, SnapshotStore(root), list(VIOLATION_QUERIES), AuditParams(), limit=SHOWN_ROWS)
+                text, passed = verdict_text(results, latest[c].metadata_offset, latest[c].taken_at)
+                texts.append(f"coordinator {c} ({', '.join(latest[c].mirrors)}): {text}")
+                ok = ok and passed
+        finally:
+            spark.stop()
+        self.out.write(f"\nAUDIT VERDICT: audit {'PASS' if ok else 'FAIL'}\n" + "".join(f"    {t}\n" for t in texts))
+        for c, root in roots.items():
+            self.out.write(f"    (report: python -m audit --snapshots {root} --html {self.workdir / f'audit-report-{c}.html'})\n")
+        return 0 if ok else 1
+
+    def verdict(self, a: ClusterClient, b: ClusterClient, tps: list[TopicPartition], a_before: dict[Any, Any],
+                b_at_stop: dict[Any, Any], a_open: dict[Any, Any]) -> int:  # fmt: skip
+        """Compares the two clusters once A has caught up with B.
+
+        Per partition: A's and B's logs are the same batches (offsets, batch leader epochs, producer
+        fields, control type, payload) up to B's HW; A's LEO, HW and LSO equal B's; a read_committed
+        reader gets the same records from both; the same transactions are open on A as on B; every
+        transaction open on A at the failover reached B and was aborted there exactly once (before
+        the stop's MIRROR_PID_RESET), none that A had committed; DLE >= SLE. Then what the clients
+        saw (``client_check``): no gap, duplicates within the last sync, the produce refused.
+        """
+        problems: list[str] = []
+        names = {tid: n for n, tid in ((t.name, t.topic_id) for t in a.describe_topics())}
+        rows = []
+        for tp in tps:
+            name = f"{names[tp.topic_id]}-{tp.partition}"
+            la, lb = a.list_offsets(tp), b.list_offsets(tp)
+            sa, sb = shape(log_batches(a, tp), lb.hw), shape(log_batches(b, tp), lb.hw)
+            same = sa == sb
+            ca, cb = read_committed_values(a, tp), read_committed_values(b, tp)
+            if not same:
+                problems.append(f"{name}: logs differ below B's HW {lb.hw}")
+            for what, va, vb in (("LEO", la.leo, lb.leo), ("HW", la.hw, lb.hw), ("LSO", la.lso, lb.lso)):
+                if va != vb:
+                    problems.append(f"{name}: A's {what} {va} != B's {what} {vb}")
+            opens_a = [(o.producer_id, o.first_offset) for o in a.open_transactions(tp)]
+            opens_b = [(o.producer_id, o.first_offset) for o in b.open_transactions(tp)]
+            if opens_a != opens_b:
+                problems.append(f"{name}: open transactions differ: A {opens_a}, B {opens_b}")
+            problems.extend(f"{name}: {p}" for p in failover_aborts(log_batches(b, tp), a_open[tp]))
+            if ca != cb:
+                lost = [v for v in cb if v not in set(ca)]
+                problems.append(f"{name}: read_committed differs: A {len(ca)} record(s), B {len(cb)}; "
+                                f"{len(lost)} of B's committed record(s) missing on A")  # fmt: skip
+            if la.leader_epoch < lb.leader_epoch:
+                problems.append(f"{name}: DLE {la.leader_epoch} < SLE {lb.leader_epoch}")
+            rows.append((name, b_at_stop[tp].leo, lb.hw, lb.lso, la.leo, la.lso, lb.leader_epoch, la.leader_epoch,
+                         len(cb), "yes" if same else "NO"))  # fmt: skip
+        self.out.write("\n    PARTITION   B-LEO@STOP   B-HW  B-LSO  A-LEO  A-LSO  B-EPOCH(SLE)  A-EPOCH(DLE)  COMMITTED  SAME-LOG\n")
+        for r in rows:
+            self.out.write(f"    {r[0]:<11} {r[1]:>10}  {r[2]:>5}  {r[3]:>5}  {r[4]:>5}  {r[5]:>5}  {r[6]:>12}  {r[7]:>12}  "
+                           f"{r[8]:>9}  {r[9]:>8}\n")  # fmt: skip
+        problems.extend(self.client_check())
+        if problems:
+            self.out.write("\nVERDICT: FAILED\n" + "".join(f"  - {p}\n" for p in problems))
+            return 1
+        opened = sum(map(len, a_open.values()))
+        self.out.write(f"\nVERDICT: OK - {len(tps)} partitions: A's log is B's log batch for batch up to B's HW "
+                       "(offsets, leader epochs, producer fields, markers, payloads); LEO, HW and LSO equal; "
+                       "read_committed reads the same records on both; the same transactions open on both; "
+                       f"the {opened} transaction(s) open on A at the failover reached B and were aborted there "
+                       "exactly once; DLE >= SLE everywhere; the clients saw every committed record, "
+                       "none twice beyond the last sync, and a produce refused on the mirror topic\n")  # fmt: skip
+        return 0
+
+    def client_check(self) -> list[str]:
+        """Prints what the Kafka clients saw; returns what is wrong with it."""
+        r = self.clients
+        if r is None:
+            return ["the clients' accounting is missing"]
+        self.out.write(
+            f"\n    CLIENTS (aiokafka): produced {r.produced} records ({r.committed} committed, {r.aborted} in aborted "
+            f"transactions, {r.left_open} in transactions left open); group {GROUP}: consumed {r.consumed_a} on "
+            f"{self.source_name}, {r.consumed_b} on B after the switch; duplicates {r.duplicates} (bound: "
+            f"{r.duplicate_bound} read on {self.source_name} "
+            f"past the group's last commit, which the last sync carried to B); gaps {r.gaps}; held behind open "
+            f"transactions {r.held}; "
+            + (f"committed transactional records the source's read_committed Fetch never served the live group "
+               f"(it serves past the LSO, leaving out open transactions): {r.skipped_by_source}; "
+               if self.source_skips_open_transactions else "")
+            + "produce to the mirror topic before the stop: "
+            f"{'ACCEPTED' if self.refused is None else 'refused (' + self.refused + ')'}\n")  # fmt: skip
+        problems = [f"clients: {p}" for p in r.problems]
+        if self.refused is None:
+            problems.append("clients: a produce to B's mirror topic was accepted before the stop")
+        elif self.refused != REFUSED_AS:
+            problems.append(f"clients: the produce to B's mirror topic before the stop got {self.refused}, "
+                            f"not {REFUSED_AS} (READ_ONLY_TOPIC)")  # fmt: skip
+        return problems
+
+    def joined(self, fut: Any, what: str, timeout: float = 90.0) -> Any:
+        try:
+            return fut.result(timeout)
+        except Exception as e:  # noqa: BLE001 - any client failure fails the demo, with its cause
+            raise DemoError(f"{what} failed: {type(e).__name__}: {e}") from e
+
+    def close(self) -> None:
+        if self.apps is not None:
+            self.apps.close()
+            self.apps = None
+        if self.clock is not None and self.clock.is_alive():
+            self.clock.stop()
+        self.procs.close()
+        if self.broker is not None:
+            self.broker.stop()
+            self.broker = None
+

@@ -1,0 +1,8 @@
+"""The mirror runner: observe -> decide (the pure core) -> execute -> persist, for one cluster mirror.
+
+``runner.MirrorRunner`` owns the loop; ``fetch_round`` is the mirror fetchers' round, ``observers``
+and ``driver`` the observations and their pipelined calls, ``executor`` the commands, ``syncer``
+the metadata syncs, ``backoff`` the idle consumers' fetch backoff and ``destination_check`` the
+check that a destination speaks KIP-1279. Imports ``config``, ``tls``, ``state`` and ``kafka``;
+never ``admin``, ``worker`` or ``demo``.
+"""

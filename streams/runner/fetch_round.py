@@ -1,0 +1,124 @@
+"""A mirror's fetch round: what the KIP's mirror fetcher threads do, one round at a time.
+
+Each fetcher (``MirrorRunner.sessions``) serves its MIRRORING partitions in rotation order, in
+pipelined waves (``streams.runner.driver.drive_all``), until its response byte budget is spent, as a
+broker fills a fetch response partition by partition. The decisions are the pure core's
+(``coordinator.workflows.fetcher.decide_fetch``); the runner appends, persists and backs off.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from coordinator.partition_state import MirrorPartitionKey, MirrorPartitionState, stamp_applied
+from coordinator.ports import FetchResult, PortError, TopicPartition
+from coordinator.states import DesiredState, MirrorState
+from coordinator.workflows import commands as c
+from coordinator.workflows.fetcher import decide_fetch, partition_max_bytes, round_order
+from streams.runner.driver import drive_all
+
+if TYPE_CHECKING:
+    from coordinator.workflows.config import MirrorConfig
+    from streams.runner.executor import Executor
+    from streams.runner.observers import MirrorObservers
+    from streams.runner.syncer import MirrorStats
+
+_FETCH_WAVE = 256  # partitions fetched per pipelined wave; the round's byte budget is checked between waves
+STARTED = (DesiredState.START, -1)  # a topic without a desired-state record mirrors as started
+
+
+class FetchHost(Protocol):
+    """What a fetch round reads and changes of the runner that owns the fetchers
+    (``streams.runner.runner.MirrorRunner``)."""
+
+    config: MirrorConfig
+    executor: Executor
+    observers: MirrorObservers
+    stats: MirrorStats
+    now_ms: int
+    sessions: list[set[TopicPartition]]  # the fetchers' partitions
+    rotation: list[int]  # where each fetcher's next round starts
+    backoff_until: dict[TopicPartition, int]
+    idle_until: dict[TopicPartition, int]
+    progress: dict[TopicPartition, tuple[int, int]]
+    source_errors: dict[TopicPartition, int]
+    peak_round_bytes: int
+
+    def key(self, tp: TopicPartition) -> MirrorPartitionKey: ...
+
+    def state(self, tp: TopicPartition) -> MirrorPartitionState: ...
+
+    def persist(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> bool: ...
+
+    def on_port_error(self, key: MirrorPartitionKey, state: MirrorPartitionState, e: PortError, offset: int) -> None: ...
+
+
+def fetch_round(r: FetchHost, desired: dict[uuid.UUID, tuple[DesiredState, int]],
+                only: set[TopicPartition] | None = None) -> None:
+    """One round per fetcher: its partitions in rotation order, in pipelined waves, until the
+    response byte budget is spent (as a broker fills a fetch response partition by partition).
+    A partition caught up with an empty fetch waits ``fetch_max_wait_ms`` before the next one,
+    the broker-side long poll of a real replica fetcher."""
+    now = r.now_ms
+    for i, members in enumerate(r.sessions):
+        # A topic being stopped or paused is not fetched: its partitions leave MIRRORING at their next step.
+        # From the smaller side: ``only`` is one table partition's share of every fetcher's members.
+        candidates = members if only is None or len(only) >= len(members) else [tp for tp in only if tp in members]
+        eligible = [tp for tp in candidates if (only is None or tp in only)
+                    and r.backoff_until.get(tp, -1) <= now and r.idle_until.get(tp, -1) <= now
+                    and desired.get(tp.topic_id, STARTED)[0] is DesiredState.START
+                    and r.state(tp).state is MirrorState.MIRRORING]  # fmt: skip
+        remaining = r.config.fetch_response_max_bytes
+        used = served = 0
+        order = round_order(eligible, r.rotation[i])
+        for w in range(0, len(order), _FETCH_WAVE):
+            if remaining <= 0:
+                break
+            wave = order[w : w + _FETCH_WAVE]
+            cap = partition_max_bytes(remaining, r.config)
+            fetched = drive_all({tp: r.observers.fetch(tp, cap) for tp in wave})
+            r.stats.fetch_requests += 1
+            commands: dict[TopicPartition, Sequence[c.Command]] = {}
+            decided = []
+            for tp in wave:
+                got = fetched[tp]
+                offset = desired.get(tp.topic_id, (DesiredState.START, -1))[1]
+                state = r.state(tp)
+                if isinstance(got, PortError):
+                    served += 1
+                    r.stats.fetch_errors += 1
+                    r.on_port_error(r.key(tp), state, got, offset)
+                    continue
+                r.source_errors.pop(tp, None)
+                pos, result, local_end = got
+                size = sum(b.size_in_bytes for b in result.batches) if isinstance(result, FetchResult) else 0
+                if size > remaining and used > 0:
+                    remaining = 0  # the response is full: the rest is not served this round
+                    break  # (the first data of a response goes in whatever its size, as in Kafka)
+                served += 1
+                remaining -= size
+                used += size
+                if isinstance(result, FetchResult):
+                    r.stats.fetch_bytes += size
+                    r.stats.fetch_records += sum(b.record_count for b in result.batches)
+                decision = decide_fetch(state, tp, pos, result, now, r.config, local_end)
+                commands[tp] = decision.commands
+                decided.append((tp, state, offset, pos, result, decision, size))
+            failed = r.executor.run_many(commands)
+            for tp, state, offset, pos, result, decision, size in decided:
+                if tp in failed:
+                    r.on_port_error(r.key(tp), state, failed[tp], offset)
+                    continue
+                if isinstance(result, FetchResult):
+                    appended = [b for cmd in decision.commands if isinstance(cmd, c.AppendBatches) for b in cmd.batches]
+                    leo = appended[-1].next_offset if appended else pos.fetch_offset
+                    r.progress[tp] = (result.hw, leo)
+                    if not appended and size == 0 and leo >= result.hw and decision.state is state:
+                        r.idle_until[tp] = now + r.config.fetch_max_wait_ms
+                if decision.state is not state:
+                    r.persist(r.key(tp), stamp_applied(decision.state, offset))
+        r.rotation[i] += served
+        r.peak_round_bytes = max(r.peak_round_bytes, used)
+

@@ -1,0 +1,212 @@
+"""What one cluster mirror's workflows observe, as generators of port calls (``streams.runner.driver``).
+
+``MirrorRunner`` decides and acts; ``MirrorObservers`` only asks: the partition workflows'
+observations (prepare, stop, a FAILED partition's source probe), a fetch with its position, and
+a topic's descriptions. A source call's failure comes back as ``SourceCallFailed``, so the runner
+tells a dead source (FAILED, retried once the source answers) from a destination error.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from coordinator.partition_state import MirrorPartitionKey, MirrorPartitionState, Step
+from coordinator.ports import (
+    Batch,
+    DestinationCluster,
+    EpochEndOffset,
+    FetchResult,
+    IsolationLevel,
+    OffsetOutOfRange,
+    PortError,
+    SourceCluster,
+    TopicMetadata,
+    TopicPartition,
+    UnknownTopicId,
+)
+from coordinator.states import DesiredState
+from coordinator.workflows.drive import Need, PartitionObservation, needs
+from coordinator.workflows.fetcher import MIRROR_FETCH_ISOLATION, FetchPosition, OutOfRange, fetcher_of
+from coordinator.workflows.prepare import PrepareObservation
+from coordinator.workflows.stop import FinalSync, StopObservation
+from coordinator.workflows.topic import TopicObservation
+from streams.runner.driver import Call, Observer, describe_one, latest_epoch, raise_first
+
+
+class SourceCallFailed(PortError):
+    """A call to the source failed with ``cause``: told apart from the destination's failures,
+    which are not the source's fault."""
+
+    retriable = True
+
+    def __init__(self, cause: PortError) -> None:
+        super().__init__(f"source: {cause}")
+        self.cause = cause
+
+
+class MirrorObservers:
+    """The observations of one mirror. It shares the runner's live views (fetcher sessions,
+    ready topics, source topics, last group syncs) and reads the cluster IDs through
+    ``cluster_ids``, as they are learnt later than the runner is built."""
+
+    def __init__(
+        self,
+        mirror_name: str,
+        source: SourceCluster,
+        dest: DestinationCluster,
+        sessions: list[set[TopicPartition]],
+        ready: set[uuid.UUID],
+        source_topics: dict[uuid.UUID, TopicMetadata],
+        final_sync: dict[TopicPartition, FinalSync],
+        cluster_ids: Callable[[], tuple[str | None, str | None]],
+    ) -> None:
+        self.mirror_name = mirror_name
+        self.source = source
+        self.dest = dest
+        self.sessions = sessions
+        self.ready = ready
+        self.source_topics = source_topics
+        self.final_sync = final_sync
+        self.cluster_ids = cluster_ids
+
+    # ------------------------------------------------------------------ partition level
+
+    def partition(self, key: MirrorPartitionKey, state: MirrorPartitionState, want: DesiredState, now_ms: int) -> Observer:
+        tp = key.topic_partition
+        in_fetcher = tp in self.sessions[fetcher_of(tp, len(self.sessions))]
+        need = needs(state, want, now_ms)
+        if need is Need.NOTHING:
+            return PartitionObservation(in_fetcher=in_fetcher)
+        if need is Need.SOURCE:  # a FAILED partition retries once the source answers for it
+            yield from self._ask_source((self.source, "list_offsets", (tp,), None))
+            return PartitionObservation(in_fetcher=in_fetcher)
+        if need is Need.DEST:
+            return PartitionObservation(in_fetcher=in_fetcher, dest=(yield (self.dest, "list_offsets", (tp,), None)))
+        if need is Need.PREPARE:
+            return PartitionObservation(in_fetcher=in_fetcher, prepare=(yield from self._prepare(tp, state)))
+        return PartitionObservation(in_fetcher=in_fetcher, stop=(yield from self._stop(tp, state, in_fetcher)))
+
+    def _prepare(self, tp: TopicPartition, state: MirrorPartitionState) -> Observer:
+        ready = tp.topic_id in self.ready
+        if state.step is Step.PREPARE_WAIT_ISR:
+            asks: list[Call] = [(self.dest, "list_offsets", (tp,), None), (self.source, "list_offsets", (tp,), None),
+                                (self.dest, "isr_status", (tp,), None)]  # fmt: skip
+            got = yield asks
+            self._raise_first(asks, got)
+            dest, src, isr = got
+            return PrepareObservation(topic_ready=ready, dest=dest, source_leader_epoch=src.leader_epoch, isr=isr)
+        # The source keeps its LME under the mirror that fed it (the one its topic is attached to).
+        src_topic = self.source_topics.get(tp.topic_id)
+        lme_mirror = (src_topic.mirror_name if src_topic is not None else None) or self.mirror_name
+        asks = [(self.dest, "list_offsets", (tp,), None), (self.source, "list_offsets", (tp,), None),
+                (self.source, "last_mirrored_epoch", (lme_mirror, tp), None)]  # fmt: skip
+        got = yield asks
+        self._raise_first(asks, got)
+        dest, src, lme = got
+        src_end = local_end = None
+        if lme is not None:
+            src_end = yield from self._ask_source((self.source, "end_offset_for_epoch", (tp, lme), None))
+            if not src_end.undefined:
+                local_end = yield (self.dest, "end_offset_for_epoch", (tp, src_end.epoch), None)
+        return PrepareObservation(topic_ready=ready, dest=dest, source_leader_epoch=src.leader_epoch, source_lme=lme,
+                                  source_epoch_end=src_end, local_epoch_end=local_end)
+
+    def _stop(self, tp: TopicPartition, state: MirrorPartitionState, in_fetcher: bool) -> Observer:
+        """Destination only: a failover must work with the source unreachable."""
+        step = state.step
+        bump = step is Step.STOP_BUMP_EPOCH  # the bump step also aborts and resets (``decide_stop``)
+        asks: list[Call] = [(self.dest, "list_offsets", (tp,), None)]
+        if step is Step.STOP_ABORT_OPEN or bump:
+            asks.append((self.dest, "open_transactions", (tp,), None))
+        elif step is Step.STOP_WAIT_ISR:
+            asks.append((self.dest, "isr_status", (tp,), None))
+        if step is Step.STOP_PID_RESET or bump:  # the reset batch names the source cluster the topic mirrored
+            asks.append((self.dest, "describe_topics", ((tp.topic_id,),), None))
+        got = yield asks
+        dest = got[0]
+        described = got[-1] if step is Step.STOP_PID_RESET or bump else []
+        if isinstance(described, UnknownTopicId):
+            described = got[-1] = []
+        raise_first(got)
+        latest = tail = None
+        if step is Step.STOP_RECORD_LME:
+            epoch = yield from latest_epoch(self.dest, tp, dest.leader_epoch)
+            latest = EpochEndOffset(epoch, dest.leo) if epoch is not None else EpochEndOffset(-1, -1)
+        elif step is Step.STOP_PID_RESET and dest.hw >= dest.leo:
+            tail = yield from self._read_dest(tp, state.stop_offset, dest.leo)
+        opens = tuple(got[1]) if step is Step.STOP_ABORT_OPEN or bump else ()
+        isr = got[1] if step is Step.STOP_WAIT_ISR else None
+        topic = described[0] if described else None
+        source_id = (topic.mirror_source_cluster_id if topic is not None else None) or self.cluster_ids()[0] or ""
+        final = self.final_sync.get(tp) if step is Step.STOP_WAIT_ISR else None
+        return StopObservation(dest=dest, dest_latest_epoch=latest, open_transactions=opens, tail=tail,
+                               isr=isr, in_fetcher=in_fetcher, source_cluster_id=source_id, final_sync=final)
+
+    def _ask_source(self, call: Call) -> Observer:
+        """One source call; its failure raised as SourceCallFailed."""
+        try:
+            return (yield call)
+        except PortError as e:
+            raise SourceCallFailed(e) from e
+
+    def _raise_first(self, calls: Sequence[Call], got: Sequence[Any]) -> None:
+        """``raise_first``, a source call's failure as SourceCallFailed."""
+        for call, value in zip(calls, got):
+            if isinstance(value, PortError):
+                raise SourceCallFailed(value) if call[0] is self.source else value
+
+    def _read_dest(self, tp: TopicPartition, start: int, end: int) -> Observer:
+        out: list[Batch] = []
+        offset = start
+        while offset < end:
+            got = (yield (self.dest, "fetch", (tp, offset, 1 << 20, IsolationLevel.READ_UNCOMMITTED), None)).batches
+            if not got:
+                break
+            out.extend(got)
+            offset = got[-1].next_offset
+        return tuple(out)
+
+    # ------------------------------------------------------------------ fetching
+
+    def fetch(self, tp: TopicPartition, max_bytes: int) -> Observer:
+        """The fetch position from the destination, the source's fetch from there, and on a
+        diverging epoch the destination's end offset for it."""
+        dest = yield (self.dest, "list_offsets", (tp,), None)
+        epoch = yield from latest_epoch(self.dest, tp, dest.leader_epoch)
+        pos = FetchPosition(dest.leo, epoch, dest.log_start, dest.leader_epoch)
+        result: FetchResult | OutOfRange
+        try:
+            result = yield (self.source, "fetch", (tp, pos.fetch_offset, max_bytes, MIRROR_FETCH_ISOLATION),
+                            {"last_fetched_epoch": pos.last_fetched_epoch})  # fmt: skip
+        except OffsetOutOfRange as e:
+            result = OutOfRange(e.log_start, e.leo)
+        except PortError as e:
+            raise SourceCallFailed(e) from e
+        local_end = None
+        if isinstance(result, FetchResult) and result.diverging_epoch is not None:
+            local_end = yield (self.dest, "end_offset_for_epoch", (tp, result.diverging_epoch.epoch), None)
+        return pos, result, local_end
+
+    # ------------------------------------------------------------------ topic level
+
+    def topic(self, topic_id: uuid.UUID, want: DesiredState) -> Observer:
+        dest_topic = yield from describe_one(self.dest, topic_id)
+        source_cluster_id, dest_cluster_id = self.cluster_ids()
+        if want is DesiredState.STOP:
+            # A failover needs nothing from the source, which may well be gone.
+            return TopicObservation(topic_id=topic_id, source_topic=None, dest_topic=dest_topic,
+                                    source_cluster_id="", dest_cluster_id=dest_cluster_id or "")
+        if source_cluster_id is None or dest_cluster_id is None:
+            return None
+        source_topic = yield from describe_one(self.source, topic_id)
+        if source_topic is not None:
+            self.source_topics[topic_id] = source_topic
+        same_name = None
+        if dest_topic is None and source_topic is not None:
+            every = yield (self.dest, "describe_topics", (), None)  # asked once per wave, however many topics need it
+            same_name = next((t for t in every if t.name == source_topic.name), None)
+        return TopicObservation(topic_id=topic_id, source_topic=source_topic, dest_topic=dest_topic,
+                                dest_same_name=same_name, source_cluster_id=source_cluster_id,
+                                dest_cluster_id=dest_cluster_id)

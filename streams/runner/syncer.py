@@ -1,0 +1,223 @@
+"""A mirror's periodic syncs beside its fetching: the epoch check (DLE >= SLE), topic configs,
+consumer- and share-group offsets, ACLs, and STOPPING's last group offset sync.
+
+The plans are the core's (``coordinator/workflows/sync_*``); this runs them against the ports and
+counts each kind's outcome in the mirror's ``MirrorStats`` (read by ``streams.worker.metrics``).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from coordinator.partition_state import MirrorPartitionState
+from coordinator.ports import (
+    DestinationCluster,
+    GroupNotEmpty,
+    GroupType,
+    IsolationLevel,
+    PortError,
+    SourceCluster,
+    TopicPartition,
+    tp_order,
+)
+from coordinator.workflows import commands as c
+from coordinator.workflows.config import MirrorConfig
+from coordinator.workflows.fencing import proactive_bump
+from coordinator.workflows.stop import FinalSync
+from coordinator.workflows.sync_acls import plan_acl_sync
+from coordinator.workflows.sync_configs import plan_config_sync
+from coordinator.workflows.sync_groups import (
+    DestPartition,
+    finish_group_sync,
+    group_selected,
+    name_pattern,
+    plan_group_sync,
+)
+from streams.runner.driver import Observer, drive_all, drive_one, latest_epoch, raise_first
+
+log = logging.getLogger(__name__)
+
+# The sync kinds counted in ``MirrorStats`` (the prototype's <Kind>SyncError / RefreshError meters).
+SYNC_KINDS = ("topic_config", "consumer_group_offset", "share_group_offset", "acl", "topic_metadata_refresh")
+
+
+class MirrorStats:
+    """One mirror's fetch and sync counters, read by ``streams.worker.metrics`` at scrape time.
+
+    Plain ints: only the mirror's one running job writes them, and a scrape reads whole ints.
+    They outlive the runner (the worker keeps one per mirror), so counters never go back.
+    """
+
+    def __init__(self) -> None:
+        self.fetch_bytes = 0
+        self.fetch_records = 0
+        self.fetch_requests = 0  # one per pipelined wave: the batched request a fetcher sends
+        self.fetch_errors = 0  # partitions whose fetch failed
+        self.sync_errors = dict.fromkeys(SYNC_KINDS, 0)
+        self.sync_success_ms = dict.fromkeys(SYNC_KINDS, -1)  # clock of the last sync that ran clean
+
+    def synced(self, kind: str, now_ms: int, error: bool) -> None:
+        if error:
+            self.sync_errors[kind] += 1
+        else:
+            self.sync_success_ms[kind] = now_ms
+
+
+class MirrorSyncer:
+    """Runs one mirror's syncs; commands go through the runner's ``executor`` (in order with the
+    rest of its writes), notes through ``note``, topic names come from ``topic_name``."""
+
+    def __init__(self, mirror_name: str, source: SourceCluster, dest: DestinationCluster, config: MirrorConfig,
+                 executor: Any, stats: MirrorStats, topic_name: Callable[[uuid.UUID], str],
+                 note: Callable[[str], None], warnings: list[str]) -> None:  # fmt: skip
+        self.mirror_name = mirror_name
+        self.source = source
+        self.dest = dest
+        self.config = config
+        self.executor = executor
+        self.stats = stats
+        self.topic_name = topic_name
+        self.note = note
+        self.warnings = warnings  # the runner's: config sync warnings join them
+        self.now_ms = 0
+
+    def run(self, live: dict[TopicPartition, MirrorPartitionState], now_ms: int) -> None:
+        """The periodic syncs of the live mirror partitions ``live``: the epoch check, topic
+        configs, group offsets and ACLs; a failure is noted and the next kind goes on."""
+        self.now_ms = now_ms
+        ordered = sorted(live, key=tp_order)
+        checked = drive_all({tp: self._epochs(tp) for tp in ordered})
+        for tp in ordered:
+            got = checked[tp]
+            try:
+                if isinstance(got, PortError):
+                    raise got
+                bump = proactive_bump(tp, got[1], got[0], self.config)
+                if bump is not None:
+                    self.executor.run_one(bump)
+            except PortError as e:
+                self.note(f"epoch check {tp}: {e}")
+        config_failed = False
+        for topic_id in sorted({tp.topic_id for tp in live}):
+            try:
+                self._sync_configs(topic_id)
+            except PortError as e:
+                config_failed = True
+                self.note(f"config sync {topic_id}: {e}")
+        if live:
+            self.stats.synced("topic_config", self.now_ms, config_failed)
+        for step in (self._sync_groups, self._sync_acls):
+            if not live:
+                break
+            try:
+                step(live)
+            except PortError as e:
+                self.note(f"{step.__name__}: {e}")
+
+
+    def _epochs(self, tp: TopicPartition) -> Observer:
+        """(SLE, DLE)."""
+        got = yield [(self.source, "list_offsets", (tp,), None), (self.dest, "list_offsets", (tp,), None)]
+        raise_first(got)
+        return got[0].leader_epoch, got[1].leader_epoch
+
+    def periodic_epoch_check(self, tp: TopicPartition) -> None:
+        """DLE >= SLE at each metadata sync (the third mechanism, after reactive and proactive)."""
+        sle, dle = drive_one(self._epochs(tp))
+        bump = proactive_bump(tp, dle, sle, self.config)
+        if bump is not None:
+            self.executor.run_one(bump)
+
+    def _sync_configs(self, topic_id: uuid.UUID) -> None:
+        plan = plan_config_sync(topic_id, self.topic_name(topic_id), self.source.describe_configs(topic_id),
+                                self.dest.describe_configs(topic_id), self.config.topic_properties_exclude)
+        self.warnings.extend(w for w in plan.warnings if w not in self.warnings)
+        if plan.command is not None:
+            self.executor.run_one(plan.command)
+
+    def final_group_sync(self, stopping: dict[TopicPartition, MirrorPartitionState], now_ms: int) -> FinalSync:
+        """STOPPING's last group offset sync for ``stopping`` (one sync for all of them, whichever
+        topics they belong to); how it went is for each partition's next stop observation."""
+        self.now_ms = now_ms
+        error: PortError | None = None
+        tps = list(stopping)
+        try:
+            self._sync_groups(stopping, final=True)
+            outcome = FinalSync.RAN
+        except PortError as e:
+            outcome, error = FinalSync.FAILED, e
+        topics = ", ".join(sorted({self.topic_name(tp.topic_id) for tp in tps}))
+        if error is None:
+            log.info("mirror %s: last group offset sync before the stop ran for %d partition(s) of %s",
+                     self.mirror_name, len(tps), topics)  # fmt: skip
+        else:
+            log.warning("mirror %s: last group offset sync before the stop failed for %d partition(s) of %s "
+                        "(tried until stop.group.sync.timeout.ms, %d ms after the stop began): %s: %s",
+                        self.mirror_name, len(tps), topics, self.config.stop_group_sync_timeout_ms,
+                        type(error).__name__, error)  # fmt: skip
+        return outcome
+
+    def _sync_groups(self, live: dict[TopicPartition, MirrorPartitionState], final: bool = False) -> None:
+        """Consumer- and share-group offsets; counted per kind (a failure before the commits, a
+        list of groups say, fails both kinds)."""
+        failed: set[str] = set()
+        try:
+            self._sync_group_offsets(live, final, failed)
+        except PortError:
+            if not failed:  # it failed before any commit
+                failed.update(("consumer_group_offset", "share_group_offset"))
+            raise
+        finally:
+            for kind in ("consumer_group_offset", "share_group_offset"):
+                self.stats.synced(kind, self.now_ms, kind in failed)
+
+    def _sync_group_offsets(self, live: dict[TopicPartition, MirrorPartitionState], final: bool,
+                            failed: set[str]) -> None:  # fmt: skip
+        inc, exc = name_pattern(self.config.groups_include), name_pattern(self.config.groups_exclude)
+        groups = [g for g in self.source.list_groups() if group_selected(g.group_id, inc, exc)]
+        if not groups:
+            return
+        source_offsets = {g.group_id: self.source.group_offsets(g.group_id) for g in groups}
+        dest_groups = {g.group_id: g for g in self.dest.list_groups()}
+        active = [g for g, d in dest_groups.items() if d.active]
+        dest_committed = {g.group_id: self.dest.group_offsets(g.group_id) for g in groups if g.group_id in dest_groups}
+        wanted = {TopicPartition(o.topic_id, o.partition) for offs in source_offsets.values() for o in offs}
+        partitions = {}
+        for tp in sorted(wanted & live.keys(), key=tp_order):
+            off = self.dest.list_offsets(tp)
+            partitions[tp] = DestPartition(live[tp].state, off.log_start, off.leo, final=final)
+        plan = plan_group_sync(groups, source_offsets, active, dest_committed, partitions,
+                               self.config.groups_include, self.config.groups_exclude)
+        epochs = {(tp, o): self._epoch_before(tp, o) for tp, o in plan.epoch_lookups()}
+        for cmd in finish_group_sync(plan, epochs):
+            try:
+                self.executor.run_one(cmd)
+            except GroupNotEmpty:
+                pass  # a member joined meanwhile: its group is its own now
+            except PortError:
+                share = isinstance(cmd, c.CommitGroupOffsets) and cmd.group_type is GroupType.SHARE
+                failed.add("share_group_offset" if share else "consumer_group_offset")
+                raise
+
+    def _epoch_before(self, tp: TopicPartition, offset: int) -> int:
+        """The epoch a consumer would commit with ``offset``: that of the record before it, from the
+        destination's epoch cache (the record at the log start when nothing precedes it)."""
+        off = self.dest.list_offsets(tp)
+        at = max(offset - 1, off.log_start)
+        if at < off.leo:
+            got = self.dest.fetch(tp, at, 1, IsolationLevel.READ_UNCOMMITTED).batches
+            if got:
+                return got[0].leader_epoch
+        latest = drive_one(latest_epoch(self.dest, tp, off.leader_epoch))
+        return -1 if latest is None else latest
+
+    def _sync_acls(self, live: dict[TopicPartition, MirrorPartitionState]) -> None:
+        try:
+            self.executor.run(plan_acl_sync(self.source.describe_acls(), self.dest.describe_acls(), self.config.acls_include))
+        except PortError:
+            self.stats.synced("acl", self.now_ms, True)
+            raise
+        self.stats.synced("acl", self.now_ms, False)

@@ -1,0 +1,478 @@
+"""Per-mirror-partition state in a Faust table on RocksDB, with ``__mirror_state`` as its changelog.
+
+**Encoding.** ``__mirror_state`` holds Kafka coordinator records, as ``__consumer_offsets``
+does, built from the project's schemas:
+
+- key   = int16 record type (the key schema's apiKey) + the key body at version 0:
+  type 2 ``MirrorPartitionStateKey``, type 1 ``LastMirrorEpochsKey``;
+- value = int16 value version + the value body (``MirrorPartitionStateValue`` /
+  ``LastMirrorEpochsValue``); a null value is a tombstone.
+
+Both record types live in one table (their keys differ by the type prefix), because Faust
+maps each changelog partition to exactly one table. ``kafka-records decode --type
+MirrorPartitionStateKey --version 0 HEX`` reads a key once its 2-byte type is dropped, and
+the value likewise (``decode_changelog_record`` does both).
+
+**Partitioning.** A mirror partition's ``__mirror_state`` partition (and its desired-state
+topic partition, and so the RocksDB partition that holds it) is::
+
+    toPositive(murmur2(MirrorPartitionStateKey v0 body)) % mirror.state.topic.num.partitions
+
+Kafka's default partitioner over the key body (not the type prefix), so the state and the
+last mirror epoch of one mirror partition always share a partition. The table never takes
+the partition from the current event implicitly: it computes it from the key and refuses a
+write made while processing an event of another partition (a routing bug).
+
+**Fencing.** ``check_state_write`` is pure: a write with a leader epoch below the stored one
+is FENCED_LEADER_EPOCH; one whose state epoch is not above the stored one is
+FENCED_STATE_EPOCH (each writer reads N and writes N + 1; of two writers that read N only
+the first lands).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import struct
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import faust
+import msgspec
+from aiokafka.admin import NewTopic
+from aiokafka.partitioner import murmur2
+from faust.streams import current_event
+from faust.types import TP
+
+from coordinator.states import ErrorCode
+from records.framing import MetadataRecordSerde
+from records.registry import SchemaSet, default_schemas
+from streams.config import WorkerConfig
+
+_INT16 = struct.Struct(">h")
+KEY_VERSION = 0
+VALUE_VERSION = 0
+FENCED_STATE_EPOCH = 124  # Kafka's Errors.FENCED_STATE_EPOCH (KIP-932); not in coordinator.states yet
+TABLE_NAME = "mirror_state"
+
+
+class RecordType(enum.IntEnum):
+    """The int16 prefix of a ``__mirror_state`` key: the key schema's apiKey."""
+
+    LAST_MIRROR_EPOCHS = 1
+    MIRROR_PARTITION_STATE = 2
+
+
+_KEY_SCHEMA = {RecordType.LAST_MIRROR_EPOCHS: "LastMirrorEpochsKey", RecordType.MIRROR_PARTITION_STATE: "MirrorPartitionStateKey"}
+_VALUE_SCHEMA = {
+    RecordType.LAST_MIRROR_EPOCHS: "LastMirrorEpochsValue",
+    RecordType.MIRROR_PARTITION_STATE: "MirrorPartitionStateValue",
+}
+
+
+class MirrorStateError(ValueError):
+    pass
+
+
+class ChangelogRecord(NamedTuple):
+    type: RecordType
+    key: msgspec.Struct
+    value: msgspec.Struct | None  # None: tombstone
+
+
+class MirrorStateCodec:
+    """Encodes and decodes ``__mirror_state`` keys and values with the project's schemas."""
+
+    def __init__(self, schemas: SchemaSet | None = None) -> None:
+        self.schemas = schemas or default_schemas()
+        self.state_key_cls = self.schemas.struct("MirrorPartitionStateKey")
+        self.lme_key_cls = self.schemas.struct("LastMirrorEpochsKey")
+        self.state_value_cls = self.schemas.struct("MirrorPartitionStateValue")
+        self.lme_value_cls = self.schemas.struct("LastMirrorEpochsValue")
+
+    def key_body(self, mirror_name: str, topic_id: uuid.UUID, partition: int) -> bytes:
+        return self.schemas.encode(self.state_key_cls(mirror_name=mirror_name, topic_id=topic_id, partition=partition), KEY_VERSION)
+
+    def state_key(self, mirror_name: str, topic_id: uuid.UUID, partition: int) -> bytes:
+        return _INT16.pack(RecordType.MIRROR_PARTITION_STATE) + self.key_body(mirror_name, topic_id, partition)
+
+    def lme_key(self, mirror_name: str, topic_id: uuid.UUID, partition: int) -> bytes:
+        # LastMirrorEpochsKey has the same fields as MirrorPartitionStateKey, so the same body.
+        body = self.schemas.encode(self.lme_key_cls(mirror_name=mirror_name, topic_id=topic_id, partition=partition), KEY_VERSION)
+        return _INT16.pack(RecordType.LAST_MIRROR_EPOCHS) + body
+
+    def state_value(self, **fields: Any) -> msgspec.Struct:
+        return self.state_value_cls(**fields)
+
+    def lme_value(self, last_mirror_epoch: int, applied_offset: int = -1) -> msgspec.Struct:
+        return self.lme_value_cls(last_mirror_epoch=last_mirror_epoch, applied_offset=applied_offset)
+
+    def encode_value(self, value: msgspec.Struct) -> bytes:
+        return _INT16.pack(VALUE_VERSION) + self.schemas.encode(value, VALUE_VERSION)
+
+    def decode_key(self, key: bytes) -> tuple[RecordType, msgspec.Struct]:
+        if len(key) < 2:
+            raise MirrorStateError(f"__mirror_state key of {len(key)} bytes has no record type")
+        (raw_type,) = _INT16.unpack_from(key)
+        try:
+            rtype = RecordType(raw_type)
+        except ValueError:
+            raise MirrorStateError(f"unknown __mirror_state record type {raw_type}") from None
+        return rtype, self.schemas.decode(_KEY_SCHEMA[rtype], key[2:], KEY_VERSION)
+
+    def decode_value(self, rtype: RecordType, value: bytes) -> msgspec.Struct:
+        if len(value) < 2:
+            raise MirrorStateError(f"__mirror_state value of {len(value)} bytes has no version")
+        (version,) = _INT16.unpack_from(value)
+        return self.schemas.decode(_VALUE_SCHEMA[rtype], value[2:], version)
+
+    def decode(self, key: bytes, value: bytes | None) -> ChangelogRecord:
+        rtype, k = self.decode_key(key)
+        return ChangelogRecord(rtype, k, None if value is None else self.decode_value(rtype, value))
+
+
+_default_codec: MirrorStateCodec | None = None
+
+
+def default_codec() -> MirrorStateCodec:
+    global _default_codec
+    if _default_codec is None:
+        _default_codec = MirrorStateCodec()
+    return _default_codec
+
+
+def decode_changelog_record(key: bytes, value: bytes | None) -> ChangelogRecord:
+    return default_codec().decode(key, value)
+
+
+# ---------------------------------------------------------------------------------- partitioning
+
+
+def partition_for_body(key_body: bytes, num_partitions: int) -> int:
+    """Kafka's default partitioner: toPositive(murmur2(bytes)) % n."""
+    return (murmur2(key_body) & 0x7FFFFFFF) % num_partitions
+
+
+def partition_for_key(key: bytes, num_partitions: int) -> int:
+    """The partition of an encoded ``__mirror_state`` key (either record type)."""
+    return partition_for_body(key[2:], num_partitions)
+
+
+def partition_for(mirror_name: str, topic_id: uuid.UUID, partition: int, num_partitions: int) -> int:
+    return partition_for_body(default_codec().key_body(mirror_name, topic_id, partition), num_partitions)
+
+
+# ---------------------------------------------------------------------------------------- fencing
+
+
+class StateFence(NamedTuple):
+    """Why a state write was refused."""
+
+    error_code: int
+    message: str
+
+
+def check_state_write(stored: msgspec.Struct | None, proposed: msgspec.Struct) -> StateFence | None:
+    """None if ``proposed`` (a MirrorPartitionStateValue) may replace ``stored``; else the fence.
+
+    Pure, so the core can adopt it (``coordinator.partition_state.check_write`` applies the
+    same rule to its own state type).
+    """
+    if stored is None:
+        return None
+    if proposed.leader_epoch < stored.leader_epoch:  # type: ignore[attr-defined]
+        return StateFence(
+            ErrorCode.FENCED_LEADER_EPOCH,
+            f"leader epoch {proposed.leader_epoch} is older than the stored {stored.leader_epoch}",  # type: ignore[attr-defined]
+        )
+    if proposed.state_epoch <= stored.state_epoch:  # type: ignore[attr-defined]
+        return StateFence(
+            FENCED_STATE_EPOCH,
+            f"state epoch {proposed.state_epoch} is not above the stored {stored.state_epoch}",  # type: ignore[attr-defined]
+        )
+    return None
+
+
+class StateWriteFencedError(Exception):
+    def __init__(self, fence: StateFence) -> None:
+        super().__init__(fence.message)
+        self.fence = fence
+
+    @property
+    def error_code(self) -> int:
+        return self.fence.error_code
+
+
+# ------------------------------------------------------------------------------------- the table
+
+
+class MirrorStateTable(faust.Table):  # type: ignore[misc]
+    """A table whose changelog partition comes from the key, never from the current event."""
+
+    def __init__(self, *args: Any, num_partitions: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.num_partitions = num_partitions
+
+    def partition_for_key(self, key: Any) -> int:
+        partition = partition_for_key(key, self.num_partitions)
+        event = current_event()
+        if event is not None and event.message.partition != partition:
+            # The RocksDB store files a write under the event's partition: refuse a mismatch.
+            raise MirrorStateError(
+                f"state key of partition {partition} written while processing partition {event.message.partition}"
+                f" of {event.message.topic}: route events with streams.state.mirror_state.partition_for"
+            )
+        return partition
+
+    async def write_durably(self, partition: int, writes: Sequence[tuple[bytes, bytes | None]], producer: Any, *,
+                            keys_checked: bool = False) -> None:  # fmt: skip
+        """Writes ``(key, value)`` pairs of table partition ``partition`` (inside an event of it)
+        and returns once the changelog has acknowledged every one of them. A None value deletes
+        the key and writes its tombstone.
+
+        ``table[key] = value`` queues each changelog record in Faust's producer buffer, which
+        sends them one at a time and whose flush gives up after 0.1 s without a send. Here the
+        records go out as whole record batches on ``producer`` (an ``AIOKafkaProducer`` with
+        acks=all) and every ack is awaited, which is what makes a state durable before the next
+        step's commands run.
+
+        ``keys_checked``: the caller worked out each key's partition (murmur2, ~9 us a key) and
+        queued it under ``partition``; only the event's partition is checked then.
+        """
+        if not writes:
+            return
+        if keys_checked:
+            event = current_event()
+            if event is not None and event.message.partition != partition:
+                raise MirrorStateError(f"state keys of partition {partition} written while processing partition "
+                                       f"{event.message.partition} of {event.message.topic}")  # fmt: skip
+        else:
+            for key, _ in writes:
+                got = self.partition_for_key(key)  # refuses a key of another partition than the event's
+                if got != partition:
+                    raise MirrorStateError(f"state key of partition {got} written to partition {partition}")
+        store = self.data
+        topic = self.changelog_topic.get_topic_name()
+        sent: list[tuple[Any, int]] = []  # (ack future, records in its batch)
+        batch, n = producer.create_batch(), 0
+        for key, value in writes:
+            if value is not None:
+                store[key] = value
+            elif key in store:
+                del store[key]
+            if batch.append(key=key, value=value, timestamp=None) is None:  # full: send it, start the next
+                sent.append((await producer.send_batch(batch, topic, partition=partition), n))
+                batch, n = producer.create_batch(), 0
+                batch.append(key=key, value=value, timestamp=None)
+            n += 1
+        sent.append((await producer.send_batch(batch, topic, partition=partition), n))
+        acked = await asyncio.gather(*(fut for fut, _ in sent))
+        # Where a restart's changelog recovery resumes for this partition (what Faust's own
+        # changelog callback records): the last record's offset.
+        store.set_persisted_offset(TP(topic, partition), max(m.offset + n - 1 for m, (_, n) in zip(acked, sent)))
+
+    def info(self) -> Any:
+        return {**super().info(), "num_partitions": self.num_partitions}
+
+
+def mirror_state_topic_spec(config: WorkerConfig) -> NewTopic:
+    return NewTopic(
+        config.mirror_state_topic_name, config.state_partitions, config.replication_factor,
+        topic_configs={"cleanup.policy": "compact"},
+    )  # fmt: skip
+
+
+def desired_state_topic_spec(config: WorkerConfig) -> NewTopic:
+    return NewTopic(config.desired_state_topic_name, config.state_partitions, config.replication_factor)
+
+
+def make_app(config: WorkerConfig, **overrides: Any) -> faust.App:
+    """The worker's Faust app: RocksDB store, no web server (it would bind 0.0.0.0)."""
+    settings: dict[str, Any] = {
+        "broker": f"kafka://{config.bootstrap_servers}",
+        "store": "rocksdb://",
+        "datadir": str(config.cluster_data_dir / "faust"),
+        "topic_partitions": config.state_partitions,
+        "topic_replication_factor": config.replication_factor,
+        "web_enabled": False,
+        "web_bind": "127.0.0.1",
+        "producer_acks": -1,
+        "table_cleanup_interval": 3600.0,
+    }
+    group = group_settings(config, overrides)
+    # Faust refuses a session timeout above the request timeout (90 s by default).
+    settings["broker_request_timeout"] = max(90.0, group["broker_session_timeout"])
+    own: dict[str, Any] = dict(group)
+    if config.group_instance_id:
+        own["consumer_group_instance_id"] = config.group_instance_id  # static membership (KIP-345)
+    settings.update(overrides)
+    settings.update(own)
+    Path(settings["datadir"]).parent.mkdir(parents=True, exist_ok=True)
+    app = faust.App(config.faust_app_id, **settings)
+    # Faust lets its environment variables (BROKER_SESSION_TIMEOUT, ...) beat keyword settings;
+    # the worker's own settings must not be overridden silently, so they are set again.
+    for name, value in own.items():
+        setattr(app.conf, name, value)
+    return app
+
+
+def group_settings(config: WorkerConfig, overrides: dict[str, Any] | None = None) -> dict[str, float]:
+    """The Faust settings of the worker's consumer group membership, in seconds (``overrides`` win)."""
+    out = {
+        "broker_session_timeout": config.session_timeout_ms / 1000.0,
+        "broker_heartbeat_interval": config.heartbeat_interval_ms / 1000.0,
+        "broker_rebalance_timeout": config.rebalance_timeout_ms / 1000.0,
+    }
+    out.update({k: float(v) for k, v in (overrides or {}).items() if k in out})
+    return out
+
+
+def make_mirror_state_table(app: faust.App, config: WorkerConfig) -> MirrorStateTable:
+    """The ``mirror_state`` table, raw bytes keys and values, changelog ``__mirror_state`` (prefixed)."""
+    changelog = app.topic(
+        config.mirror_state_topic_name,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=config.state_partitions,
+        compacting=True,
+        deleting=False,
+        internal=True,
+    )
+    table = MirrorStateTable(
+        app,
+        name=TABLE_NAME,
+        key_type=bytes,
+        value_type=bytes,
+        partitions=config.state_partitions,
+        changelog_topic=changelog,
+        store="rocksdb://",
+        num_partitions=config.state_partitions,
+    )
+    return app.tables.add(table)  # type: ignore[no-any-return]
+
+
+def make_desired_state_topic(app: faust.App, config: WorkerConfig) -> faust.TopicT:
+    """Per-mirror-partition desired-state events, co-partitioned with the table."""
+    return app.topic(
+        config.desired_state_topic_name,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=config.state_partitions,
+    )
+
+
+# ------------------------------------------------------------------------- desired-state events
+#
+# The worker that follows the metadata log fans each MirrorTopicStateChangeRecord out to one
+# event per partition on the desired-state topic, on the partition ``partition_for`` gives, so
+# the agent that owns a mirror partition's state sees every change to it, in log order:
+#   key     = the MirrorPartitionStateKey key (type 2 + body), as on __mirror_state
+#   value   = the framed MirrorTopicStateChangeRecord (MetadataRecordSerde)
+#   headers = kip1279.offset (int64): the metadata-log offset, which becomes AppliedOffset;
+#             kip1279.epoch (int32): the metadata-log epoch
+
+
+OFFSET_HEADER = "kip1279.offset"
+EPOCH_HEADER = "kip1279.epoch"
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+
+
+class DesiredStateEvent(NamedTuple):
+    partition: int  # of the desired-state topic
+    key: bytes
+    value: bytes
+    headers: list[tuple[str, bytes]]
+
+
+class DesiredStateChange(NamedTuple):
+    """A decoded desired-state event."""
+
+    mirror_name: str | None  # None: the topic left its mirror
+    topic_id: uuid.UUID
+    partition: int
+    desired_state: int
+    metadata_offset: int
+    metadata_epoch: int
+
+
+def desired_state_events(record: msgspec.Struct, partitions: int, metadata_offset: int, metadata_epoch: int,
+                         num_partitions: int, mirror_name: str | None = None) -> list[DesiredStateEvent]:  # fmt: skip
+    """One event per partition of the topic of a MirrorTopicStateChangeRecord.
+
+    ``mirror_name`` is the mirror the topic belonged to, for a record that detaches it (its
+    MirrorName is null) so the event still reaches the partition that holds its state.
+    """
+    mirror = record.mirror_name or mirror_name  # type: ignore[attr-defined]
+    if mirror is None:
+        raise MirrorStateError("a detaching MirrorTopicStateChangeRecord needs the mirror it left")
+    value = MetadataRecordSerde(default_codec().schemas).encode(record, 0)
+    headers = [(OFFSET_HEADER, _INT64.pack(metadata_offset)), (EPOCH_HEADER, _INT32.pack(metadata_epoch))]
+    out = []
+    for p in range(partitions):
+        key = default_codec().state_key(mirror, record.topic_id, p)  # type: ignore[attr-defined]
+        out.append(DesiredStateEvent(partition_for_key(key, num_partitions), key, value, headers))
+    return out
+
+
+def decode_desired_state(key: bytes, value: bytes, headers: Any) -> DesiredStateChange:
+    rtype, k = default_codec().decode_key(key)
+    if rtype != RecordType.MIRROR_PARTITION_STATE:
+        raise MirrorStateError(f"a desired-state event is keyed by a MirrorPartitionStateKey, not {rtype.name}")
+    record: Any = MetadataRecordSerde(default_codec().schemas).decode(value).message
+    h = dict(headers or ())
+    offset = _INT64.unpack(h[OFFSET_HEADER])[0] if OFFSET_HEADER in h else -1
+    epoch = _INT32.unpack(h[EPOCH_HEADER])[0] if EPOCH_HEADER in h else -1
+    k2: Any = k
+    return DesiredStateChange(record.mirror_name, record.topic_id, k2.partition, record.desired_state, int(offset), int(epoch))
+
+
+class MirrorStateStore:
+    """Typed access to the table: schema Structs in and out, fencing on every state write.
+
+    Reads work anywhere; writes must run in an agent processing the key's own partition.
+    """
+
+    def __init__(self, table: MirrorStateTable | Any, codec: MirrorStateCodec | None = None) -> None:
+        self.table = table
+        self.codec = codec or default_codec()
+
+    def get_state(self, mirror_name: str, topic_id: uuid.UUID, partition: int) -> msgspec.Struct | None:
+        raw = self.table.get(self.codec.state_key(mirror_name, topic_id, partition))
+        return None if raw is None else self.codec.decode_value(RecordType.MIRROR_PARTITION_STATE, raw)
+
+    def put_state(self, mirror_name: str, topic_id: uuid.UUID, partition: int, value: msgspec.Struct) -> None:
+        """Writes ``value`` unless it is fenced (raises StateWriteFencedError, nothing written)."""
+        fence = check_state_write(self.get_state(mirror_name, topic_id, partition), value)
+        if fence is not None:
+            raise StateWriteFencedError(fence)
+        self.table[self.codec.state_key(mirror_name, topic_id, partition)] = self.codec.encode_value(value)
+
+    def delete_state(self, mirror_name: str, topic_id: uuid.UUID, partition: int) -> None:
+        """Tombstones both keys of a mirror partition (state and LME) through Faust's changelog."""
+        for key in (self.codec.state_key(mirror_name, topic_id, partition), self.codec.lme_key(mirror_name, topic_id, partition)):
+            if key in self.table:
+                del self.table[key]
+
+    def get_last_mirror_epoch(self, mirror_name: str, topic_id: uuid.UUID, partition: int) -> msgspec.Struct | None:
+        raw = self.table.get(self.codec.lme_key(mirror_name, topic_id, partition))
+        return None if raw is None else self.codec.decode_value(RecordType.LAST_MIRROR_EPOCHS, raw)
+
+    def put_last_mirror_epoch(
+        self, mirror_name: str, topic_id: uuid.UUID, partition: int, epoch: int, applied_offset: int = -1
+    ) -> None:
+        value = self.codec.lme_value(epoch, applied_offset)
+        self.table[self.codec.lme_key(mirror_name, topic_id, partition)] = self.codec.encode_value(value)
+
+    def items(self) -> list[ChangelogRecord]:
+        """Every record this worker holds (its assigned partitions)."""
+        out = []
+        for key, value in self.table.items():
+            out.append(self.codec.decode(key, value))
+        return out

@@ -1,0 +1,279 @@
+"""The worker's partition-state store over the ``mirror_state`` table: reads see the table's states plus
+the writes not yet durable; writes are fenced (``check_write``) and queued per table partition until
+the changelog acknowledges them (``prepare`` / ``land``)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from typing import Any
+from coordinator.partition_state import (
+    UNKNOWN_STATE,
+    LastMirrorEpoch,
+    MirrorPartitionKey,
+    MirrorPartitionState,
+    StateWriteFenced,
+    check_write,
+    key_order,
+)
+from coordinator.state_counts import StateTally
+from coordinator.states import MirrorState, is_legal_transition
+from coordinator.workflows.drive import may_step_before_durable
+from streams.state.mirror_state import (
+    default_codec,
+    partition_for_key,
+)
+
+log = logging.getLogger(__name__)
+
+
+class DurableStates(dict):  # type: ignore[type-arg]
+    """The durable states by key, with counts per state kept as they change (``tally``): the
+    sync status reports how many partitions mirror every second without a walk over them all."""
+
+    __slots__ = ("tally",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tally = StateTally()
+
+    def __setitem__(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> None:
+        dict.__setitem__(self, key, state)
+        self.tally.set((key.mirror_name, key.topic_id, key.partition), state.state)
+
+    def __delitem__(self, key: MirrorPartitionKey) -> None:
+        dict.__delitem__(self, key)
+        self.tally.discard((key.mirror_name, key.topic_id, key.partition))
+
+    def pop(self, key: MirrorPartitionKey, *default: Any) -> Any:
+        if key in self:
+            state = dict.pop(self, key)
+            self.tally.discard((key.mirror_name, key.topic_id, key.partition))
+            return state
+        return dict.pop(self, key, *default)
+
+    def clear(self) -> None:
+        dict.clear(self)
+        self.tally = StateTally()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, state in dict(*args, **kwargs).items():
+            self[key] = state
+
+    def setdefault(self, key: MirrorPartitionKey, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+
+class WorkerStateStore:
+    """The states of the table partitions this worker owns, decoded, plus queued writes.
+
+    Implements the store ``MirrorRunner`` uses (``get``/``put``/``put_lme``/``keys``), for one
+    mirror (``view``) or all. ``put`` is fenced and refuses illegal transitions, like the
+    in-memory store; it queues the write under the key's table partition, and the partition
+    agent writes the queue into the table while processing an event of that partition.
+    """
+
+    def __init__(self, num_partitions: int) -> None:
+        self.num_partitions = num_partitions
+        self.lock = threading.RLock()
+        self.durable: DurableStates = DurableStates()
+        self.pending: dict[int, dict[MirrorPartitionKey, MirrorPartitionState]] = defaultdict(dict)
+        self.pending_lme: dict[int, dict[MirrorPartitionKey, LastMirrorEpoch]] = defaultdict(dict)
+        self.owned: set[int] = set()
+        # Latest states of table partitions other workers own, from the changelog (read-only):
+        # the topic level needs every partition of a topic, wherever it is owned. None: not read
+        # for the stop under way (or the read failed), so a stopping topic's topic level waits.
+        self.remote: Mapping[tuple[str, uuid.UUID, int], Any] | None = None
+        # (mirror, topic) -> metadata offset at which the topic left that mirror: state applied
+        # at or before it is the old membership's, to tombstone (``deletes``) and never write.
+        self.removed: dict[tuple[str, uuid.UUID], int] = {}
+        self.deletes: dict[int, set[MirrorPartitionKey]] = defaultdict(set)
+        self._partition: dict[MirrorPartitionKey, int] = {}
+        self._state_keys: dict[MirrorPartitionKey, bytes] = {}  # encoded MirrorPartitionState keys
+        self.transitions = 0
+        self.writes = 0
+        # Told of each acknowledged change of state and write out of FAILED (``streams.worker.metrics``).
+        self.on_landed: Callable[[MirrorPartitionKey, MirrorPartitionState | None, MirrorPartitionState], None] | None = None
+
+    def partition_of(self, key: MirrorPartitionKey) -> int:
+        p = self._partition.get(key)
+        if p is None:
+            raw = self.state_key(key)
+            p = self._partition[key] = partition_for_key(raw, self.num_partitions)
+        return p
+
+    def state_key(self, key: MirrorPartitionKey) -> bytes:
+        """The key's encoded MirrorPartitionState key (made once per key)."""
+        raw = self._state_keys.get(key)
+        if raw is None:
+            raw = self._state_keys[key] = default_codec().state_key(key.mirror_name, key.topic_id, key.partition)
+        return raw
+
+    def get(self, key: MirrorPartitionKey) -> MirrorPartitionState | None:
+        p = self._partition.get(key)
+        if p is None:
+            p = self.partition_of(key)
+        # Read without the lock (the hottest read of a round): each read is one atomic dict
+        # operation, and the writers never leave a key where a locked read would see otherwise
+        # (between ``take`` and ``land`` of a write both see the durable state before it).
+        pending = self.pending.get(p)
+        if pending:
+            got = pending.get(key)
+            if got is not None:
+                return got
+        got = self.durable.get(key)
+        if got is None and self.remote and p not in self.owned:
+            status = self.remote.get((key.mirror_name, key.topic_id, key.partition))
+            if status is not None:
+                return UNKNOWN_STATE.with_(state=status.state)  # another worker's: its state only
+        return got
+
+    def outlived(self, key: MirrorPartitionKey, applied_offset: int) -> bool:
+        """Was state applied at ``applied_offset`` written for a membership the topic has left?"""
+        return applied_offset <= self.removed.get((key.mirror_name, key.topic_id), -2)
+
+    def remove(self, key: MirrorPartitionKey, offset: int) -> None:
+        """The topic left the key's mirror at metadata offset ``offset``: forget the key's state
+        (a mirror re-created under the same name starts from UNKNOWN) and, where this worker owns
+        its table partition, queue tombstones for its state and LME."""
+        with self.lock:
+            mt = (key.mirror_name, key.topic_id)
+            self.removed[mt] = max(offset, self.removed.get(mt, -1))
+            p = self.partition_of(key)
+            pending, lmes = self.pending.get(p, {}), self.pending_lme.get(p, {})
+            for queue in (pending, lmes):
+                if key in queue and self.outlived(key, queue[key].applied_offset):
+                    del queue[key]
+            state = self.durable.get(key)
+            if state is not None and self.outlived(key, state.applied_offset):
+                del self.durable[key]
+            if p in self.owned:
+                self.deletes[p].add(key)
+
+    def put(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> None:
+        with self.lock:
+            if self.partition_of(key) not in self.owned:
+                return  # its partition is another worker's: the owner decides for it
+            if self.outlived(key, state.applied_offset):
+                return  # a step of a membership that is gone (its mirror was deleted)
+            stored = self.get(key)
+            check_write(key, stored, state)
+            before = stored.state if stored is not None else MirrorState.UNKNOWN
+            if not is_legal_transition(before, state.state):
+                raise AssertionError(f"{key}: illegal transition {before.name} -> {state.state.name}")
+            self.pending[self.partition_of(key)][key] = state
+
+    def put_lme(self, record: LastMirrorEpoch) -> None:
+        with self.lock:
+            p = self.partition_of(record.key)
+            if p in self.owned and not self.outlived(record.key, record.applied_offset):
+                self.pending_lme[p][record.key] = record
+
+    def may_run(self, key: MirrorPartitionKey, current: MirrorPartitionState, proposed: MirrorPartitionState | None) -> bool:
+        """May a step that moves ``key`` from ``current`` to ``proposed`` (None: any step) run
+        before ``current`` is durable?"""
+        p = self._partition.get(key)
+        if p is None:
+            p = self.partition_of(key)
+        queued = self.pending.get(p)  # lock-free, as ``get``
+        pending = queued.get(key) if queued else None
+        if pending is None:
+            return True
+        return may_step_before_durable(pending, self.durable.get(key), proposed)
+
+    def keys(self, mirror_name: str) -> list[MirrorPartitionKey]:
+        with self.lock:
+            found = {k for k in self.durable if k.mirror_name == mirror_name}
+            for writes in self.pending.values():
+                found.update(k for k in writes if k.mirror_name == mirror_name)
+            return sorted(found, key=key_order)
+
+    def take(self, partition: int) -> tuple[dict[MirrorPartitionKey, MirrorPartitionState], dict[MirrorPartitionKey, LastMirrorEpoch]]:
+        with self.lock:
+            return self.pending.pop(partition, {}), self.pending_lme.pop(partition, {})
+
+    def take_deletes(self, partition: int) -> set[MirrorPartitionKey]:
+        with self.lock:
+            return self.deletes.pop(partition, set())
+
+    def requeue_deletes(self, partition: int, keys: set[MirrorPartitionKey]) -> None:
+        with self.lock:
+            if partition in self.owned:
+                self.deletes[partition] |= keys
+
+    def requeue(self, partition: int, states: dict[MirrorPartitionKey, MirrorPartitionState],
+                lmes: dict[MirrorPartitionKey, LastMirrorEpoch]) -> None:
+        """Puts back writes that were taken but not acknowledged (newer writes of a key win)."""
+        with self.lock:
+            if partition not in self.owned:
+                return
+            for key, state in states.items():
+                self.pending[partition].setdefault(key, state)
+            for key, lme in lmes.items():
+                self.pending_lme[partition].setdefault(key, lme)
+
+    def prepare(self, partition: int) -> tuple[list[tuple[MirrorPartitionKey, MirrorPartitionState]],
+                                               dict[MirrorPartitionKey, LastMirrorEpoch],
+                                               dict[MirrorPartitionKey, MirrorPartitionState]]:
+        """Takes the queued writes of ``partition`` for writing: the state writes that still pass
+        fencing, each stamped N+1 of the durable state N (steps collapsed in one round are
+        several puts and one write), the LastMirrorEpochs records, and everything taken (to
+        ``requeue`` if the write fails)."""
+        states, lmes = self.take(partition)
+        ready = []
+        for key, state in sorted(states.items(), key=lambda ks: key_order(ks[0])):
+            stored = self.durable.get(key)
+            try:
+                check_write(key, stored, state)
+            except StateWriteFenced as e:  # another writer moved it on
+                log.warning("dropped a fenced write: %s", e)
+                continue
+            ready.append((key, state.with_(state_epoch=(stored or UNKNOWN_STATE).state_epoch + 1)))
+        return ready, lmes, states
+
+    def land(self, written: list[tuple[MirrorPartitionKey, MirrorPartitionState]]) -> None:
+        """The writes are durable (the changelog acknowledged them): reads see them from now on."""
+        with self.lock:
+            for key, state in written:
+                before = self.durable.get(key)
+                if before is None or before.state != state.state:
+                    self.transitions += 1
+                    if self.on_landed is not None:
+                        self.on_landed(key, before, state)
+                elif self.on_landed is not None and before.state is MirrorState.FAILED:
+                    self.on_landed(key, before, state)
+                self.durable[key] = state
+            self.writes += len(written)
+
+    def drop_pending(self) -> None:
+        """What a crash loses: every write not yet durable."""
+        with self.lock:
+            self.pending.clear()
+            self.pending_lme.clear()
+            self.deletes.clear()
+
+    def has_pending(self, key: MirrorPartitionKey) -> bool:
+        with self.lock:
+            return key in self.pending.get(self.partition_of(key), {})
+
+    def pending_keys(self, partition: int) -> set[MirrorPartitionKey]:
+        """The keys of ``partition`` with a write not yet durable (a copy)."""
+        with self.lock:
+            return set(self.pending.get(partition, ()))
+
+    def drop_partition(self, partition: int) -> list[MirrorPartitionKey]:
+        with self.lock:
+            self.owned.discard(partition)
+            self.pending.pop(partition, None)
+            self.pending_lme.pop(partition, None)
+            self.deletes.pop(partition, None)
+            gone = [k for k in self.durable if self.partition_of(k) == partition]
+            for k in gone:
+                del self.durable[k]
+                self._state_keys.pop(k, None)
+            return gone

@@ -1,0 +1,234 @@
+"""The stream worker's side of the ``mirror_state`` table (RocksDB, changelog ``__mirror_state``).
+
+``WorkerTable`` knows which mirror partitions each table partition holds, loads their states
+when a table partition is assigned (tombstoning those of a membership that is gone), and makes
+the writes queued in ``WorkerStateStore`` durable, one table partition at a time: whole record
+batches, acknowledged by the changelog before the next step's commands run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from coordinator.image import MetadataImage
+from coordinator.partition_state import MirrorPartitionKey, decode_state, encode_state, key_order
+from streams.config import WorkerConfig
+from streams.state.mirror_state import RecordType, default_codec, partition_for_key
+from streams.config import dlq_topic_spec, metadata_topic_spec
+from streams.state.mirror_state import desired_state_topic_spec, mirror_state_topic_spec
+from streams.state.sync_status import sync_status_topic_spec
+
+log = logging.getLogger(__name__)
+_VALUE_PREFIX = struct.pack(">h", 0)
+
+
+class WorkerTable:
+    """Table partitions: their keys, their loading on assignment, their durable writes."""
+
+    def __init__(self, config: WorkerConfig, table: Any, store: Any, image: Callable[[], MetadataImage],
+                 on_write: Callable[[float], None]) -> None:  # fmt: skip
+        self.config = config
+        self.table = table
+        self.store = store
+        self.image = image
+        self.on_write = on_write  # seconds until the changelog acknowledged a write (metrics)
+        self.producer: Any = None  # state writes to the changelog (see ``changelog_producer``)
+        self._keys_by_partition: dict[int, set[MirrorPartitionKey]] = defaultdict(set)
+        self._keys_sorted: dict[int, list[MirrorPartitionKey]] = {}  # keys_of, until a key is added
+
+    # ---------------------------------------------------------------- keys per table partition
+
+    def keys_of(self, partition: int) -> list[MirrorPartitionKey]:
+        """Mirror partitions whose state lives in table partition ``partition``."""
+        got = self._keys_sorted.get(partition)
+        if got is None:
+            got = self._keys_sorted[partition] = sorted(self._keys_by_partition.get(partition, ()), key=key_order)
+        return got
+
+    def add_key(self, partition: int, key: MirrorPartitionKey) -> None:
+        keys = self._keys_by_partition[partition]
+        if key not in keys:
+            keys.add(key)
+            self._keys_sorted.pop(partition, None)
+
+    def drop_key(self, partition: int, key: MirrorPartitionKey) -> None:
+        keys = self._keys_by_partition.get(partition)
+        if keys is not None and key in keys:
+            keys.discard(key)
+            self._keys_sorted.pop(partition, None)
+
+    # ---------------------------------------------------------------- assignment
+
+    def sync_ownership(self, owned: set[int]) -> tuple[list[MirrorPartitionKey], list[MirrorPartitionKey]]:
+        """Takes the table partitions in ``owned`` on and lets the others go; returns the mirror
+        partitions released and those whose states were loaded, for the runners to follow."""
+        gained, lost = owned - self.store.owned, self.store.owned - owned
+        released = [key for p in lost for key in self.store.drop_partition(p)]
+        loaded: list[MirrorPartitionKey] = []
+        if not gained:
+            return released, loaded
+        codec = default_codec()
+        with self.store.lock:
+            self.store.owned |= gained
+            for raw_key, raw_value in self.table.items():
+                p = partition_for_key(raw_key, self.config.state_partitions)
+                if p not in gained or raw_value is None:
+                    continue
+                rtype, k = codec.decode_key(raw_key)
+                key = MirrorPartitionKey(k.mirror_name, k.topic_id, k.partition)  # type: ignore[attr-defined]
+                if rtype == RecordType.MIRROR_PARTITION_STATE:
+                    state = decode_state(raw_value[2:])
+                    applied = state.applied_offset
+                else:
+                    applied = codec.decode_value(rtype, raw_value).applied_offset  # type: ignore[attr-defined]
+                if self.orphaned(key, applied):
+                    self.store.deletes[p].add(key)  # its mirror no longer holds the topic: tombstones
+                    continue
+                if rtype != RecordType.MIRROR_PARTITION_STATE:
+                    continue
+                self.store.durable[key] = state
+                self.add_key(p, key)
+                loaded.append(key)
+        log.info("table partitions %s assigned: %d mirror partition state(s) loaded", sorted(gained), len(loaded))
+        return released, loaded
+
+    def orphaned(self, key: MirrorPartitionKey, applied_offset: int) -> bool:
+        """State of a membership that is gone: the topic left the key's mirror after the state was
+        applied, by the removals seen (``store.removed``) or by the image (a worker that was down
+        while the mirror was deleted)."""
+        if self.store.outlived(key, applied_offset):
+            return True
+        image = self.image()
+        member = image.mirrors.topics.get(key.topic_id)
+        gone = member is None or member.mirror_name != key.mirror_name
+        return gone and applied_offset <= image.offset
+
+    # ---------------------------------------------------------------- durable writes
+
+    async def persist(self, partition: int) -> int:
+        """Writes the queued writes of ``partition`` into the table (inside an event of that
+        partition) and waits for the changelog to acknowledge them. Returns how many were written."""
+        deletes = self.store.take_deletes(partition)
+        ready, lmes, taken = self.store.prepare(partition)
+        if not taken and not lmes and not deletes:
+            return 0
+        codec = default_codec()
+        writes: list[tuple[bytes, bytes | None]] = [(raw, None) for raw in self.tombstones(deletes)]  # before new states
+        state_key = self.store.state_key
+        writes += [(state_key(k), _VALUE_PREFIX + encode_state(st)) for k, st in ready]
+        for key, lme in lmes.items():
+            value = codec.lme_value(lme.last_mirror_epoch, lme.applied_offset)
+            writes.append((codec.lme_key(key.mirror_name, key.topic_id, key.partition), codec.encode_value(value)))
+        try:
+            # durable before the next step's commands run
+            started = time.perf_counter()
+            # every key's partition was worked out (murmur2) when it was queued under ``partition``
+            await self.table.write_durably(partition, writes, await self.changelog_producer(), keys_checked=True)
+            self.on_write(time.perf_counter() - started)
+        except BaseException:
+            self.store.requeue(partition, taken, lmes)  # not acknowledged: the next round writes them again
+            self.store.requeue_deletes(partition, deletes)
+            raise
+        self.store.land(ready)
+        return len(writes)
+
+    def tombstones(self, keys: Iterable[MirrorPartitionKey]) -> list[bytes]:
+        """The table keys (MirrorPartitionState and LastMirrorEpochs) of ``keys`` that still hold
+        a value of a membership that is gone; a newer membership's value is kept."""
+        codec = default_codec()
+        out = []
+        for key in sorted(keys):
+            fields = (key.mirror_name, key.topic_id, key.partition)
+            for rtype, raw in ((RecordType.MIRROR_PARTITION_STATE, codec.state_key(*fields)),
+                               (RecordType.LAST_MIRROR_EPOCHS, codec.lme_key(*fields))):  # fmt: skip
+                value = self.table.get(raw)
+                if value is None:
+                    continue
+                applied = codec.decode_value(rtype, value).applied_offset  # type: ignore[attr-defined]
+                if self.orphaned(key, applied):
+                    out.append(raw)
+        return out
+
+    async def changelog_producer(self) -> Any:
+        """The producer of state writes: whole record batches per table partition, acks=all,
+        idempotent (Faust's producer sends a table's changelog one record at a time), lz4: a
+        batch of states of one mirror is mostly the same bytes (mirror name, field tags), and a
+        mass failover writes three states per partition to a log that is never compacted on
+        noida-db, which rewrites all it holds about once a second."""
+        if self.producer is None:
+            from aiokafka import AIOKafkaProducer
+
+            producer = AIOKafkaProducer(bootstrap_servers=self.config.bootstrap_servers, acks="all",
+                                        enable_idempotence=True, linger_ms=0, max_batch_size=1 << 19,
+                                        compression_type="lz4",
+                                        client_id=f"{self.config.faust_app_id}-changelog")  # fmt: skip
+            await producer.start()
+            self.producer = producer
+        return self.producer
+
+    async def stop(self) -> None:
+        if self.producer is not None:
+            await self.producer.stop()
+
+
+class OtherWorkersStates:
+    """The latest states of the table partitions other workers own, read from the changelog
+    (read-only) into ``store.remote``: the topic level needs every partition of a topic,
+    wherever its state lives. Read after their writes were acknowledged, so a STOPPED seen is
+    durable. ``store.remote`` is None while there is no view for the stop under way."""
+
+    def __init__(self, config: WorkerConfig, store: Any, interval: float, timeout: float) -> None:
+        self.config = config
+        self.store = store
+        self.interval = interval  # at most one read per interval
+        self.timeout = timeout
+        self.view: Any = None  # streams.admin.controller.MirrorStateChangelogView, made on first use
+        self._read_at = 0.0
+
+    async def refresh(self, stop_under_way: Callable[[], bool]) -> None:
+        if len(self.store.owned) >= self.config.state_partitions:
+            self.store.remote = {}
+            return
+        if not stop_under_way():
+            self.store.remote = None  # a view from an earlier stop may say STOPPED for a restarted partition
+            return
+        if time.monotonic() - self._read_at < self.interval:
+            return
+        self._read_at = time.monotonic()
+        c = self.config
+        try:
+            if self.view is None:
+                from streams.state.changelog_view import MirrorStateChangelogView
+
+                view = MirrorStateChangelogView(c.bootstrap_servers, c.mirror_state_topic_name, c.state_partitions)
+                await view.start()
+                self.view = view
+            self.store.remote = await asyncio.wait_for(self.view.catch_up(), timeout=self.timeout)
+        except Exception as e:  # noqa: BLE001 - the topic level waits for the next read (a timeout too)
+            self.store.remote = None
+            log.warning("reading other workers' states from %s failed: %s", c.mirror_state_topic_name, e)
+
+    async def stop(self) -> None:
+        if self.view is not None:
+            await self.view.stop()
+
+
+def tick_topic_name(config: WorkerConfig) -> str:
+    return config.desired_state_topic_name + ".ticks"
+
+
+def worker_topic_specs(config: WorkerConfig) -> list[Any]:
+    from aiokafka.admin import NewTopic
+
+    ticks = NewTopic(tick_topic_name(config), config.state_partitions, config.replication_factor,
+                     topic_configs={"retention.ms": "600000"})  # fmt: skip
+    return [metadata_topic_spec(config.metadata_topic_name, config.replication_factor),
+            dlq_topic_spec(config.metadata_topic_name, config.replication_factor),
+            mirror_state_topic_spec(config), desired_state_topic_spec(config), sync_status_topic_spec(config),
+            ticks]  # fmt: skip
