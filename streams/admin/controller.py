@@ -34,7 +34,7 @@ from coordinator.image import AclOperation, AclPermissionType, AclResourceType, 
 from coordinator.states import ErrorCode
 from records.framing import ApiMessageAndVersion
 from records.registry import SchemaSet, default_schemas
-from streams.admin.client import (  # noqa: F401 - scrub/secret_values re-exported
+from streams.admin.client import (
     API_NAMES,
     ProtocolError,
     RequestHeader,
@@ -53,7 +53,7 @@ from streams.config import dlq_topic_spec, ensure_topics, metadata_topic_spec
 from streams.state.mirror_state import mirror_state_topic_spec
 from streams.state.sync_status import SyncStatusView, sync_status_topic_spec
 from streams.state.changelog_view import MirrorStateChangelogView, PartitionStatus, StateKey
-from streams.admin.responses import _alter_configs_response, _describe_config, _describe_response, _error_response, _list_response, _names, _topic_response
+from streams.admin.responses import alter_configs_response, describe_config, describe_response, error_response, list_response, names, topic_response
 
 log = logging.getLogger(__name__)
 ANONYMOUS = "User:ANONYMOUS"
@@ -103,26 +103,26 @@ def coordinator_validator(schemas: SchemaSet | None = None, ready_max_lag: int =
         if api == "CreateClusterMirror":
             config = {c.name: c.value for c in b.config}
             r = admin.create_cluster_mirror(image, b.mirror_name, config, principal=who, schemas=s)
-            return r.records, _topic_response(s, api, r.response, secret_values(config))
+            return r.records, topic_response(s, api, r.response, secret_values(config))
         if api == "DeleteClusterMirror":
             r = admin.delete_cluster_mirror(image, b.mirror_name, states=states, state_validation_offset=svo, principal=who, schemas=s)
         elif api == "StartMirrorTopics":
-            r = admin.start_mirror_topics(image, b.mirror_name, _names(b), include_patterns=b.include_patterns,
+            r = admin.start_mirror_topics(image, b.mirror_name, names(b), include_patterns=b.include_patterns,
                                           exclude_patterns=b.exclude_patterns, states=states,
                                           state_validation_offset=svo, principal=who, schemas=s)  # fmt: skip
         elif api == "StopMirrorTopics":
-            r = admin.stop_mirror_topics(image, b.mirror_name, _names(b), patterns=b.patterns, states=states,
+            r = admin.stop_mirror_topics(image, b.mirror_name, names(b), patterns=b.patterns, states=states,
                                          state_validation_offset=svo, principal=who, schemas=s)  # fmt: skip
         elif api == "PauseMirrorTopics":
-            r = admin.pause_mirror_topics(image, b.mirror_name, _names(b), states=states, state_validation_offset=svo, principal=who, schemas=s)
+            r = admin.pause_mirror_topics(image, b.mirror_name, names(b), states=states, state_validation_offset=svo, principal=who, schemas=s)
         elif api == "ResumeMirrorTopics":
-            r = admin.resume_mirror_topics(image, b.mirror_name, _names(b), states=states, state_validation_offset=svo, principal=who, schemas=s)
+            r = admin.resume_mirror_topics(image, b.mirror_name, names(b), states=states, state_validation_offset=svo, principal=who, schemas=s)
         elif api == "AlterClusterMirrorConfigs":
             changes = [(c.name, admin.ConfigOp(c.config_operation) if c.config_operation in (0, 1) else c.config_operation,
                         c.value) for c in b.configs]  # fmt: skip
             r = admin.alter_cluster_mirror_configs(image, b.mirror_name, changes, validate_only=b.validate_only,
                                                    principal=who, schemas=s)  # fmt: skip
-            return r.records, _alter_configs_response(s, r.response, secret_values({c.name: c.value for c in b.configs}))
+            return r.records, alter_configs_response(s, r.response, secret_values({c.name: c.value for c in b.configs}))
         elif api == "DescribeClusterMirrorConfigs":
             code, message, configs = admin.describe_cluster_mirror_configs(image, b.mirror_name, principal=who)
             ccls = s.nested(f"{api}Response", "DescribeConfigsResourceResult")
@@ -130,16 +130,16 @@ def coordinator_validator(schemas: SchemaSet | None = None, ready_max_lag: int =
                                                   configs=[ccls(name=c.name, value=c.value, is_sensitive=c.sensitive)
                                                            for c in configs])  # fmt: skip
         elif api == "ListClusterMirrors":
-            return (), _list_response(s, admin.list_cluster_mirrors(image, b.include_topic_names, principal=who))
+            return (), list_response(s, admin.list_cluster_mirrors(image, b.include_topic_names, principal=who))
         elif api == "DescribeClusterMirrors":
             counts_only = getattr(b, "state_counts_only", False)
             tally = req.tally if counts_only else None
             described = admin.describe_cluster_mirrors(image, list(b.mirror_names or ()), states=states, principal=who,
                                                        tally=tally)  # fmt: skip
-            return (), _describe_response(s, described, statuses, ready_max_lag, req.syncs, counts_only=counts_only)
+            return (), describe_response(s, described, statuses, ready_max_lag, req.syncs, counts_only=counts_only)
         else:
-            return (), _error_response(s, api, ErrorCode.INVALID_REQUEST, f"unsupported API {api}")
-        return r.records, _topic_response(s, api, r.response, ())
+            return (), error_response(s, api, ErrorCode.INVALID_REQUEST, f"unsupported API {api}")
+        return r.records, topic_response(s, api, r.response, ())
 
     return validate
 
@@ -360,13 +360,13 @@ class ClusterMirrorController:
             secrets = secret_values({c.name: c.value for c in getattr(body, "config", None) or getattr(body, "configs", [])})
             code = getattr(response, "error_code", 0)
             log.info("%s %s by %s from %s: error %d, %d record(s)%s", api, getattr(body, "mirror_name", ""),
-                     who.name, peer_host, code, len(records), _describe_config(body))  # fmt: skip
+                     who.name, peer_host, code, len(records), describe_config(body))  # fmt: skip
             if records:
                 try:
                     await self.append(list(records))
                 except Exception as e:  # noqa: BLE001 - the client gets an error, the controller stays up
                     log.error("%s: append to the metadata log failed: %s", api, scrub(str(e), secrets))
-                    return _error_response(self.schemas, api, ErrorCode.UNKNOWN_SERVER_ERROR, "metadata log append failed"), self.metadata_offset
+                    return error_response(self.schemas, api, ErrorCode.UNKNOWN_SERVER_ERROR, "metadata log append failed"), self.metadata_offset
                 self.on_command(api, records)
             return response, self.metadata_offset
 
@@ -390,13 +390,13 @@ class ClusterMirrorController:
                 try:
                     body = self.schemas.decode(f"{api}Request", frame[pos:], header.api_version)
                 except Exception as e:  # noqa: BLE001 - a malformed request gets INVALID_REQUEST
-                    response, offset = _error_response(self.schemas, api, ErrorCode.INVALID_REQUEST, f"malformed {api} request: {e}"), self.metadata_offset
+                    response, offset = error_response(self.schemas, api, ErrorCode.INVALID_REQUEST, f"malformed {api} request: {e}"), self.metadata_offset
                 else:
                     try:
                         response, offset = await self.handle(header, body, peer[0], authenticated=authenticated)
                     except Exception:  # noqa: BLE001 - a validator bug answers an error, never kills the controller
                         log.exception("%s failed", api)
-                        response = _error_response(self.schemas, api, ErrorCode.UNKNOWN_SERVER_ERROR, f"{api} failed on the controller")
+                        response = error_response(self.schemas, api, ErrorCode.UNKNOWN_SERVER_ERROR, f"{api} failed on the controller")
                         offset = self.metadata_offset
                 args = (header.correlation_id, offset, response, header.api_version, self.schemas)
                 if api == "DescribeClusterMirrors":  # megabytes at 50k partitions: encoded off the loop

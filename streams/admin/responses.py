@@ -20,7 +20,7 @@ from streams.state.changelog_view import PartitionStatus, StateKey
 from coordinator.workflows.config import MirrorConfig
 
 
-def _error_response(schemas: SchemaSet, api: str, code: int, message: str | None) -> msgspec.Struct:
+def error_response(schemas: SchemaSet, api: str, code: int, message: str | None) -> msgspec.Struct:
     cls = schemas.struct(f"{api}Response")
     fields = {"throttle_time_ms": 0, "error_code": int(code), "error_message": message}
     if api == "ListClusterMirrors":
@@ -34,7 +34,7 @@ def _error_response(schemas: SchemaSet, api: str, code: int, message: str | None
     return cls(**fields)
 
 
-def _topic_response(schemas: SchemaSet, api: str, result: admin.AdminResponse, secrets: Sequence[str]) -> msgspec.Struct:
+def topic_response(schemas: SchemaSet, api: str, result: admin.AdminResponse, secrets: Sequence[str]) -> msgspec.Struct:
     cls = schemas.struct(f"{api}Response")
     if api in ("CreateClusterMirror", "DeleteClusterMirror"):
         code, message = result.first_error()
@@ -50,11 +50,11 @@ def _topic_response(schemas: SchemaSet, api: str, result: admin.AdminResponse, s
                error_message=scrub(result.error_message, secrets), topics=topics, **extra)  # fmt: skip
 
 
-def _names(body: Any) -> list[str]:
+def names(body: Any) -> list[str]:
     return [t.topic_name for t in body.topics]
 
 
-def _alter_configs_response(s: SchemaSet, result: admin.AdminResponse, secrets: Sequence[str]) -> msgspec.Struct:
+def alter_configs_response(s: SchemaSet, result: admin.AdminResponse, secrets: Sequence[str]) -> msgspec.Struct:
     name = "AlterClusterMirrorConfigsResponse"
     rcls = s.nested(name, "ConfigResult")
     configs = [rcls(name=c.name, error_code=int(c.error_code), error_message=scrub(c.error_message, secrets))
@@ -63,14 +63,14 @@ def _alter_configs_response(s: SchemaSet, result: admin.AdminResponse, secrets: 
                           error_message=scrub(result.error_message, secrets), configs=configs)  # fmt: skip
 
 
-def _list_response(s: SchemaSet, mirrors: Sequence[admin.ListedMirror]) -> msgspec.Struct:
+def list_response(s: SchemaSet, mirrors: Sequence[admin.ListedMirror]) -> msgspec.Struct:
     cls = s.nested("ListClusterMirrorsResponse", "ListedMirror")
     listed = [cls(mirror_name=m.name, source_bootstrap=m.source_bootstrap, source_cluster_id=m.source_cluster_id,
                   topic_count=m.topic_count, topic_names=list(m.topic_names)) for m in mirrors]  # fmt: skip
     return s.struct("ListClusterMirrorsResponse")(throttle_time_ms=0, error_code=0, error_message=None, mirrors=listed)
 
 
-def _describe_response(s: SchemaSet, described: Sequence[admin.DescribedMirror],
+def describe_response(s: SchemaSet, described: Sequence[admin.DescribedMirror],
                        statuses: Mapping[StateKey, PartitionStatus], ready_max_lag: int = 1000,
                        syncs: Mapping[str, Sequence[SyncReport]] | None = None,
                        counts_only: bool = False) -> msgspec.Struct:  # fmt: skip
@@ -115,32 +115,32 @@ def _describe_response(s: SchemaSet, described: Sequence[admin.DescribedMirror],
         extra: dict[str, Any] = {}
         if not m.error_code:
             # The workers' rule, over the sync times the workers report (streams.state.sync_status).
-            interval = _sync_interval_ms(m.configs)
+            interval = sync_interval_ms(m.configs)
             times = None if syncs is None else combined_sync_times(syncs.get(m.name, ()), interval, now_ms)
             ready = failover_readiness(counts, lags, ready_max_lag, times, interval, now_ms)
             extra = {"failover_ready": -1 if ready.ready is None else int(ready.ready),
                      "not_ready_reasons": list(ready.reasons),
-                     "failed_retry_max_attempts": _retry_max_attempts(m.configs)}  # fmt: skip
+                     "failed_retry_max_attempts": retry_max_attempts(m.configs)}  # fmt: skip
         mirrors.append(mcls(error_code=int(m.error_code), mirror_name=m.name, topics=topics, error_message=m.error_message,
                             **extra))  # fmt: skip
     return s.struct(name)(throttle_time_ms=0, error_code=0, error_message=None, mirrors=mirrors)
 
 
-def _describe_config(body: Any) -> str:
+def describe_config(body: Any) -> str:
     config = getattr(body, "config", None) or getattr(body, "configs", None)
     if not config:
         return ""
     return f", config {redact_config({c.name: c.value for c in config})}"
 
 
-def _retry_max_attempts(configs: Mapping[str, str | None]) -> int:
+def retry_max_attempts(configs: Mapping[str, str | None]) -> int:
     try:
         return MirrorConfig.from_properties({k: v for k, v in configs.items() if v is not None}).failed_retry_max_attempts
     except Exception:  # noqa: BLE001 - a config the mirror could not parse: the CLI shows its default
         return -1
 
 
-def _sync_interval_ms(configs: Mapping[str, str | None]) -> int:
+def sync_interval_ms(configs: Mapping[str, str | None]) -> int:
     try:
         return MirrorConfig.from_properties({k: v for k, v in configs.items() if v is not None}).metadata_refresh_interval_ms
     except Exception:  # noqa: BLE001 - as the worker, which would not run such a mirror, falls back

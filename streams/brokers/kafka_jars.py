@@ -9,29 +9,18 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+
 from streams.brokers.noida import (
     BrokerError,
 )
 
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
 KAFKA_TOOLS_DIR = REPO_ROOT / "tools" / "kafka"
-
-
 POM = KAFKA_TOOLS_DIR / "pom.xml"
-
-
 DEFAULT_LIB = KAFKA_TOOLS_DIR / "lib"
-
-
 DEFAULT_HEAP = "512m"
-
-
 TOOL_HEAP = "256m"
-
-
 DUMP_LOG_TOOL = "kafka.tools.DumpLogSegments"
 
 

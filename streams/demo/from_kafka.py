@@ -144,7 +144,7 @@ class FromKafkaDemo(Demo):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.source_name = "the source"
-        self.source_skips_open_transactions = True  # noida-db 0.2.3, see demo_clients.account
+        self.source_skips_open_transactions = True  # noida-db 0.2.3, see streams.demo.clients.account
         self.source: LocalBroker | None = None
         self.referee: Any = None  # KafkaSourceCluster on the source
         self.failback_problems: list[str] = []

@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
 from clustermodel.client import ClusterClient
 from clustermodel.workload import Workload
 from coordinator.ports import ControlType, IsolationLevel, TopicPartition
@@ -22,17 +23,9 @@ from streams.admin import cli
 
 
 TOPICS = {"orders": 3, "payments": 2, "audit": 1}
-
-
 PY = sys.executable
-
-
 ADMIN = "User:demo-admin"
-
-
 REFUSED_AS = "UnknownError"  # aiokafka 0.14 has no class for READ_ONLY_TOPIC (134)
-
-
 GROUP = "demo-orders-app"  # the applications' consumer group, moved from A to B at the failover
 
 

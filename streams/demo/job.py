@@ -54,7 +54,7 @@ class Demo:
         self.refused: str | None = None
         self.endpoints: dict[str, str] = {}
         self.source_name = "A"  # the cluster the applications leave at the failover (client_check's wording)
-        self.source_skips_open_transactions = False  # see demo_clients.account
+        self.source_skips_open_transactions = False  # see streams.demo.clients.account
         self.t0 = time.monotonic()
 
     def say(self, text: str) -> None:

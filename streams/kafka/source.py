@@ -32,10 +32,10 @@ A fetched ``Batch``'s ``payload`` is the whole RecordBatch as the source holds i
 included), so the destination keeps it byte for byte; its fields (offsets, epochs, producer
 fields, control type) are read from the header. See docs/kafka-source.md.
 
-Layout (as Kafka splits its fetcher threads): ``kafka_wire`` (our codec's requests through
-aiokafka, error codes, RecordBatch headers), ``kafka_connection`` (loop thread, client, metadata
-cache and refresh), ``kafka_read_ahead``, ``kafka_partition_reads`` (Fetch, ListOffsets,
-OffsetsForLeaderEpoch), ``kafka_cluster_reads`` (topics, groups, configs, ACLs, LME); this module
+Layout (as Kafka splits its fetcher threads): ``wire`` (our codec's requests through
+aiokafka, error codes, RecordBatch headers), ``connection`` (loop thread, client, metadata
+cache and refresh), ``read_ahead``, ``partition_reads`` (Fetch, ListOffsets,
+OffsetsForLeaderEpoch), ``cluster_reads`` (topics, groups, configs, ACLs, LME); this module
 holds the mirror's client settings and the port, which maps port calls onto them.
 """
 
@@ -65,14 +65,8 @@ from streams.kafka.cluster_reads import ClusterReads
 from streams.kafka.connection import KafkaConnection
 from streams.kafka.partition_reads import PartitionReads
 from streams.kafka.read_ahead import READ_AHEAD_MAX_BYTES, READ_AHEAD_TTL_S, ReadAhead
-from streams.kafka.wire import (  # noqa: F401 - the port's wire names, re-exported
-    CodecRequest,
+from streams.kafka.wire import (
     KafkaProtocolError,
-    UnsupportedApi,
-    _n,
-    _s,
-    port_error,
-    split_batches,
 )
 
 # ---------------------------------------------------------------------------- mirror config

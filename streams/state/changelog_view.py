@@ -12,17 +12,14 @@ import uuid
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 from aiokafka import AIOKafkaConsumer, TopicPartition
+
 from coordinator.state_counts import StateTally
 from coordinator.states import MirrorState
 from streams.config import CATCH_UP_FETCH_MAX_WAIT_MS
 from streams.state.mirror_state import MirrorStateCodec, RecordType
 
 log = logging.getLogger(__name__)
-
-
 StateKey = tuple[str, uuid.UUID, int]
-
-
 _Offsets = tuple[int, int, float, str | None]  # (HW, LEO, looked up at, why the source could not say)
 
 

@@ -7,18 +7,13 @@ import asyncio
 from collections.abc import Sequence
 from typing import NamedTuple
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
 from streams.state.metadata_serde import INT32, INT64, NO_EPOCH, MetadataLogError
 
 
 DLQ_OFFSET_HEADER = "kip1279.offset"
-
-
 DLQ_EPOCH_HEADER = "kip1279.epoch"
-
-
 DLQ_ERROR_HEADER = "kip1279.error"
-
-
 DLQ_TOPIC_HEADER = "kip1279.topic"
 
 

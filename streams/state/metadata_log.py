@@ -25,11 +25,8 @@ from typing import NamedTuple
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from records.framing import ApiMessageAndVersion, FrameError, MetadataRecordSerde
-from streams.config import (  # noqa: F401 - re-exported for callers of the metadata log
-    dlq_topic_spec,
-    ensure_topics,
+from streams.config import (
     install_payload_redaction,
-    metadata_topic_spec,
 )
 from streams.state.snapshots import DEFAULT_SNAPSHOT_POLICY, SnapshotId, SnapshotPolicy, SnapshotStore
 from streams.state.dead_letters import DeadLetterQueue

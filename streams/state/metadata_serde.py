@@ -4,19 +4,14 @@ the epoch a record without one carries, the log's error and the header integers.
 from __future__ import annotations
 
 import struct
+
 from records.framing import MetadataRecordSerde
 from records.registry import default_schemas
 
 
 NO_EPOCH = -1
-
-
 INT32 = struct.Struct(">i")
-
-
 INT64 = struct.Struct(">q")
-
-
 INT16 = struct.Struct(">h")
 
 

@@ -12,19 +12,14 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
+
 from records import segments
 from records.framing import ApiMessageAndVersion, FrameError, MetadataRecordSerde
 from streams.state.metadata_serde import INT16, default_serde
 
 log = logging.getLogger(__name__)
-
-
 SNAPSHOT_SUFFIX = ".checkpoint"
-
-
 MANIFEST_SUFFIX = ".manifest.json"
-
-
 _SNAPSHOT_BATCH_RECORDS = 1000
 
 

@@ -11,6 +11,7 @@ import random
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
+
 from streams.runner.runner import MirrorRunner
 
 
@@ -41,8 +42,6 @@ def full_jitter() -> float:
 
 
 _gc_pauses = 0
-
-
 _gc_lock = threading.Lock()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from typing import Any
+
 from coordinator.image import ClusterMirrorImage
 from coordinator.ports import SourceUnavailable
 from coordinator.workflows.config import is_connection_config
