@@ -374,9 +374,9 @@ class ClusterMirrorController:
         peer = writer.get_extra_info("peername") or ("?", 0)
         authenticated = None
         try:
-            tls = writer.get_extra_info("ssl_object")
-            if tls is not None:  # the handshake required a certificate our trust store vouches for
-                authenticated = tls.principal_of(tls.getpeercert(binary_form=True))
+            ssl_object = writer.get_extra_info("ssl_object")
+            if ssl_object is not None:  # the handshake required a certificate our trust store vouches for
+                authenticated = tls.principal_of(ssl_object.getpeercert(binary_form=True))
                 log.debug("admin connection from %s authenticated as %s", peer[0], authenticated)
             while True:
                 frame = await read_frame(reader)
