@@ -265,13 +265,17 @@ def test_a_dead_broker_fails_no_read_another_broker_answers(source: tuple[Apache
     victim = None
     try:
         coordinator = port.conn.run(port.reads._coordinator(GROUP))
-        led = {p.leader: p.topic_partition for t in port.describe_topics() if t.name in TOPICS for p in t.partitions}
-        victim = next(n for n in sorted(led) if n != coordinator)
+        brokers = sorted(n.node_id for n in kafka.brokers)
+        victim = max(n for n in brokers if n != coordinator)
+        name = f"dead-{uuid.uuid4().hex[:6]}"
+        new_topic(kafka, name, [victim] + [n for n in brokers if n != victim], {})  # the victim leads it
+        tp = _wait("the victim leading", lambda: next((p for t in port.describe_topics() if t.name == name
+                                                       for p in t.partitions if p.leader == victim), None)).topic_partition
         names = {t.name: t.topic_id for t in port.describe_topics()}  # the metadata, cached: it names the victim
         kafka.stop_node(victim, kill=True)
         assert GROUP in {g.group_id for g in port.list_groups()}
         with pytest.raises(SourceUnavailable):
-            port.last_mirrored_epoch("m", led[victim])
+            port.last_mirrored_epoch("m", tp)
         assert {t.name for t in port.describe_topics()} >= set(TOPICS)
         assert port.describe_configs(names["plain"]) == CONFIGS.get("plain", {})
     finally:
