@@ -7,10 +7,12 @@
 - When the attempts are exhausted the state becomes non-retryable and says so in its message.
 - The prototype draws full jitter in [0, backoff]; the core takes the jitter as an argument
   (a float in (0, 1], default 1.0) so it stays deterministic; the shell may pass a random one.
-- A source that cannot serve a partition (unreachable, no leader) sends it to FAILED
-  (``source_failed``, the prototype's ``refreshSourceClusterMetadata``). A retry of such a
-  partition first asks the source (``probe_source``): while it still fails, the partition stays
-  FAILED with the attempt counted, one write per attempt.
+- A source that cannot serve a partition (no broker answers, no leader) for
+  ``source_unavailable_timeout_ms`` sends it to FAILED (``source_failed``, the prototype's
+  ``refreshSourceClusterMetadata``); until then its calls are retried with the client's backoff
+  (``source_retry_backoff_ms``). A retry of a FAILED partition first asks the source
+  (``probe_source``): while it still fails, the partition stays FAILED with the attempt counted,
+  one write per attempt.
 """
 
 from __future__ import annotations
@@ -161,17 +163,24 @@ def _exhaust(state: MirrorPartitionState) -> MirrorPartitionState:
 # The source failing
 # ---------------------------------------------------------------------------------------------
 
-# Leadership moving on the source (NOT_LEADER_OR_FOLLOWER with a new leader, a fenced or unknown
-# leader epoch) resolves on the next metadata refresh, as for any Kafka client: the call is
-# retried after ``fetch_backoff_ms``, and only this many in a row send the partition to FAILED.
-# An unreachable source or a partition without a leader goes to FAILED at once.
-SOURCE_TRANSIENT_FAILURES_BEFORE_FAILED = 5
+# A source call that fails for a partition is retried as a Kafka consumer or replica fetcher
+# retries it: the metadata re-read, the call sent again (to the new leader) after a backoff. A
+# broker crash is routine: the controller fences it after broker.session.timeout.ms and elects
+# new leaders, and the partition keeps its state meanwhile, its lag showing the delay. Only a
+# partition whose source calls have failed for ``source_unavailable_timeout_ms`` in a row (no
+# broker answers, no leader is elected, its leader stays unreachable) goes to FAILED.
 SOURCE_ERROR_CODES = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.LEADER_NOT_AVAILABLE,
                                 ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
                                 ErrorCode.UNKNOWN_LEADER_EPOCH})  # fmt: skip
-_TRANSIENT = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH})
 # The states whose work needs the source; a stop or a pause never asks it.
 _NEEDS_SOURCE = frozenset({MirrorState.PREPARING, MirrorState.MIRRORING, MirrorState.EPOCH_FENCING})
+
+
+def source_retry_backoff_ms(streak: int, config: MirrorConfig) -> int:
+    """The wait before asking the source again after ``streak`` failed calls in a row (1-based):
+    ``retry.backoff.ms`` doubling up to ``retry.backoff.max.ms``, as Kafka's clients (KIP-580)."""
+    exp = config.retry_backoff_ms * (2 ** min(max(streak - 1, 0), 30))
+    return max(0, min(exp, config.retry_backoff_max_ms))
 
 
 def source_error_code(error: PortError) -> ErrorCode | None:
@@ -191,7 +200,7 @@ def source_error_code(error: PortError) -> ErrorCode | None:
 def source_failed(
     state: MirrorPartitionState,
     error: PortError,
-    streak: int,
+    failing_since_ms: int,
     now_ms: int,
     config: MirrorConfig,
     *,
@@ -199,10 +208,12 @@ def source_failed(
 ) -> MirrorPartitionState | None:
     """The state after a call to the source failed for this partition.
 
-    ``streak`` counts the partition's source failures in a row, this one included. None: not an
-    outage (handle it as any port error); ``state`` itself: nothing to write, retry the call after
-    the fetch backoff; otherwise the state to write: FAILED entered, or, for a FAILED partition
-    whose retry found the source still failing, the attempt counted and the next retry scheduled.
+    ``failing_since_ms``: when the first of the partition's source failures in a row happened
+    (this one's ``now_ms`` if it is the first). None: not an outage (handle it as any port error);
+    ``state`` itself: nothing to write, retry the call after ``source_retry_backoff_ms``; otherwise
+    the state to write: FAILED entered (the source failed it for ``source_unavailable_timeout_ms``),
+    or, for a FAILED partition whose retry found the source still failing, the attempt counted and
+    the next retry scheduled.
     """
     code = source_error_code(error)
     if code is None:
@@ -216,8 +227,11 @@ def source_failed(
         attempt = state.retry_attempt + 1
         return advance(state, retry_attempt=attempt, error_message=message, error_code=code,
                        retry_at_ms=now_ms + backoff_ms(attempt, config, jitter))  # fmt: skip
-    if state.state not in _NEEDS_SOURCE or (code in _TRANSIENT and streak < SOURCE_TRANSIENT_FAILURES_BEFORE_FAILED):
+    failing_for = now_ms - failing_since_ms
+    if state.state not in _NEEDS_SOURCE or failing_for < config.source_unavailable_timeout_ms:
         return state
+    if failing_for > 0:
+        message += f" (failing for {failing_for} ms, source.unavailable.timeout.ms={config.source_unavailable_timeout_ms})"
     return fail(state, code, message, now_ms, config, jitter=jitter)
 
 

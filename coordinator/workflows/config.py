@@ -46,6 +46,15 @@ class MirrorConfig(msgspec.Struct, frozen=True, kw_only=True):
     # broker-side long poll of Kafka's replica fetcher (replica.fetch.wait.max.ms) holds an empty
     # fetch; 0 fetches every partition every round (new data is seen at the next round, not later).
     fetch_max_wait_ms: int = 0
+    # A source call failing for a partition (its leader gone or moving, a fenced or unknown leader
+    # epoch, a broker or the whole source not answering) is retried as a Kafka consumer retries it:
+    # the metadata re-read, after retry.backoff.ms doubling up to retry.backoff.max.ms. The partition
+    # goes FAILED only once its source calls have failed for source.unavailable.timeout.ms in a row:
+    # the source's broker.session.timeout.ms (9 s) for the controller to fence a dead leader, plus
+    # the election and the new leader reaching the metadata (README, "A dead source"). 0: at once.
+    source_unavailable_timeout_ms: int = 15_000
+    retry_backoff_ms: int = 100
+    retry_backoff_max_ms: int = 1_000
     # Periodic work: metadata sync (periodic epoch check, configs, groups, ACLs).
     metadata_refresh_interval_ms: int = 30_000
     # STOPPING's last consumer- and share-group offset sync: retried until this long after the

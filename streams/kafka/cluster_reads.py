@@ -46,6 +46,13 @@ from streams.kafka.wire import (
 )
 
 
+def _connection_errors() -> tuple[type[BaseException], ...]:
+    """A broker not answering (refused, closed, not ready, timed out): another may."""
+    from aiokafka.errors import KafkaConnectionError, NodeNotReadyError, RequestTimedOutError
+
+    return (KafkaConnectionError, NodeNotReadyError, RequestTimedOutError, OSError, asyncio.TimeoutError)
+
+
 class ClusterReads:
     """Topic, group, config, ACL and LME reads over ``conn`` (coroutines on its loop)."""
 
@@ -97,8 +104,15 @@ class ClusterReads:
             return _s("ListGroupsRequest")()
 
         out: dict[str, GroupDescription] = {}
+        unreachable: list[BaseException] = []
         for node in sorted(meta.brokers):  # each broker lists the groups it coordinates
-            body = await self.conn.send(node, CodecRequest("ListGroups", build))
+            try:
+                body = await self.conn.send(node, CodecRequest("ListGroups", build))
+            except _connection_errors() as e:
+                # A dead broker's groups move to another coordinator once the controller fences
+                # it: list what the others answer, as Kafka's admin client lists the valid ones.
+                unreachable.append(e)
+                continue
             if body.error_code != NONE:
                 raise KafkaProtocolError(f"ListGroups at broker {node}: Kafka error code {body.error_code}")
             # Share groups (ListGroups v5 groupType) are listed, but the classic DescribeGroups does not
@@ -116,16 +130,28 @@ class ClusterReads:
                 members = len(d.members) if d is not None else 0
                 active = members > 0 or (d is not None and d.group_state in _ACTIVE_GROUP_STATES)
                 out[gid] = GroupDescription(gid, GroupType.CONSUMER, active, members)
+        if unreachable and len(unreachable) == len(meta.brokers):
+            raise unreachable[-1]  # no broker answered
         return [out[g] for g in sorted(out)]
+
+    async def _at_coordinator(self, group_id: str, request: CodecRequest) -> tuple[int, Any]:
+        """``request`` sent to the group's coordinator; once more, to the coordinator found again,
+        when the one found first cannot be reached (it died, and its groups moved or will)."""
+        node = await self._coordinator(group_id)
+        try:
+            return node, await self.conn.send(node, request)
+        except _connection_errors():
+            await self.conn.metadata(force=True)
+            node = await self._coordinator(group_id)
+            return node, await self.conn.send(node, request)
 
     async def group_offsets(self, group_id: str) -> list[GroupOffset]:
         meta = await self.conn.metadata()
-        node = await self._coordinator(group_id)
 
         def build(version: int) -> Any:
             return _s("OffsetFetchRequest")(group_id=group_id, topics=None, require_stable=False)
 
-        body = await self.conn.send(node, CodecRequest("OffsetFetch", build, min_version=2))
+        node, body = await self._at_coordinator(group_id, CodecRequest("OffsetFetch", build, min_version=2))
         if body.error_code not in (NONE, GROUP_ID_NOT_FOUND):
             raise KafkaProtocolError(f"OffsetFetch of group {group_id}: Kafka error code {body.error_code}")
         if not body.topics:
@@ -176,8 +202,11 @@ class ClusterReads:
         return sorted(out, key=lambda o: (str(o.topic_id), o.partition))
 
     async def is_group_active(self, group_id: str) -> bool:
-        node = await self._coordinator(group_id)
-        d = (await self._describe_groups(node, [group_id])).get(group_id)
+        def build(version: int) -> Any:
+            return _s("DescribeGroupsRequest")(groups=[group_id], include_authorized_operations=False)
+
+        _, body = await self._at_coordinator(group_id, CodecRequest("DescribeGroups", build))
+        d = next((g for g in body.groups if g.group_id == group_id and g.error_code == NONE), None)
         return d is not None and (len(d.members) > 0 or d.group_state in _ACTIVE_GROUP_STATES)
 
     # ------------------------------------------------------------------ configs, ACLs, LME

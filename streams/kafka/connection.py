@@ -154,9 +154,15 @@ class KafkaConnection:
         raise failure
 
     async def supports(self, node: int, name: str) -> bool:
+        """Whether ``node`` serves API ``name``; a node that cannot be reached says nothing about it
+        (NodeNotReadyError: retried once the metadata names a live one), rather than "no"."""
+        from aiokafka.errors import NodeNotReadyError
+
         client = await self._connected()
         conn = await client._get_conn(node)  # aiokafka keeps the negotiated versions per connection
-        return conn is not None and _API_KEYS[name] in (conn._versions or {})
+        if conn is None:
+            raise NodeNotReadyError(f"cannot connect to node {node}")
+        return _API_KEYS[name] in (conn._versions or {})
 
     # ------------------------------------------------------------------ metadata
 

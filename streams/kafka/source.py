@@ -25,8 +25,9 @@ What each port read sends:
 Failures: NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
 an unknown topic and a leader whose connection fails refresh the metadata and retry once, then
 raise the port error the core handles (NotLeader, FencedLeaderEpoch, UnknownLeaderEpoch,
-UnknownTopicId); a source that cannot be reached raises SourceUnavailable (the core backs the
-partition off, then FAILED with backoff).
+UnknownTopicId, SourceUnavailable); the core backs the partition off with the client's backoff and
+sends it to FAILED only after ``source.unavailable.timeout.ms`` of failures. Reads any broker can
+answer go to another when one does not (docs/kafka-source.md).
 
 A fetched ``Batch``'s ``payload`` is the whole RecordBatch as the source holds it (header
 included), so the destination keeps it byte for byte; its fields (offsets, epochs, producer

@@ -43,7 +43,7 @@ class FetchHost(Protocol):
     backoff_until: dict[TopicPartition, int]
     idle_until: dict[TopicPartition, int]
     progress: dict[TopicPartition, tuple[int, int]]
-    source_errors: dict[TopicPartition, int]
+    source_errors: dict[TopicPartition, tuple[int, int]]  # (first failure ms, failures in a row)
     peak_round_bytes: int
 
     def key(self, tp: TopicPartition) -> MirrorPartitionKey: ...

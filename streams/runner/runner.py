@@ -18,11 +18,12 @@ batched request per method on the model-server client), then the commands in wav
 
 A restart is a new runner over the same ``InMemoryStateStore`` and ``DesiredStateLog``: fetch
 sessions, lag and backoffs are rebuilt from the persisted states, nothing else survives.
-Port errors: a source that cannot serve a partition (unreachable, no leader, or leadership
-moving for several calls in a row) sends it to FAILED, retried with the mirror's backoff once the
-source answers again (``coordinator.retry.source_failed``); other retriable errors, the
-destination's included, back the partition off and leave its state as it is; the rest send it
-to FAILED with backoff.
+Port errors: a source call failing for a partition (a dead or moving leader, a broker or the
+whole source not answering) backs the partition off with the client's backoff and leaves its
+state as it is; only a partition the source failed for ``source.unavailable.timeout.ms`` in a row
+goes to FAILED, retried with the mirror's backoff once the source answers again
+(``coordinator.retry.source_failed``); other retriable errors, the destination's included, back
+the partition off and leave its state as it is; the rest send it to FAILED with backoff.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from coordinator.ports import (
     UnexpectedAppendOffset,
     UnknownTopicId,
 )
-from coordinator.retry import fail, source_failed
+from coordinator.retry import fail, source_failed, source_retry_backoff_ms
 from coordinator.states import DesiredState, ErrorCode, MirrorState
 from coordinator.workflows import commands as c
 from coordinator.workflows.config import MirrorConfig
@@ -122,7 +123,8 @@ class MirrorRunner:
         self.backoff_until: dict[TopicPartition, int] = {}
         self.idle_until: dict[TopicPartition, int] = {}  # caught up: no fetch before (fetch_max_wait_ms)
         self.progress: dict[TopicPartition, tuple[int, int]] = {}  # (source HW, destination LEO)
-        self.source_errors: dict[TopicPartition, int] = {}  # source calls failed in a row
+        # Source calls failed in a row: (when the first failed, how many).
+        self.source_errors: dict[TopicPartition, tuple[int, int]] = {}
         self.final_sync: dict[TopicPartition, FinalSync] = {}  # last group sync outcomes at STOP_WAIT_ISR, until STOPPED
         self.peak_round_bytes = 0
         self.warnings: list[str] = []
@@ -402,6 +404,8 @@ class MirrorRunner:
                     continue
                 if obs is None:
                     continue
+                if obs.prepare is not None:
+                    self.source_errors.pop(key.topic_partition, None)  # the source answered
                 decision = decide_partition(key, states[key], want, offset, obs, self.now_ms, self.config)
                 if decision.state is not states[key] and not self.store.may_run(key, states[key], decision.state):
                     continue  # its next write must follow a durable one: the next round takes it
@@ -444,10 +448,11 @@ class MirrorRunner:
         tp = key.topic_partition
         self._note(f"{tp} in {state.state.name}: {e}")
         if isinstance(e, SourceCallFailed):
-            streak = self.source_errors[tp] = self.source_errors.get(tp, 0) + 1
-            nxt = source_failed(state, e.cause, streak, self.now_ms, self.config, jitter=self.jitter())
+            since, streak = self.source_errors.get(tp, (self.now_ms, 0))
+            self.source_errors[tp] = (since, streak + 1)
+            nxt = source_failed(state, e.cause, since, self.now_ms, self.config, jitter=self.jitter())
             if nxt is state:
-                self.backoff_until[tp] = self.now_ms + self.config.fetch_backoff_ms
+                self.backoff_until[tp] = self.now_ms + source_retry_backoff_ms(streak + 1, self.config)
             elif nxt is not None:
                 # A retry that found the source still failing keeps the applied offset: a newer
                 # operator command it has not acted on must still re-arm the partition.

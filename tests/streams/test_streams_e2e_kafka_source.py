@@ -133,7 +133,8 @@ def test_mirror_from_a_real_broker_byte_for_byte_then_failover(broker: LocalBrok
         props = tmp_path / f"{MIRROR}.properties"
         props.write_text(f"bootstrap.servers={source.bootstrap}\nclient.id=kip1279-mirror-e2e\n"
                          "metadata.refresh.interval.ms=1000\n"
-                         "failed.retry.initial.backoff.ms=300\nfailed.retry.max.backoff.ms=1500\n")  # fmt: skip
+                         "failed.retry.initial.backoff.ms=300\nfailed.retry.max.backoff.ms=1500\n"
+                         "source.unavailable.timeout.ms=1000\n")  # fmt: skip
         rig.cli("B", "--create", "--mirror", MIRROR, "--mirror-config", str(props))
         rig.wait("the source's topics registered", lambda: rig.run_cli(
             "B", "--start", "--mirror", MIRROR, "--topics", ",".join(TOPICS))[0] == 0, 30)  # fmt: skip

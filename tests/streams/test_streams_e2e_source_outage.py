@@ -22,8 +22,9 @@ from coordinator.states import MirrorState
 from streams.brokers.noida import LocalBroker
 
 MIRROR = "a-to-b"
-# Short FAILED backoffs so that a retry lands within a few seconds of A coming back.
-BACKOFF = "failed.retry.initial.backoff.ms=300\nfailed.retry.max.backoff.ms=1500\n"
+# Short FAILED backoffs so that a retry lands within a few seconds of A coming back; A unreachable
+# for 1 s (not the default 15 s) fails the partitions.
+BACKOFF = "failed.retry.initial.backoff.ms=300\nfailed.retry.max.backoff.ms=1500\nsource.unavailable.timeout.ms=1000\n"
 
 
 @pytest.mark.slow

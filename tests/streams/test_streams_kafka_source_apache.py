@@ -41,6 +41,7 @@ from coordinator.ports import (
     GroupType,
     IsolationLevel,
     SourceCluster,
+    SourceUnavailable,
     TopicPartition,
     UnknownLeaderEpoch,
 )
@@ -252,3 +253,33 @@ def test_unclean_leader_election_loses_acknowledged_records(source: tuple[Apache
     assert diverged.diverging_epoch is not None and diverged.diverging_epoch.end_offset == 3, diverged
     assert values(_fetch_all(port, tp, 5, IsolationLevel.READ_UNCOMMITTED)) == [
         (0, b"a0"), (1, b"a1"), (2, b"a2"), (3, b"c0"), (4, b"c1")]  # fmt: skip
+
+
+def test_a_dead_broker_fails_no_read_another_broker_answers(source: tuple[ApacheKafkaCluster, KafkaSourceCluster]) -> None:
+    """Right after a broker's SIGKILL, while the metadata still names it (until the controller
+    fences it): the group list comes from the brokers that answer, topics and configs from any
+    broker; a read only the dead leader can answer fails as an error to retry, not as an answer
+    (no "no LME" from a leader that could not be asked)."""
+    kafka, _ = source
+    port = KafkaSourceCluster(kafka.bootstrap, {"client.id": "kip1279-dead-broker"}, metadata_max_age_ms=60_000)
+    victim = None
+    try:
+        coordinator = port.conn.run(port.reads._coordinator(GROUP))
+        brokers = sorted(n.node_id for n in kafka.brokers)
+        victim = max(n for n in brokers if n != coordinator)
+        name = f"dead-{uuid.uuid4().hex[:6]}"
+        new_topic(kafka, name, [victim] + [n for n in brokers if n != victim], {})  # the victim leads it
+        tp = _wait("the victim leading", lambda: next((p for t in port.describe_topics() if t.name == name
+                                                       for p in t.partitions if p.leader == victim), None)).topic_partition
+        names = {t.name: t.topic_id for t in port.describe_topics()}  # the metadata, cached: it names the victim
+        kafka.stop_node(victim, kill=True)
+        assert GROUP in {g.group_id for g in port.list_groups()}
+        with pytest.raises(SourceUnavailable):
+            port.last_mirrored_epoch("m", tp)
+        assert {t.name for t in port.describe_topics()} >= set(TOPICS)
+        assert port.describe_configs(names["plain"]) == CONFIGS.get("plain", {})
+    finally:
+        port.close()
+        if victim is not None:
+            kafka.start_node(victim, wait=False)
+        kafka.wait_ready()

@@ -25,7 +25,8 @@ from streams.worker.metrics import MetricsServer, WorkerMetrics
 
 # Sync every second of model time; one batch per partition and fetch, so catching up takes rounds.
 CONFIG = MirrorConfig(metadata_refresh_interval_ms=1_000, fetch_backoff_ms=0, failed_retry_initial_backoff_ms=100,
-                      failed_retry_max_backoff_ms=1_000, fetch_partition_max_bytes=1)  # fmt: skip
+                      failed_retry_max_backoff_ms=1_000, fetch_partition_max_bytes=1,
+                      source_unavailable_timeout_ms=1_000)  # fmt: skip
 PARTITIONS = 3
 
 

@@ -21,8 +21,10 @@ from coordinator.workflows.config import MirrorConfig
 from streams.runner.stores import DesiredStateLog, InMemoryStateStore
 from streams.runner.runner import MirrorRunner
 
+# A source outage fails partitions at its first failed call (source.unavailable.timeout.ms=0): the
+# tests of the grace a source gets before FAILED set it themselves (test_workflows_source_outage).
 FAST = MirrorConfig(metadata_refresh_interval_ms=0, fetch_backoff_ms=0, failed_retry_initial_backoff_ms=100,
-                    failed_retry_max_backoff_ms=1_000)
+                    failed_retry_max_backoff_ms=1_000, source_unavailable_timeout_ms=0)
 
 _MUTATING = {
     "create_topic", "create_partitions", "set_read_only", "set_mirror", "append_mirror_batches",
