@@ -21,7 +21,9 @@ ASCII-only in Java (``re.ASCII``), and Java's ``.`` matches no line terminator (
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from functools import lru_cache
+from typing import NamedTuple
 
 _DOT = "[^\\n\\r\\x85\\u2028\\u2029]"  # Java's '.' without DOTALL
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -196,3 +198,20 @@ def pattern_problem(pattern: str) -> str | None:
     except JavaPatternError as e:
         return e.reason
     return None
+
+
+class JavaPatterns(NamedTuple):
+    """Several patterns, each matched on its own (joined into one alternation, the back
+    references of all but the first would point at the wrong groups)."""
+
+    compiled: tuple[re.Pattern[str], ...]
+
+    def fullmatch(self, text: str) -> bool:
+        return any(p.fullmatch(text) is not None for p in self.compiled)
+
+
+def compile_java_list(patterns: Iterable[str]) -> JavaPatterns | None:
+    """The patterns (blank ones left out) as one matcher, None when there are none; raises
+    JavaPatternError for the first that cannot be used."""
+    compiled = tuple(compile_java(p.strip()) for p in patterns if p.strip())
+    return JavaPatterns(compiled) if compiled else None
