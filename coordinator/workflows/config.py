@@ -151,6 +151,12 @@ def config_problems(changes: Mapping[str, str | None]) -> dict[str, str]:
     return problems
 
 
+def stored_config_problems(configs: Mapping[str, str | None]) -> dict[str, str]:
+    """What a mirror's stored configs hold that it cannot use (an older version let it in):
+    ``config_problems`` of the stored values, shown by ``--describe`` and the worker's metrics."""
+    return config_problems({k: v for k, v in configs.items() if v is not None})
+
+
 def _value_problem(key: str, field: str | None, value: str) -> str | None:
     if key == BOOTSTRAP_CONFIG:
         return None if value.strip() else "a cluster mirror needs its source's bootstrap servers"
