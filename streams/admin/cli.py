@@ -27,7 +27,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 import ssl
 import sys
 import time
@@ -36,6 +35,7 @@ from typing import Any, TextIO
 
 from records.redact import redact_config
 from coordinator.states import ErrorCode, MirrorState
+from coordinator.topic_filter import compile_patterns, pattern_list_problem
 from streams import tls
 from streams import config as worker_config
 from streams.admin.client import (
@@ -47,10 +47,36 @@ from streams.admin.client import (
 )
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+# Refusals of what the user typed: exit 2, as a usage error, and not 1 (a state or a permission).
+BAD_INPUT = frozenset({ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_CONFIG})
 
 
 class UsageError(Exception):
     pass
+
+
+class BadFlag(Exception):
+    """A flag's value refused before anything is sent: INVALID_REQUEST, as the controller would."""
+
+    def __init__(self, flag: str, problem: str) -> None:
+        super().__init__(f"{problem} (in {flag})")
+
+
+def _exit_for(code: int) -> int:
+    return EXIT_USAGE if code in BAD_INPUT else EXIT_ERROR
+
+
+def _check_patterns(args: argparse.Namespace) -> None:
+    """--topics (when it is no list of names) and --exclude: the Java regex rule of the configs
+    they end up in (``coordinator.topic_filter``), before connecting."""
+    if args.topics is not None and not looks_like_topic_list(args.topics.strip()):
+        problem = pattern_list_problem((args.topics.strip(),))
+        if problem is not None:
+            raise BadFlag("--topics", problem)
+    for value in args.exclude:
+        problem = pattern_list_problem((value.strip(),))
+        if problem is not None:
+            raise BadFlag("--exclude", problem)
 
 
 def _code_name(code: int) -> str:
@@ -142,14 +168,14 @@ async def _alter(admin: ClusterMirrorAdmin, args: argparse.Namespace, out: TextI
     secrets = secret_values(sets)
     if r.error_code:
         out.write(f"Error: {_code_name(r.error_code)}: {scrub(r.error_message, secrets)}\n")
-        return EXIT_ERROR
+        return _exit_for(r.error_code)
     refused = [c for c in r.configs if c.error_code]
     if refused:
         # As kafka-configs: nothing was changed; every refused key and why.
         for c in refused:
             out.write(f"Error: {_code_name(c.error_code)}: {scrub(c.error_message, secrets)}\n")
         out.write(f"No config of cluster-mirror {args.mirror} was changed\n")
-        return EXIT_ERROR
+        return EXIT_USAGE if all(c.error_code in BAD_INPUT for c in refused) else EXIT_ERROR
     out.write(f"Completed updating config for cluster-mirror {args.mirror}.\n")
     return EXIT_OK
 
@@ -182,9 +208,11 @@ async def _topic_selection(admin: ClusterMirrorAdmin, args: argparse.Namespace) 
         return [t.strip() for t in value.split(",")], []
     if args.start or (args.stop and not args.exclude):
         return [], [value]  # the controller matches the pattern (and records it in the mirror's config)
-    regex, excludes = re.compile(value), [re.compile(e) for e in args.exclude]
+    # Checked by _check_patterns: Java's meaning, as the controller matches a start's patterns.
+    regex, excludes = compile_patterns((value,)), compile_patterns(tuple(e.strip() for e in args.exclude))
     members = await admin.mirror_topics(args.mirror)
-    return [t for t in members if regex.fullmatch(t) and not any(e.fullmatch(t) for e in excludes)], []
+    return [t for t in members if regex is not None and regex.fullmatch(t)
+            and not (excludes is not None and excludes.fullmatch(t))], []  # fmt: skip
 
 
 def _print_topic_results(out: TextIO, verb: str, mirror: str, response: Any, as_json: bool = False) -> int:
@@ -200,11 +228,13 @@ def _print_topic_results(out: TextIO, verb: str, mirror: str, response: Any, as_
         ]
         doc["skipped"] = [{"topic": n, "reason": why} for n, why in skipped]
         out.write(json.dumps(doc, indent=1) + "\n")
-        return EXIT_ERROR if response.error_code or any(t.error_code for t in response.topics) else EXIT_OK
+        if response.error_code:
+            return _exit_for(response.error_code)
+        return EXIT_ERROR if any(t.error_code for t in response.topics) else EXIT_OK
     failed = 0
     if response.error_code:
         out.write(f"Error: {_code_name(response.error_code)}: {response.error_message}\n")
-        return EXIT_ERROR
+        return _exit_for(response.error_code)
     for t in sorted(response.topics, key=lambda t: t.name):
         if t.error_code:
             failed += 1
@@ -344,6 +374,9 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         parse_add_config(args.add_config or "")  # a malformed pair is a usage error, before connecting
     if args.max_age is not None and (not args.describe or args.max_age < 0):
         raise UsageError("--max-age takes MS >= 0 and is only supported for describing mirrors")
+    if args.exclude and not (args.start or args.stop or args.pause or args.resume):
+        raise UsageError("--exclude goes with --start, --stop, --pause or --resume")
+    _check_patterns(args)
     # File reads (and key loading) stay off the loop.
     principal, client_id, context = await asyncio.to_thread(_client_settings, args, err)
     async with ClusterMirrorAdmin(args.bootstrap_server, principal=principal, client_id=client_id,
@@ -355,7 +388,7 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             r: Any = reply.response
             if r.error_code:
                 out.write(f"Error: {_code_name(r.error_code)}: {scrub(r.error_message, secrets)}\n")
-                return EXIT_ERROR
+                return _exit_for(r.error_code)
             shown = ", ".join(f"{k}={v}" for k, v in sorted(redact_config(config).items()))
             out.write(f"Created cluster mirror {args.mirror} ({shown})\n")
             return EXIT_OK
@@ -444,6 +477,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, stream=err)
     try:
         return asyncio.run(run(args, out, err))
+    except BadFlag as e:
+        out.write(f"Error: {ErrorCode.INVALID_REQUEST.name}: {e}\n")
+        return EXIT_USAGE
     except (UsageError, worker_config.ConfigError, ValueError) as e:
         err.write(f"error: {e}\n")
         return EXIT_USAGE
