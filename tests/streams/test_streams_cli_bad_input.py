@@ -14,10 +14,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from worker_harness import Rig
 
+from coordinator.image import AclOperation, ConfigResourceType
 from records.framing import ApiMessageAndVersion
 from records.registry import default_schemas
 from streams.admin.controller import ClusterMirrorController
+from streams.brokers.noida import LocalBroker
 from streams.config import WorkerConfig
 
 S = default_schemas()
@@ -42,11 +45,11 @@ async def controller(worker_config: WorkerConfig) -> AsyncIterator[ClusterMirror
         await c.stop()
 
 
-async def cli(c: ClusterMirrorController, *argv: str) -> tuple[int, str, str]:
+async def cli(c: ClusterMirrorController, *argv: str, principal: str = ADMIN) -> tuple[int, str, str]:
     """``kafka-cluster-mirrors`` as its own process (the controller serves it from this loop):
     exit code, stdout, stderr."""
     assert c.address is not None
-    env = dict(os.environ, KIP1279_PRINCIPAL=ADMIN)
+    env = dict(os.environ, KIP1279_PRINCIPAL=principal)
     done = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "streams.admin.cli", "--bootstrap-server",
                            f"{c.address[0]}:{c.address[1]}", *argv],
                           capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
@@ -117,3 +120,62 @@ async def test_bad_configs_are_one_invalid_config_line_exit_2_and_change_nothing
     line = one_error(out, err)
     assert code == 2 and "INVALID_CONFIG" in line and "mirror.groups.exclude" in line and "missing )" in line, out + err
     assert controller.image.mirrors.get("other") is None
+
+
+async def test_a_stored_config_it_cannot_use_is_shown_by_describe(controller: ClusterMirrorController,
+                                                                  tmp_path: Path) -> None:  # fmt: skip
+    await _create(controller, tmp_path)
+    # As an older version let it in: straight into the metadata log, past today's validation.
+    await controller.append([amv("ConfigRecord", resource_type=int(ConfigResourceType.CLUSTER_MIRROR),
+                                 resource_name=MIRROR, name="groups.exclude", value="ops-g1,(unclosed")])  # fmt: skip
+    code, out, err = await cli(controller, "--describe")
+    assert code == 0 and "Traceback" not in out + err, out + err
+    (line,) = [ln for ln in out.splitlines() if ln.startswith(MIRROR)]
+    assert "unusable config:" in line and "groups.exclude" in line and "unterminated subpattern" in line, out
+    # The mirror is not stuck: the other keys still alter, and fixing the bad one clears it.
+    code, out, err = await cli(controller, "--alter", "--mirror", MIRROR, "--add-config", "groups.exclude=[ops-g1,ops-g2]")
+    assert code == 0, out + err
+    code, out, _ = await cli(controller, "--describe")
+    assert code == 0 and "unusable config" not in out, out
+
+
+async def test_describe_of_all_mirrors_shows_those_the_principal_may_describe(controller: ClusterMirrorController,
+                                                                              tmp_path: Path) -> None:  # fmt: skip
+    await _create(controller, tmp_path)
+    props = tmp_path / "b.properties"
+    props.write_text("bootstrap.servers=127.0.0.1:19093\n")
+    assert (await cli(controller, "--create", "--mirror", "b-to-a", "--mirror-config", str(props)))[0] == 0
+    await controller.create_acls("User:bob", [AclOperation.DESCRIBE], mirror=MIRROR)
+
+    def mirrors_in(text: str) -> set[str]:
+        return {ln.split()[0] for ln in text.splitlines() if ln.split() and ln.split()[0] in (MIRROR, "b-to-a")}
+
+    code, listed, _ = await cli(controller, "--list", principal="User:bob")
+    assert code == 0 and mirrors_in(listed) == {MIRROR}, listed
+    code, out, err = await cli(controller, "--describe", principal="User:bob")
+    assert code == 0 and mirrors_in(out) == {MIRROR} and "b-to-a" not in out + err, out + err
+    code, out, _ = await cli(controller, "--describe", "--json", principal="User:bob")
+    assert code == 0 and "b-to-a" not in out, out
+    # Named, it is refused as before: a denied caller learns nothing more.
+    code, out, _ = await cli(controller, "--describe", "--mirror", "b-to-a", principal="User:bob")
+    assert code == 1 and "CLUSTER_MIRROR_AUTHORIZATION_FAILED" in out, out
+    # Nothing to describe is not an error either.
+    code, out, _ = await cli(controller, "--describe", principal="User:nobody")
+    assert code == 0 and mirrors_in(out) == set(), out
+
+
+def test_list_shows_the_cluster_id_its_source_answered(broker: LocalBroker, tmp_path: Path) -> None:
+    rig = Rig(tmp_path, broker.bootstrap, {"orders": 1})
+    try:
+        rig.start(("B",))
+        rig.create_mirror("B", MIRROR, "A")
+        want = rig.clients["A"].cluster_id()
+        assert want
+
+        def listed() -> list[str]:
+            return rig.cli("B", "--list").splitlines()[1].split()
+
+        rig.wait("--list to show A's cluster ID", lambda: listed()[2] != "-", 30)
+        assert listed() == [MIRROR, "0", want, "model://A"]
+    finally:
+        rig.close()
