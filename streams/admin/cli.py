@@ -38,6 +38,7 @@ from coordinator.states import ErrorCode, MirrorState
 from coordinator.topic_filter import compile_patterns, pattern_list_problem
 from streams import tls
 from streams import config as worker_config
+from streams.admin.describe_output import describe_rows, print_failed, print_partitions, print_readiness, truncate_left
 from streams.admin.client import (
     AdminError,
     ClusterMirrorAdmin,
@@ -287,76 +288,6 @@ async def wait_for_states(admin: ClusterMirrorAdmin, mirror: str, topics: set[st
         await asyncio.sleep(min(max(interval, min(2 * took, 1.0)), max(0.0, deadline - time.monotonic())))
 
 
-# The prototype's default when the retry limit is not known (ClusterMirrorCommand.getMaxRetryAttempts).
-_DEFAULT_RETRY_MAX = 10
-
-
-def _describe_rows(response: Any, failed_only: bool, metadata_offset: int) -> tuple[list[dict[str, Any]], list[Any]]:
-    """The prototype's PartitionInfo rows, sorted as it sorts them (mirror, topic, partition), its
-    keys first and then ours; and the mirrors that answered with an error."""
-    rows, refused = [], []
-    for m in response.mirrors:
-        if m.error_code:
-            refused.append(m)
-            continue
-        readiness = {"ready": None if m.failover_ready < 0 else bool(m.failover_ready), "reasons": list(m.not_ready_reasons)}
-        for t in m.topics:
-            for p in t.partitions:
-                if failed_only and p.state_value != MirrorState.FAILED.name:
-                    continue
-                rows.append({
-                    "mirror": m.mirror_name, "topic": t.topic_name, "partition": p.partition_index,
-                    "sourceOffset": p.source_offset, "destinationOffset": p.destination_offset, "lag": p.lag,
-                    "state": p.state_value, "retryAttempt": p.retry_attempt, "errorMessage": p.error_message,
-                    # ours, after the prototype's:
-                    "offsetsAgeMs": p.offsets_age_ms, "retryMaxAttempts": m.failed_retry_max_attempts,
-                    "metadataOffset": metadata_offset, "failoverReadiness": readiness,
-                })  # fmt: skip
-    rows.sort(key=lambda r: (r["mirror"], r["topic"], r["partition"]))
-    return rows, refused
-
-
-def _truncate_left(text: str, width: int) -> str:
-    """The prototype's truncateLeft: keeps the rightmost characters behind '...'."""
-    return text if len(text) <= width else "..." + text[len(text) - (width - 3):]
-
-
-def _offset(value: int) -> str:
-    return "-" if value == -1 else str(value)
-
-
-def _print_partitions(out: TextIO, rows: list[dict[str, Any]]) -> None:
-    """The prototype's printPartitions, then our columns: how old the offsets are, and the error."""
-    line = "%-30s %-40s %-10s %-15s %-18s %-10s %-12s %-14s %s"
-    out.write((line % ("MIRROR", "TOPIC", "PARTITION", "SOURCE-OFFSET", "DESTINATION-OFFSET", "LAG", "STATE",
-                       "OFFSETS-AGE-MS", "ERROR")).rstrip() + "\n")  # fmt: skip
-    for r in rows:
-        out.write((line % (_truncate_left(r["mirror"], 30), _truncate_left(r["topic"], 40), r["partition"],
-                           _offset(r["sourceOffset"]), _offset(r["destinationOffset"]), _offset(r["lag"]), r["state"],
-                           _offset(r["offsetsAgeMs"]), r["errorMessage"] or "")).rstrip() + "\n")  # fmt: skip
-
-
-def _print_failed(out: TextIO, rows: list[dict[str, Any]]) -> None:
-    """The prototype's printFailedPartitions (errors cut at 80 characters)."""
-    out.write("%-30s %-40s %-10s %-7s %s\n" % ("MIRROR", "TOPIC", "PARTITION", "RETRY", "ERROR"))
-    for r in rows:
-        error = r["errorMessage"] or ""
-        if len(error) > 80:
-            error = error[:77] + "..."
-        limit = r["retryMaxAttempts"] if r["retryMaxAttempts"] >= 0 else _DEFAULT_RETRY_MAX
-        retry = "NonRetryable" if r["retryAttempt"] == -1 else f"{r['retryAttempt']}/{limit}"
-        out.write("%-30s %-40s %-10d %-7s %s\n" % (_truncate_left(r["mirror"], 30), _truncate_left(r["topic"], 40),
-                                                   r["partition"], retry, error))  # fmt: skip
-
-
-def _print_readiness(out: TextIO, mirrors: list[Any]) -> None:
-    """Ours, after the prototype's table: a line per mirror, ready for a failover or why not."""
-    out.write("\n%-30s %-14s %s\n" % ("MIRROR", "FAILOVER-READY", "REASONS"))
-    for m in sorted(mirrors, key=lambda m: m.mirror_name):
-        ready = {1: "yes", 0: "no"}.get(m.failover_ready, "unknown")
-        out.write(("%-30s %-14s %s" % (_truncate_left(m.mirror_name, 30), ready, "; ".join(m.not_ready_reasons))).rstrip() + "\n")
-
-
 async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not args.bootstrap_server:
         raise UsageError("--bootstrap-server (or env KIP1279_CONTROLLER) is required")
@@ -408,9 +339,9 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             # The prototype's listClusterMirrors.
             out.write("%-30s %-10s %-26s %-50s\n" % ("MIRROR", "TOPICS", "SOURCE-CLUSTER-ID", "SOURCE-BOOTSTRAP-SERVER"))
             for m in sorted(r.mirrors, key=lambda m: m.mirror_name):
-                out.write("%-30s %-10d %-26s %-50s\n" % (_truncate_left(m.mirror_name, 30), m.topic_count,
+                out.write("%-30s %-10d %-26s %-50s\n" % (truncate_left(m.mirror_name, 30), m.topic_count,
                                                          m.source_cluster_id or "-",
-                                                         _truncate_left(m.source_bootstrap or "-", 50)))  # fmt: skip
+                                                         truncate_left(m.source_bootstrap or "-", 50)))  # fmt: skip
             return EXIT_OK
         if args.describe:
             reply = await admin.describe([args.mirror] if args.mirror else [], max_age_ms=args.max_age or 0)
@@ -418,7 +349,7 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             if r.error_code:
                 out.write(f"Error: {_code_name(r.error_code)}: {r.error_message}\n")
                 return EXIT_ERROR
-            rows, refused = _describe_rows(r, args.failed, reply.metadata_offset)
+            rows, refused = describe_rows(r, args.failed, reply.metadata_offset)
             for m in refused:  # the prototype's describe fails as a whole on these
                 out.write(f"Error: {_code_name(m.error_code)}: {m.error_message}\n")
             if refused:
@@ -429,13 +360,13 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 out.write("No mirror partitions found\n")
             elif args.failed:
                 if rows:
-                    _print_failed(out, rows)
+                    print_failed(out, rows)
                 else:
                     out.write("No failed partitions found\n")
             else:
                 if rows:
-                    _print_partitions(out, rows)
-                _print_readiness(out, list(r.mirrors))
+                    print_partitions(out, rows)
+                print_readiness(out, list(r.mirrors))
             return EXIT_OK
         if args.delete:
             svo = (await admin.describe([args.mirror])).metadata_offset if args.validate_states else -1
