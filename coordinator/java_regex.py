@@ -14,8 +14,9 @@ reason, never guessed at:
   only from 3.11), flags other than ``i``, and a global flag past the start.
 
 What is kept is translated where Java and Python differ quietly: ``\\d``, ``\\w``, ``\\s`` are
-ASCII-only in Java (``re.ASCII``), and Java's ``.`` matches no line terminator (``\\r``,
-``\\u0085``, ``\\u2028``, ``\\u2029`` too, not only ``\\n``). Pure: no I/O.
+ASCII-only in Java (``re.ASCII``), Java's ``.`` matches no line terminator (``\\r``,
+``\\u0085``, ``\\u2028``, ``\\u2029`` too, not only ``\\n``), and its ``$`` also matches
+before any of them ending the input. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from functools import lru_cache
 from typing import NamedTuple
 
 _DOT = "[^\\n\\r\\x85\\u2028\\u2029]"  # Java's '.' without DOTALL
+# Java's '$' without MULTILINE: the end, or before a line terminator that ends the input (\r\n
+# is one terminator: not between its two characters). Python's '$' knows only a final '\n'.
+_DOLLAR = "(?:(?=\\r\\n\\Z)|(?<!\\r)(?=\\n\\Z)|(?=[\\r\\x85\\u2028\\u2029]\\Z)|\\Z)"
 _HEX = frozenset("0123456789abcdefABCDEF")
 _REPEAT = re.compile(r"\{(\d+)(,(\d*))?\}")
 _SAME = frozenset("dDsSwWtnrfa")  # escapes both read alike (ASCII classes under re.ASCII)
@@ -161,9 +165,7 @@ def java_to_python(pattern: str) -> str:
         elif ch == ".":
             src, i = _DOT, i + 1
         elif ch == "$":
-            if pattern[i + 1 : i + 2] not in ("", "|", ")"):
-                raise JavaPatternError(pattern, "'$' before more pattern differs between Java and Python")
-            src, i = ch, i + 1
+            src, i = _DOLLAR, i + 1
         elif ch in "*+?":
             if was_quantifier and ch == "+":
                 raise JavaPatternError(pattern, "possessive quantifiers (*+, ++, ?+, {n}+) are read only by Python 3.11 and later")

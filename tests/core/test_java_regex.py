@@ -23,7 +23,7 @@ PROBE = Path(__file__).parent / "java" / "RegexProbe.java"
 INPUTS = ["", "a", "ab", "abc", "orders", "orders-1", "orders.eu", "ordersXeu", "ORDERS", "Orders-eu",
           "ops-g1", "ops-g2", "x\ny", "x\ry", "x\u2028y", "x\u0085y", "a b", "a\tb", "x\x0by", "123", "\u0663",
           "é", "É", "a-b", "a]b", "a[b", "{", "a{2}", "aa", "aaa", "q", "E", "$", "a$", "ab\n", "_", "a.b",
-          "abab", "\\", "xyz.txt", "\x07"]  # fmt: skip
+          "abab", "\\", "xyz.txt", "\x07", "a\r", "a\r\n", "a\n", "a\u2028", "a\n\n", "a\r\r"]  # fmt: skip
 
 ACCEPTED = [
     ".*", "orders", "orders-.*", r"orders\..*", "orders.eu", "(?i)orders", "(?i:or)ders", "ord(ers|er)",
@@ -31,7 +31,8 @@ ACCEPTED = [
     "a??", r"\.", r"\[", r"\]", "a]b", r"a\]b", "[]a]".replace("[]", "[\\]"), r"(a)\1", r"(ab)\1", r"\x41",
     r"\u00e9", "é", "a|b|", "(?:ab)+", "(?=a)a", "(?!b)a", "(?<=a)b.*", "(?<!b)a", "^orders$", "ops-g1",
     r"[\d-]+", r"[a\-z]", "[.]", "[$]", "a$|b", "[*+?{]", r"\{", r"\\", "\\t", r"a\tb", "[&]", r"\A.*",
-    "x\u2028y", r"\a", r"[\w.]+\.txt", "}", "a}",
+    "x\u2028y", r"\a", r"[\w.]+\.txt", "}", "a}", "a$b", "a$\r", "a$\n", "a$\r\n", "(a$)\r", "a$.", r"a$\s",
+    r"a$\r?\n?", "a$$", "(?i)A$",
 ]  # fmt: skip
 
 REFUSED = [
@@ -44,7 +45,7 @@ REFUSED = [
     ("{2}", "nothing to repeat"), ("(?s).*", "flag"), ("(?m)^a$", "flag"), ("(?x)a b", "flag"), ("(?u)a", "flag"),
     ("(?-i)a", "global flag"), (r"\ba\b", "word boundar"), (r"\x{41}", "hex"), (r"\e", "Java-only"),
     (r"\cA", "Java-only"), (r"\k<n>", "Java-only"), (r"\N{LATIN SMALL LETTER A}", "\\N"), (r"\U00000041", "Python-only"),
-    ("[]a]", "']' first"), ("[^]a]", "']' first"), ("a$b", "'$'"), ("(a)\\12", "more than one digit"),
+    ("[]a]", "']' first"), ("[^]a]", "']' first"), ("(a)\\12", "more than one digit"),
     ("\\", "lone"), (r"\y", "unknown escape"), ("[abc", "unterminated"), ("*a", "nothing to repeat"),
     (r"\G", "Java-only"), (r"\X", "Java-only"), (r"[\b]", "word boundar"),
 ]  # fmt: skip
