@@ -100,4 +100,7 @@ def failover_readiness(states: Mapping[MirrorState, int], lags: Mapping[Any, int
             reasons.append(why + (f"; last error: {error}" if error else ""))
         elif error:  # failed since its last clean run, not stale yet: said at once
             reasons.append(f"last {kind.replace('_', ' ')} sync failed: {error}")
+    for kind, error in sorted(errors.items()):  # the kinds the rule does not time (topic metadata refresh)
+        if kind not in SYNC_REASONS:
+            reasons.append(f"last {kind.replace('_', ' ')} failed: {error}")
     return Readiness(not reasons, tuple(reasons))

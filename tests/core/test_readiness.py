@@ -72,3 +72,6 @@ def test_a_failed_sync_says_why_at_once_and_when_it_is_stale() -> None:
     assert stale == (False, (f"{SYNC_REASONS['consumer_group_offset']}; last error: {why}",))
     reports = [SyncReport("w2", NOW, 1, FRESH, {"acl": "PortError: down"}), SyncReport("w1", NOW, 0, FRESH, {"acl": "old"})]
     assert combined_sync_errors(reports, INTERVAL, NOW) == {"acl": "PortError: down"}  # w1 holds nothing MIRRORING
+    refresh = failover_readiness(counts(MIRRORING=1), {0: 0}, 5, FRESH, INTERVAL, NOW,
+                                 {"topic_metadata_refresh": "SourceUnavailable: A is down"})  # fmt: skip
+    assert refresh == (False, ("last topic metadata refresh failed: SourceUnavailable: A is down",))
