@@ -52,6 +52,7 @@ from coordinator.topic_filter import (
     is_legal_topic_name,
     join_patterns,
     literal_pattern,
+    pattern_list_problem,
     select_topics,
     split_patterns,
 )
@@ -353,6 +354,15 @@ def _topic_op(
     return AdminResult(tuple(records), AdminResponse(topics=tuple(results)))
 
 
+def _pattern_refusal(*fields: tuple[str, Sequence[str]]) -> AdminResult | None:
+    """INVALID_REQUEST naming the request field of the first pattern that cannot be used."""
+    for field, patterns in fields:
+        problem = pattern_list_problem(patterns)
+        if problem is not None:
+            return _refuse(ErrorCode.INVALID_REQUEST, f"{problem} (in {field})")
+    return None
+
+
 def _pattern_records(image: MetadataImage, mirror: str, writer: _Writer,
                      add_include: Sequence[str], add_exclude: Sequence[str]) -> list[ApiMessageAndVersion]:
     """Config records that merge patterns into the mirror's include/exclude lists (prototype)."""
@@ -441,6 +451,9 @@ def start_mirror_topics(
         return refused
     if not topics and not include_patterns:
         return _refuse(ErrorCode.INVALID_REQUEST, "no topics or include patterns to start")
+    bad = _pattern_refusal(("IncludePatterns", include_patterns), ("ExcludePatterns", exclude_patterns))
+    if bad is not None:
+        return bad
     names = [r for r in topics if isinstance(r, str)]
     members, by_name = image.mirrors.topics, image.topics.by_name
 
@@ -502,6 +515,9 @@ def stop_mirror_topics(
         return refused
     if not topics and not patterns:
         return _refuse(ErrorCode.INVALID_REQUEST, "no topics or patterns to stop")
+    bad = _pattern_refusal(("Patterns", patterns))
+    if bad is not None:
+        return bad
     try:
         f = compile_patterns(tuple(patterns))
     except InvalidPattern as e:

@@ -124,3 +124,5 @@ def test_a_start_or_stop_pattern_is_refused_by_the_same_rule() -> None:
               stop_mirror_topics(img, "a-to-b", patterns=["ord[a&&b]"])):  # fmt: skip
         code, message = r.response.first_error()
         assert r.records == () and code == E.INVALID_REQUEST and "invalid pattern" in message, message
+    r = start_mirror_topics(img, "a-to-b", include_patterns=["orders"], exclude_patterns=["x++"])
+    assert "(in ExcludePatterns)" in (r.response.error_message or "")  # the request field it came in
