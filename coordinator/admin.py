@@ -52,6 +52,7 @@ from coordinator.topic_filter import (
     is_legal_topic_name,
     join_patterns,
     literal_pattern,
+    pattern_list_problem,
     select_topics,
     split_patterns,
 )
@@ -353,6 +354,15 @@ def _topic_op(
     return AdminResult(tuple(records), AdminResponse(topics=tuple(results)))
 
 
+def _pattern_refusal(*fields: tuple[str, Sequence[str]]) -> AdminResult | None:
+    """INVALID_REQUEST naming the request field of the first pattern that cannot be used."""
+    for field, patterns in fields:
+        problem = pattern_list_problem(patterns)
+        if problem is not None:
+            return _refuse(ErrorCode.INVALID_REQUEST, f"{problem} (in {field})")
+    return None
+
+
 def _pattern_records(image: MetadataImage, mirror: str, writer: _Writer,
                      add_include: Sequence[str], add_exclude: Sequence[str]) -> list[ApiMessageAndVersion]:
     """Config records that merge patterns into the mirror's include/exclude lists (prototype)."""
@@ -441,6 +451,9 @@ def start_mirror_topics(
         return refused
     if not topics and not include_patterns:
         return _refuse(ErrorCode.INVALID_REQUEST, "no topics or include patterns to start")
+    bad = _pattern_refusal(("IncludePatterns", include_patterns), ("ExcludePatterns", exclude_patterns))
+    if bad is not None:
+        return bad
     names = [r for r in topics if isinstance(r, str)]
     members, by_name = image.mirrors.topics, image.topics.by_name
 
@@ -502,6 +515,9 @@ def stop_mirror_topics(
         return refused
     if not topics and not patterns:
         return _refuse(ErrorCode.INVALID_REQUEST, "no topics or patterns to stop")
+    bad = _pattern_refusal(("Patterns", patterns))
+    if bad is not None:
+        return bad
     try:
         f = compile_patterns(tuple(patterns))
     except InvalidPattern as e:
@@ -651,8 +667,12 @@ def _members_by_mirror(image: MetadataImage) -> dict[str, list[MirrorTopic]]:
 
 def list_cluster_mirrors(
     image: MetadataImage, include_topic_names: bool = False, *, principal: Principal | None = None,
+    source_cluster_ids: Mapping[str, str] | None = None,
 ) -> tuple[ListedMirror, ...]:
-    """Every mirror the principal may describe (the others are left out, as Kafka lists)."""
+    """Every mirror the principal may describe (the others are left out, as Kafka lists). The
+    source cluster ID is the mirror's ``mirror.source.cluster.id``, else what its source last
+    answered (``source_cluster_ids``, by mirror), else empty."""
+    answered = source_cluster_ids or {}
     members = _members_by_mirror(image)
     out = []
     for name in sorted(image.mirrors.mirrors):
@@ -661,8 +681,8 @@ def list_cluster_mirrors(
         mirror = image.mirrors.mirrors[name]
         ms = members.get(name, [])
         topic_names = tuple(sorted(image.topics.by_id[m.topic_id].name for m in ms)) if include_topic_names else ()
-        out.append(ListedMirror(name, mirror.source_bootstrap, mirror.configs.get(SOURCE_CLUSTER_ID_CONFIG, ""),
-                                len(ms), topic_names))
+        cluster_id = mirror.configs.get(SOURCE_CLUSTER_ID_CONFIG) or answered.get(name, "")
+        out.append(ListedMirror(name, mirror.source_bootstrap, cluster_id, len(ms), topic_names))
     return tuple(out)
 
 
@@ -670,10 +690,12 @@ def describe_cluster_mirrors(
     image: MetadataImage, mirror_names: Sequence[str] = (), *, states: StateView | None = None,
     principal: Principal | None = None, tally: StateTally | None = None,
 ) -> tuple[DescribedMirror, ...]:
-    """Mirrors (all when ``mirror_names`` is empty) with redacted configs, their topics' desired
-    states and, given ``states``, each partition's state; given ``tally`` instead, each topic's
-    counts per state and no partitions (a progress poll's cost then follows the topics)."""
-    names = list(mirror_names) or sorted(image.mirrors.mirrors)
+    """Mirrors (all the principal may describe when ``mirror_names`` is empty, as a listing) with
+    redacted configs, their topics' desired states and, given ``states``, each partition's state;
+    given ``tally`` instead, each topic's counts per state and no partitions (a progress poll's
+    cost then follows the topics). A mirror named and denied answers its authorization error."""
+    names = list(mirror_names) or [n for n in sorted(image.mirrors.mirrors)
+                                   if _denied(image, principal, AclOperation.DESCRIBE, n) is None]  # fmt: skip
     members = _members_by_mirror(image)
     out = []
     for name in names:

@@ -32,6 +32,7 @@ class SyncReport(NamedTuple):
     at_ms: int  # the worker's clock when it said so
     partitions: int  # MIRRORING partitions of the mirror that worker syncs
     success_ms: Mapping[str, int]  # when each sync kind last ran clean there (-1: never)
+    errors: Mapping[str, str] = {}  # why each sync kind's last run failed there, if it did
 
 
 def combined_sync_times(reports: Iterable[SyncReport], interval_ms: int, now_ms: int) -> dict[str, int]:
@@ -45,6 +46,16 @@ def combined_sync_times(reports: Iterable[SyncReport], interval_ms: int, now_ms:
     return {kind: min(r.success_ms.get(kind, -1) for r in live) for kind in SYNC_REASONS}
 
 
+def combined_sync_errors(reports: Iterable[SyncReport], interval_ms: int, now_ms: int) -> dict[str, str]:
+    """Why each sync kind last failed, per live worker (as ``combined_sync_times`` picks them)."""
+    out: dict[str, str] = {}
+    for r in sorted(reports, key=lambda r: r.worker):
+        if r.partitions > 0 and r.at_ms >= now_ms - 2 * interval_ms:
+            for kind, why in sorted(r.errors.items()):
+                out.setdefault(kind, why)
+    return out
+
+
 class Readiness(NamedTuple):
     """``ready`` is None when nothing known stands in the way but the syncs were not known."""
 
@@ -53,10 +64,12 @@ class Readiness(NamedTuple):
 
 
 def failover_readiness(states: Mapping[MirrorState, int], lags: Mapping[Any, int], max_lag: int,
-                       sync_success_ms: Mapping[str, int] | None, interval_ms: int, now_ms: int) -> Readiness:  # fmt: skip
+                       sync_success_ms: Mapping[str, int] | None, interval_ms: int, now_ms: int,
+                       sync_errors: Mapping[str, str] | None = None) -> Readiness:  # fmt: skip
     """``states``: partitions per state; ``lags``: source HW - destination LEO of each MIRRORING
     partition whose lag is known; ``sync_success_ms``: when each sync kind last ran clean (-1:
-    never), or None when the caller cannot know."""
+    never), or None when the caller cannot know; ``sync_errors``: why a kind's last sync failed."""
+    errors = sync_errors or {}
     reasons = []
     total = sum(states.values())
     if total == 0:
@@ -82,6 +95,12 @@ def failover_readiness(states: Mapping[MirrorState, int], lags: Mapping[Any, int
         return Readiness(False, (*reasons, NO_SYNC_REPORT))
     recent = now_ms - 2 * interval_ms
     for kind, why in SYNC_REASONS.items():
+        error = errors.get(kind)
         if sync_success_ms.get(kind, -1) < 0 or sync_success_ms[kind] < recent:
-            reasons.append(why)
+            reasons.append(why + (f"; last error: {error}" if error else ""))
+        elif error:  # failed since its last clean run, not stale yet: said at once
+            reasons.append(f"last {kind.replace('_', ' ')} sync failed: {error}")
+    for kind, error in sorted(errors.items()):  # the kinds the rule does not time (topic metadata refresh)
+        if kind not in SYNC_REASONS:
+            reasons.append(f"last {kind.replace('_', ' ')} failed: {error}")
     return Readiness(not reasons, tuple(reasons))

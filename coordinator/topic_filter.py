@@ -1,8 +1,8 @@
 """Which topics a start (or a mirror's discovery) selects.
 
 A mirror keeps its patterns in its configs, as the KIP-1279 prototype does:
-``mirror.topics.include`` and ``mirror.topics.exclude``, comma-separated regexes matched against
-the whole topic name. Include literals and include regexes are merged into one list (a literal
+``mirror.topics.include`` and ``mirror.topics.exclude``, comma-separated Java regexes matched
+against the whole topic name (``coordinator.java_regex``: the same meaning, or refused). Include literals and include regexes are merged into one list (a literal
 is written as a regex matching only itself); exclude wins over include.
 
 Rules:
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from coordinator.image import MetadataImage
+from coordinator.java_regex import JavaPatternError, JavaPatterns, compile_java_list
 
 INCLUDE_CONFIG = "mirror.topics.include"
 EXCLUDE_CONFIG = "mirror.topics.exclude"
@@ -32,8 +33,19 @@ _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 class InvalidPattern(ValueError):
     def __init__(self, pattern: str, reason: str) -> None:
-        super().__init__(f"invalid topic pattern {pattern!r}: {reason}")
+        super().__init__(f"invalid pattern '{pattern}': {reason}")
         self.pattern = pattern
+        self.reason = reason
+
+
+def pattern_list_problem(patterns: Iterable[str]) -> str | None:
+    """Why a list of patterns kept in a comma-separated config cannot be used, or None: the one
+    rule of every edge (flags, create, alter, a stored config read back)."""
+    try:
+        compile_patterns(tuple(p.strip() for p in patterns if p.strip()))
+    except InvalidPattern as e:
+        return str(e)
+    return None
 
 
 def is_internal(topic: str) -> bool:
@@ -61,18 +73,15 @@ def join_patterns(patterns: Iterable[str]) -> str:
 
 
 @lru_cache(maxsize=256)
-def compile_patterns(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
-    """One alternation of all patterns (None if there are none); raises InvalidPattern."""
-    if not patterns:
-        return None
+def compile_patterns(patterns: tuple[str, ...]) -> JavaPatterns | None:
+    """All patterns as one matcher (None if there are none); raises InvalidPattern."""
     for p in patterns:
         if "," in p:
             raise InvalidPattern(p, "a pattern cannot contain ',' (configs keep patterns comma-separated)")
-        try:
-            re.compile(p)
-        except re.error as e:
-            raise InvalidPattern(p, str(e)) from None
-    return re.compile("(?:" + ")|(?:".join(patterns) + ")", re.DOTALL)
+    try:
+        return compile_java_list(patterns)
+    except JavaPatternError as e:
+        raise InvalidPattern(e.pattern, e.reason) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +105,7 @@ class TopicFilter:
         if exc is not None and exc.fullmatch(topic):
             return False
         inc = compile_patterns(self.include)
-        return inc is not None and inc.fullmatch(topic) is not None
+        return inc is not None and inc.fullmatch(topic)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,10 +160,12 @@ def discover_topics(image: MetadataImage, mirror_name: str, candidates: Iterable
     if mirror is None:
         return ()
     f = TopicFilter.from_config(mirror.configs)
-    try:
-        f.validate()
-    except InvalidPattern:
-        return ()  # refused at write time; a bad stored pattern must not stop the worker
+    # A stored pattern that cannot be used (refused at write time since; --describe shows it):
+    # an include is left out; an exclude stops discovery, as what it would keep out is unknown
+    # and a started topic turns the destination's topic read-only.
+    if any(pattern_list_problem((p,)) for p in f.exclude):
+        return ()
+    f = TopicFilter(tuple(p for p in f.include if pattern_list_problem((p,)) is None), f.exclude)
     members = image.mirrors.topics
     by_name = image.topics.by_name
     out = []

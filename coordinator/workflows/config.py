@@ -11,7 +11,8 @@ from collections.abc import Mapping
 import msgspec
 
 from records.redact import REDACTED, is_sensitive
-from coordinator.topic_filter import EXCLUDE_CONFIG, INCLUDE_CONFIG, InvalidPattern, compile_patterns, split_patterns
+from coordinator.topic_filter import EXCLUDE_CONFIG, INCLUDE_CONFIG, pattern_list_problem, split_patterns
+from coordinator.workflows.sync_acls import AclRule
 
 # The prototype's MIRROR_TOPIC_PROPERTIES_EXCLUDE_DEFAULT (ClusterMirrorConfig, aiven/inkless
 # inkless-linking): these describe the local cluster, not the data, so they are never copied.
@@ -70,24 +71,31 @@ class MirrorConfig(msgspec.Struct, frozen=True, kw_only=True):
     groups_exclude: tuple[str, ...] = ()
     acls_include: tuple[str, ...] = ("*",)
 
+    # Stored keys this config could not use, with why (read back from an older version's
+    # metadata, say): the value of each was left at its default, or its unusable patterns or ACL
+    # rules left out, so only what the key touches is affected. ``--describe`` and the metrics show them.
+    problems: tuple[tuple[str, str], ...] = ()
+
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> MirrorConfig:
-        """Build from ``key=value`` properties (``mirror.`` prefix optional); unknown keys are ignored."""
-        defaults = cls()
+        """Build from ``key=value`` properties (``mirror.`` prefix optional); unknown keys are
+        ignored, values that cannot be used are left out and listed in ``problems``."""
         values: dict[str, object] = {}
+        problems: list[tuple[str, str]] = []
         for raw_key, raw in props.items():
-            key = raw_key.removeprefix("mirror.")
-            name = _ALIASES.get(key, key.replace(".", "_"))
-            if name not in cls.__struct_fields__:
+            name = _field(raw_key)
+            if name is None or raw is None:
                 continue
-            default = getattr(defaults, name)
-            if isinstance(default, bool):
-                values[name] = raw.strip().lower() == "true"
-            elif isinstance(default, int):
-                values[name] = int(raw)
-            else:
-                values[name] = tuple(p.strip() for p in raw.split(",") if p.strip())
-        return cls(**values)  # type: ignore[arg-type]
+            value, reason = _read(raw_key, name, raw)
+            if reason is not None:
+                problems.append((raw_key, _invalid(raw_key, raw, reason)))
+            if value is not None:
+                values[name] = value
+        return cls(**values, problems=tuple(sorted(problems)))  # type: ignore[arg-type]
+
+    def problems_of(self, kind: str) -> list[str]:
+        """Why the sync ``kind`` (``streams.runner.syncer.SYNC_KINDS``) runs with settings left out."""
+        return [why for key, why in self.problems if kind in SYNC_KINDS_OF.get(_field(key) or "", ())]
 
 
 # Prototype spellings that do not map by replacing dots.
@@ -99,6 +107,15 @@ _ALIASES = {
     "replica.fetch.wait.max.ms": "fetch_max_wait_ms",
 }
 
+
+_DEFAULTS = MirrorConfig()
+# Settings that are lists of Java regexes, and the syncs each one steers.
+PATTERN_FIELDS = frozenset({"groups_include", "groups_exclude", "topic_properties_exclude"})
+_GROUP_KINDS = ("consumer_group_offset", "share_group_offset")
+SYNC_KINDS_OF: dict[str, tuple[str, ...]] = {
+    "groups_include": _GROUP_KINDS, "groups_exclude": _GROUP_KINDS,
+    "topic_properties_exclude": ("topic_config",), "acls_include": ("acl",),
+}
 
 # Keys a mirror keeps besides MirrorConfig's: its source connection (the prototype's client
 # settings) and the topic patterns of its starts.
@@ -116,14 +133,16 @@ def is_connection_config(key: str) -> bool:
 
 def _field(key: str) -> str | None:
     name = _ALIASES.get(key.removeprefix("mirror."), key.removeprefix("mirror.").replace(".", "_"))
-    return name if name in MirrorConfig.__struct_fields__ else None
+    return name if name in MirrorConfig.__struct_fields__ and name != "problems" else None
 
 
 def config_problems(changes: Mapping[str, str | None]) -> dict[str, str]:
     """Why each refused key of a change is refused (``None`` deletes the key); empty: all valid.
 
-    As Kafka's ConfigDef: an unknown name, or a value its type does not parse, is refused. The
-    value rules are MirrorConfig.from_properties's, so a mirror never holds a value it cannot use.
+    As Kafka's ConfigDef: an unknown name, or a value its type does not parse, is refused; so is
+    a pattern (Java regex, ``coordinator.java_regex``) or ACL rule that cannot be used. The value
+    rules are MirrorConfig.from_properties's, so a mirror never takes a value it cannot use, and
+    the same call on a stored config says what an older version let in.
     """
     problems: dict[str, str] = {}
     for key, value in changes.items():
@@ -135,11 +154,16 @@ def config_problems(changes: Mapping[str, str | None]) -> dict[str, str]:
             if key == BOOTSTRAP_CONFIG:
                 problems[key] = f"{BOOTSTRAP_CONFIG} cannot be deleted: a cluster mirror needs its source"
             continue
-        shown = REDACTED if is_sensitive(key) else value
         reason = _value_problem(key, field, value)
         if reason:
-            problems[key] = f"Invalid value {shown} for configuration {key}: {reason}"
+            problems[key] = _invalid(key, value, reason)
     return problems
+
+
+def stored_config_problems(configs: Mapping[str, str | None]) -> dict[str, str]:
+    """What a mirror's stored configs hold that it cannot use (an older version let it in):
+    ``config_problems`` of the stored values, shown by ``--describe`` and the worker's metrics."""
+    return config_problems({k: v for k, v in configs.items() if v is not None})
 
 
 def _value_problem(key: str, field: str | None, value: str) -> str | None:
@@ -150,20 +174,44 @@ def _value_problem(key: str, field: str | None, value: str) -> str | None:
     if key == "sasl.mechanism":
         return None if value.strip().upper() in SASL_MECHANISMS else f"must be one of {sorted(SASL_MECHANISMS)}"
     if key in (INCLUDE_CONFIG, EXCLUDE_CONFIG):
-        try:
-            compile_patterns(tuple(split_patterns(value)))
-        except InvalidPattern as e:
-            return str(e)
-        return None
-    if field is None:
-        return None
-    default = getattr(MirrorConfig(), field)
+        return pattern_list_problem(split_patterns(value))
+    return None if field is None else _read(key, field, value)[1]
+
+
+def _invalid(key: str, value: str, reason: str) -> str:
+    shown = REDACTED if is_sensitive(key) else value
+    return f"Invalid value {shown} for configuration {key}: {reason}"
+
+
+def _read(key: str, field: str, raw: str) -> tuple[object | None, str | None]:
+    """(the value MirrorConfig takes for ``raw``, None for its default; why ``raw`` cannot be
+    used, or None): the one rule of a value, at write time and when read back."""
+    default = getattr(_DEFAULTS, field)
     if isinstance(default, bool):
-        return None if value.strip().lower() in ("true", "false") else "Expected value to be either true or false"
+        v = raw.strip().lower()
+        return (v == "true", None) if v in ("true", "false") else (None, "Expected value to be either true or false")
     if isinstance(default, int):
         try:
-            MirrorConfig.from_properties({key: value})
+            n = int(raw)
         except ValueError:
-            return "Not a number of type INT"
-        return None if int(value) >= 0 else "Value must be at least 0"
+            return None, "Not a number of type INT"
+        return (n, None) if n >= 0 else (None, "Value must be at least 0")
+    items = tuple(p.strip() for p in raw.split(",") if p.strip())
+    if field == "acls_include":
+        check = _acl_rule_problem
+    elif field in PATTERN_FIELDS:
+        def check(p: str) -> str | None:
+            return pattern_list_problem((p,))
+    else:
+        return items, None
+    reasons = {p: why for p in items if (why := check(p)) is not None}
+    usable = tuple(p for p in items if p not in reasons)
+    return usable, ("; ".join(reasons.values()) if reasons else None)
+
+
+def _acl_rule_problem(rule: str) -> str | None:
+    try:
+        AclRule.parse(rule)
+    except ValueError as e:
+        return str(e)
     return None

@@ -2,7 +2,7 @@
 
 Rules use the prototype's format ``resourceType;resourceName;operation;permissionType;principal``
 (``*`` for any field, trailing fields may be omitted; resourceName and principal are whole-name
-regular expressions). ``*`` alone, the default, selects every ACL.
+Java regular expressions, ``coordinator.java_regex``). ``*`` alone, the default, selects every ACL.
 
 - Source ACLs within scope that the destination lacks are created.
 - Destination ACLs within scope that the source lacks are deleted, except CLUSTER_MIRROR ACLs:
@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
+from coordinator.java_regex import JavaPatternError, compile_java
 from coordinator.ports import AclBinding
 from coordinator.workflows.commands import Command, CreateAcls, DeleteAcls
 
@@ -41,6 +42,7 @@ class AclRule(msgspec.Struct, frozen=True):
 
     @classmethod
     def parse(cls, rule: str) -> AclRule:
+        """Raises ValueError, with the reason, for a rule that cannot be used."""
         parts = [p.strip() for p in rule.split(";")]
         if len(parts) > 5:
             raise ValueError(f"ACL rule {rule!r} has more than 5 fields")
@@ -50,7 +52,12 @@ class AclRule(msgspec.Struct, frozen=True):
             return None if v in ("*", "") else v.upper()
 
         def pattern(v: str) -> re.Pattern[str] | None:
-            return None if v in ("*", "") else re.compile(v)
+            if v in ("*", ""):
+                return None
+            try:
+                return compile_java(v)
+            except JavaPatternError as e:
+                raise ValueError(f"ACL rule '{rule}': invalid pattern '{v}': {e.reason}") from None
 
         return cls(field(parts[0]), pattern(parts[1]), field(parts[2]), field(parts[3]), pattern(parts[4]))
 

@@ -3,7 +3,8 @@
 Excluded names describe the local cluster rather than the data (replication throttles,
 ``min.insync.replicas``, ``unclean.leader.election.enable``, timestamp checks; the prototype's
 list), so they are neither copied nor deleted: a destination's own value for them survives.
-Names are matched as whole-name regular expressions, as the prototype compiles its list.
+Names are matched as whole-name Java regular expressions, as the prototype compiles its list
+(``coordinator.java_regex``; ``MirrorConfig`` has left out any it cannot use).
 A destination config absent from the source (and not excluded) is deleted, so the mirror topic
 carries the source's settings and nothing else. A source that enables unclean leader election
 gets a warning at every sync (it can lose data the mirror already copied; threads, PP review).
@@ -11,23 +12,22 @@ gets a warning at every sync (it can lose data the mirror already copied; thread
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterable, Mapping
 
 import msgspec
 
+from coordinator.java_regex import JavaPatterns, compile_java_list
 from coordinator.workflows.commands import AlterConfigs
 from coordinator.workflows.config import ALWAYS_EXCLUDED_PROPERTIES
 
 
-def exclude_pattern(exclude: Iterable[str]) -> re.Pattern[str] | None:
-    names = [p.strip() for p in (*exclude, *ALWAYS_EXCLUDED_PROPERTIES) if p.strip()]
-    return re.compile("^(" + "|".join(names) + ")$") if names else None
+def exclude_pattern(exclude: Iterable[str]) -> JavaPatterns | None:
+    return compile_java_list((*exclude, *ALWAYS_EXCLUDED_PROPERTIES))
 
 
-def is_excluded(name: str, pattern: re.Pattern[str] | None) -> bool:
-    return pattern is not None and pattern.fullmatch(name) is not None
+def is_excluded(name: str, pattern: JavaPatterns | None) -> bool:
+    return pattern is not None and pattern.fullmatch(name)
 
 
 def filter_configs(configs: Mapping[str, str], exclude: Iterable[str]) -> dict[str, str]:

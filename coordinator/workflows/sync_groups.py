@@ -1,7 +1,7 @@
 """Group offset sync for consumer and share groups (periodic; thread VK12).
 
-- Groups are chosen by ``groups.include`` / ``groups.exclude`` (whole-name regular expressions,
-  comma-separated, as the prototype compiles them).
+- Groups are chosen by ``groups.include`` / ``groups.exclude`` (whole-name Java regular
+  expressions, comma-separated, as the prototype compiles them; ``coordinator.java_regex``).
 - A group with active members on the destination is skipped: its members own their progress.
 - Only partitions whose mirror partition is MIRRORING or EPOCH_FENCING are synced: a paused,
   stopped or failed partition keeps whatever the destination has (after a failover the
@@ -23,11 +23,11 @@ Two phases keep this pure: ``plan_group_sync`` clamps and lists the epoch look-u
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 
+from coordinator.java_regex import JavaPatterns, compile_java_list
 from coordinator.ports import GroupDescription, GroupOffset, GroupType, TopicPartition
 from coordinator.states import MirrorState
 from coordinator.workflows.commands import CommitGroupOffsets
@@ -35,15 +35,15 @@ from coordinator.workflows.commands import CommitGroupOffsets
 SYNCED_STATES = frozenset({MirrorState.MIRRORING, MirrorState.EPOCH_FENCING})
 
 
-def name_pattern(patterns: Iterable[str]) -> re.Pattern[str] | None:
-    names = [p.strip() for p in patterns if p.strip()]
-    return re.compile("^(" + "|".join(names) + ")$") if names else None
+def name_pattern(patterns: Iterable[str]) -> JavaPatterns | None:
+    """Raises JavaPatternError for a pattern that cannot be used (``MirrorConfig`` leaves those out)."""
+    return compile_java_list(patterns)
 
 
-def group_selected(group_id: str, include: re.Pattern[str] | None, exclude: re.Pattern[str] | None) -> bool:
-    if include is None or include.fullmatch(group_id) is None:
+def group_selected(group_id: str, include: JavaPatterns | None, exclude: JavaPatterns | None) -> bool:
+    if include is None or not include.fullmatch(group_id):
         return False
-    return exclude is None or exclude.fullmatch(group_id) is None
+    return exclude is None or not exclude.fullmatch(group_id)
 
 
 class DestPartition(msgspec.Struct, frozen=True, gc=False):

@@ -27,7 +27,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 import ssl
 import sys
 import time
@@ -36,8 +35,10 @@ from typing import Any, TextIO
 
 from records.redact import redact_config
 from coordinator.states import ErrorCode, MirrorState
+from coordinator.topic_filter import compile_patterns, pattern_list_problem
 from streams import tls
 from streams import config as worker_config
+from streams.admin.describe_output import describe_rows, print_failed, print_partitions, print_readiness, truncate_left
 from streams.admin.client import (
     AdminError,
     ClusterMirrorAdmin,
@@ -47,10 +48,36 @@ from streams.admin.client import (
 )
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+# Refusals of what the user typed: exit 2, as a usage error, and not 1 (a state or a permission).
+BAD_INPUT = frozenset({ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_CONFIG})
 
 
 class UsageError(Exception):
     pass
+
+
+class BadFlag(Exception):
+    """A flag's value refused before anything is sent: INVALID_REQUEST, as the controller would."""
+
+    def __init__(self, flag: str, problem: str) -> None:
+        super().__init__(f"{problem} (in {flag})")
+
+
+def _exit_for(code: int) -> int:
+    return EXIT_USAGE if code in BAD_INPUT else EXIT_ERROR
+
+
+def _check_patterns(args: argparse.Namespace) -> None:
+    """--topics (when it is no list of names) and --exclude: the Java regex rule of the configs
+    they end up in (``coordinator.topic_filter``), before connecting."""
+    if args.topics is not None and not looks_like_topic_list(args.topics.strip()):
+        problem = pattern_list_problem((args.topics.strip(),))
+        if problem is not None:
+            raise BadFlag("--topics", problem)
+    for value in args.exclude:
+        problem = pattern_list_problem((value.strip(),))
+        if problem is not None:
+            raise BadFlag("--exclude", problem)
 
 
 def _code_name(code: int) -> str:
@@ -142,14 +169,14 @@ async def _alter(admin: ClusterMirrorAdmin, args: argparse.Namespace, out: TextI
     secrets = secret_values(sets)
     if r.error_code:
         out.write(f"Error: {_code_name(r.error_code)}: {scrub(r.error_message, secrets)}\n")
-        return EXIT_ERROR
+        return _exit_for(r.error_code)
     refused = [c for c in r.configs if c.error_code]
     if refused:
         # As kafka-configs: nothing was changed; every refused key and why.
         for c in refused:
             out.write(f"Error: {_code_name(c.error_code)}: {scrub(c.error_message, secrets)}\n")
         out.write(f"No config of cluster-mirror {args.mirror} was changed\n")
-        return EXIT_ERROR
+        return EXIT_USAGE if all(c.error_code in BAD_INPUT for c in refused) else EXIT_ERROR
     out.write(f"Completed updating config for cluster-mirror {args.mirror}.\n")
     return EXIT_OK
 
@@ -182,9 +209,11 @@ async def _topic_selection(admin: ClusterMirrorAdmin, args: argparse.Namespace) 
         return [t.strip() for t in value.split(",")], []
     if args.start or (args.stop and not args.exclude):
         return [], [value]  # the controller matches the pattern (and records it in the mirror's config)
-    regex, excludes = re.compile(value), [re.compile(e) for e in args.exclude]
+    # Checked by _check_patterns: Java's meaning, as the controller matches a start's patterns.
+    regex, excludes = compile_patterns((value,)), compile_patterns(tuple(e.strip() for e in args.exclude))
     members = await admin.mirror_topics(args.mirror)
-    return [t for t in members if regex.fullmatch(t) and not any(e.fullmatch(t) for e in excludes)], []
+    return [t for t in members if regex is not None and regex.fullmatch(t)
+            and not (excludes is not None and excludes.fullmatch(t))], []  # fmt: skip
 
 
 def _print_topic_results(out: TextIO, verb: str, mirror: str, response: Any, as_json: bool = False) -> int:
@@ -200,11 +229,13 @@ def _print_topic_results(out: TextIO, verb: str, mirror: str, response: Any, as_
         ]
         doc["skipped"] = [{"topic": n, "reason": why} for n, why in skipped]
         out.write(json.dumps(doc, indent=1) + "\n")
-        return EXIT_ERROR if response.error_code or any(t.error_code for t in response.topics) else EXIT_OK
+        if response.error_code:
+            return _exit_for(response.error_code)
+        return EXIT_ERROR if any(t.error_code for t in response.topics) else EXIT_OK
     failed = 0
     if response.error_code:
         out.write(f"Error: {_code_name(response.error_code)}: {response.error_message}\n")
-        return EXIT_ERROR
+        return _exit_for(response.error_code)
     for t in sorted(response.topics, key=lambda t: t.name):
         if t.error_code:
             failed += 1
@@ -257,76 +288,6 @@ async def wait_for_states(admin: ClusterMirrorAdmin, mirror: str, topics: set[st
         await asyncio.sleep(min(max(interval, min(2 * took, 1.0)), max(0.0, deadline - time.monotonic())))
 
 
-# The prototype's default when the retry limit is not known (ClusterMirrorCommand.getMaxRetryAttempts).
-_DEFAULT_RETRY_MAX = 10
-
-
-def _describe_rows(response: Any, failed_only: bool, metadata_offset: int) -> tuple[list[dict[str, Any]], list[Any]]:
-    """The prototype's PartitionInfo rows, sorted as it sorts them (mirror, topic, partition), its
-    keys first and then ours; and the mirrors that answered with an error."""
-    rows, refused = [], []
-    for m in response.mirrors:
-        if m.error_code:
-            refused.append(m)
-            continue
-        readiness = {"ready": None if m.failover_ready < 0 else bool(m.failover_ready), "reasons": list(m.not_ready_reasons)}
-        for t in m.topics:
-            for p in t.partitions:
-                if failed_only and p.state_value != MirrorState.FAILED.name:
-                    continue
-                rows.append({
-                    "mirror": m.mirror_name, "topic": t.topic_name, "partition": p.partition_index,
-                    "sourceOffset": p.source_offset, "destinationOffset": p.destination_offset, "lag": p.lag,
-                    "state": p.state_value, "retryAttempt": p.retry_attempt, "errorMessage": p.error_message,
-                    # ours, after the prototype's:
-                    "offsetsAgeMs": p.offsets_age_ms, "retryMaxAttempts": m.failed_retry_max_attempts,
-                    "metadataOffset": metadata_offset, "failoverReadiness": readiness,
-                })  # fmt: skip
-    rows.sort(key=lambda r: (r["mirror"], r["topic"], r["partition"]))
-    return rows, refused
-
-
-def _truncate_left(text: str, width: int) -> str:
-    """The prototype's truncateLeft: keeps the rightmost characters behind '...'."""
-    return text if len(text) <= width else "..." + text[len(text) - (width - 3):]
-
-
-def _offset(value: int) -> str:
-    return "-" if value == -1 else str(value)
-
-
-def _print_partitions(out: TextIO, rows: list[dict[str, Any]]) -> None:
-    """The prototype's printPartitions, then our columns: how old the offsets are, and the error."""
-    line = "%-30s %-40s %-10s %-15s %-18s %-10s %-12s %-14s %s"
-    out.write((line % ("MIRROR", "TOPIC", "PARTITION", "SOURCE-OFFSET", "DESTINATION-OFFSET", "LAG", "STATE",
-                       "OFFSETS-AGE-MS", "ERROR")).rstrip() + "\n")  # fmt: skip
-    for r in rows:
-        out.write((line % (_truncate_left(r["mirror"], 30), _truncate_left(r["topic"], 40), r["partition"],
-                           _offset(r["sourceOffset"]), _offset(r["destinationOffset"]), _offset(r["lag"]), r["state"],
-                           _offset(r["offsetsAgeMs"]), r["errorMessage"] or "")).rstrip() + "\n")  # fmt: skip
-
-
-def _print_failed(out: TextIO, rows: list[dict[str, Any]]) -> None:
-    """The prototype's printFailedPartitions (errors cut at 80 characters)."""
-    out.write("%-30s %-40s %-10s %-7s %s\n" % ("MIRROR", "TOPIC", "PARTITION", "RETRY", "ERROR"))
-    for r in rows:
-        error = r["errorMessage"] or ""
-        if len(error) > 80:
-            error = error[:77] + "..."
-        limit = r["retryMaxAttempts"] if r["retryMaxAttempts"] >= 0 else _DEFAULT_RETRY_MAX
-        retry = "NonRetryable" if r["retryAttempt"] == -1 else f"{r['retryAttempt']}/{limit}"
-        out.write("%-30s %-40s %-10d %-7s %s\n" % (_truncate_left(r["mirror"], 30), _truncate_left(r["topic"], 40),
-                                                   r["partition"], retry, error))  # fmt: skip
-
-
-def _print_readiness(out: TextIO, mirrors: list[Any]) -> None:
-    """Ours, after the prototype's table: a line per mirror, ready for a failover or why not."""
-    out.write("\n%-30s %-14s %s\n" % ("MIRROR", "FAILOVER-READY", "REASONS"))
-    for m in sorted(mirrors, key=lambda m: m.mirror_name):
-        ready = {1: "yes", 0: "no"}.get(m.failover_ready, "unknown")
-        out.write(("%-30s %-14s %s" % (_truncate_left(m.mirror_name, 30), ready, "; ".join(m.not_ready_reasons))).rstrip() + "\n")
-
-
 async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not args.bootstrap_server:
         raise UsageError("--bootstrap-server (or env KIP1279_CONTROLLER) is required")
@@ -344,6 +305,9 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         parse_add_config(args.add_config or "")  # a malformed pair is a usage error, before connecting
     if args.max_age is not None and (not args.describe or args.max_age < 0):
         raise UsageError("--max-age takes MS >= 0 and is only supported for describing mirrors")
+    if args.exclude and not (args.start or args.stop or args.pause or args.resume):
+        raise UsageError("--exclude goes with --start, --stop, --pause or --resume")
+    _check_patterns(args)
     # File reads (and key loading) stay off the loop.
     principal, client_id, context = await asyncio.to_thread(_client_settings, args, err)
     async with ClusterMirrorAdmin(args.bootstrap_server, principal=principal, client_id=client_id,
@@ -355,7 +319,7 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             r: Any = reply.response
             if r.error_code:
                 out.write(f"Error: {_code_name(r.error_code)}: {scrub(r.error_message, secrets)}\n")
-                return EXIT_ERROR
+                return _exit_for(r.error_code)
             shown = ", ".join(f"{k}={v}" for k, v in sorted(redact_config(config).items()))
             out.write(f"Created cluster mirror {args.mirror} ({shown})\n")
             return EXIT_OK
@@ -375,9 +339,9 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             # The prototype's listClusterMirrors.
             out.write("%-30s %-10s %-26s %-50s\n" % ("MIRROR", "TOPICS", "SOURCE-CLUSTER-ID", "SOURCE-BOOTSTRAP-SERVER"))
             for m in sorted(r.mirrors, key=lambda m: m.mirror_name):
-                out.write("%-30s %-10d %-26s %-50s\n" % (_truncate_left(m.mirror_name, 30), m.topic_count,
+                out.write("%-30s %-10d %-26s %-50s\n" % (truncate_left(m.mirror_name, 30), m.topic_count,
                                                          m.source_cluster_id or "-",
-                                                         _truncate_left(m.source_bootstrap or "-", 50)))  # fmt: skip
+                                                         truncate_left(m.source_bootstrap or "-", 50)))  # fmt: skip
             return EXIT_OK
         if args.describe:
             reply = await admin.describe([args.mirror] if args.mirror else [], max_age_ms=args.max_age or 0)
@@ -385,7 +349,7 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             if r.error_code:
                 out.write(f"Error: {_code_name(r.error_code)}: {r.error_message}\n")
                 return EXIT_ERROR
-            rows, refused = _describe_rows(r, args.failed, reply.metadata_offset)
+            rows, refused = describe_rows(r, args.failed, reply.metadata_offset)
             for m in refused:  # the prototype's describe fails as a whole on these
                 out.write(f"Error: {_code_name(m.error_code)}: {m.error_message}\n")
             if refused:
@@ -396,13 +360,13 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 out.write("No mirror partitions found\n")
             elif args.failed:
                 if rows:
-                    _print_failed(out, rows)
+                    print_failed(out, rows)
                 else:
                     out.write("No failed partitions found\n")
             else:
                 if rows:
-                    _print_partitions(out, rows)
-                _print_readiness(out, list(r.mirrors))
+                    print_partitions(out, rows)
+                print_readiness(out, list(r.mirrors))
             return EXIT_OK
         if args.delete:
             svo = (await admin.describe([args.mirror])).metadata_offset if args.validate_states else -1
@@ -444,6 +408,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, stream=err)
     try:
         return asyncio.run(run(args, out, err))
+    except BadFlag as e:
+        out.write(f"Error: {ErrorCode.INVALID_REQUEST.name}: {e}\n")
+        return EXIT_USAGE
     except (UsageError, worker_config.ConfigError, ValueError) as e:
         err.write(f"error: {e}\n")
         return EXIT_USAGE

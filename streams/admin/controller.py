@@ -68,6 +68,8 @@ class AdminRequest(NamedTuple):
     syncs: Mapping[str, Sequence[SyncReport]] | None = None
     # A StateCountsOnly describe: the counts per state kept as the changelog is read (None: walk the states).
     tally: StateTally | None = None
+    # List only: the cluster ID each mirror's source last answered, by mirror.
+    source_cluster_ids: Mapping[str, str] | None = None
 
 
 Validator = Callable[[AdminRequest, MetadataImage, Mapping[StateKey, PartitionStatus]],
@@ -130,7 +132,8 @@ def coordinator_validator(schemas: SchemaSet | None = None, ready_max_lag: int =
                                                   configs=[ccls(name=c.name, value=c.value, is_sensitive=c.sensitive)
                                                            for c in configs])  # fmt: skip
         elif api == "ListClusterMirrors":
-            return (), list_response(s, admin.list_cluster_mirrors(image, b.include_topic_names, principal=who))
+            return (), list_response(s, admin.list_cluster_mirrors(image, b.include_topic_names, principal=who,
+                                                                   source_cluster_ids=req.source_cluster_ids))  # fmt: skip
         elif api == "DescribeClusterMirrors":
             counts_only = getattr(b, "state_counts_only", False)
             tally = req.tally if counts_only else None
@@ -185,6 +188,9 @@ class ClusterMirrorController:
         self.address: tuple[str, int] | None = None
         self._image: MetadataImage | None = None
         self._image_stale = True
+        # The cluster ID each mirror's source last answered (kept by whoever talks to the sources:
+        # the topic registration of ``streams.worker.main``); --list shows it.
+        self.source_cluster_ids: dict[str, str] = {}
         # Told of the records each request appended (``streams.worker.metrics`` times stop requests).
         self.on_command: Callable[[str, Sequence[ApiMessageAndVersion]], None] = lambda api, records: None
 
@@ -328,6 +334,8 @@ class ClusterMirrorController:
         api = API_NAMES[header.api_key]
         who = admin.Principal(authenticated or header.principal or ANONYMOUS, peer_host, self.super_users)
         req = AdminRequest(header, api, body, who)
+        if api == "ListClusterMirrors":
+            req = req._replace(source_cluster_ids=dict(self.source_cluster_ids))
         describe = api == "DescribeClusterMirrors"
         async with self._lock:
             # Only describe shows offsets; the commands validate against states alone.

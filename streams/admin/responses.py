@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 import msgspec
 from coordinator import admin
-from coordinator.readiness import SyncReport, combined_sync_times, failover_readiness
+from coordinator.readiness import SyncReport, combined_sync_errors, combined_sync_times, failover_readiness
 from coordinator.workflows.fetcher import lag as fetch_lag
 from coordinator.states import MirrorState
 from records.redact import redact_config
@@ -17,7 +17,7 @@ from streams.admin.client import (
     scrub,
 )
 from streams.state.changelog_view import PartitionStatus, StateKey
-from coordinator.workflows.config import MirrorConfig
+from coordinator.workflows.config import MirrorConfig, stored_config_problems
 
 
 def error_response(schemas: SchemaSet, api: str, code: int, message: str | None) -> msgspec.Struct:
@@ -117,7 +117,12 @@ def describe_response(s: SchemaSet, described: Sequence[admin.DescribedMirror],
             # The workers' rule, over the sync times the workers report (streams.state.sync_status).
             interval = sync_interval_ms(m.configs)
             times = None if syncs is None else combined_sync_times(syncs.get(m.name, ()), interval, now_ms)
-            ready = failover_readiness(counts, lags, ready_max_lag, times, interval, now_ms)
+            errors = None if syncs is None else combined_sync_errors(syncs.get(m.name, ()), interval, now_ms)
+            ready = failover_readiness(counts, lags, ready_max_lag, times, interval, now_ms, errors)
+            # Stored configs the mirror cannot use (an older version let them in): never silent.
+            unusable = [f"unusable config: {why}" for _, why in sorted(stored_config_problems(m.configs).items())]
+            if unusable:
+                ready = ready._replace(ready=False, reasons=(*unusable, *ready.reasons))
             extra = {"failover_ready": -1 if ready.ready is None else int(ready.ready),
                      "not_ready_reasons": list(ready.reasons),
                      "failed_retry_max_attempts": retry_max_attempts(m.configs)}  # fmt: skip

@@ -328,7 +328,7 @@ class MirrorRunner:
             self.ready.discard(topic_id)
         observed = drive_all({t: self.observers.topic(t, want) for t, want, _ in topics})
         if topics:
-            failed = any(isinstance(o, PortError) for o in observed.values())
+            failed = next((f"{type(o).__name__}: {o}" for o in observed.values() if isinstance(o, PortError)), None)
             self.stats.synced("topic_metadata_refresh", self.now_ms, failed)
         decided = []
         for topic_id, want, offset in topics:

@@ -58,12 +58,17 @@ class MirrorStats:
         self.fetch_errors = 0  # partitions whose fetch failed
         self.sync_errors = dict.fromkeys(SYNC_KINDS, 0)
         self.sync_success_ms = dict.fromkeys(SYNC_KINDS, -1)  # clock of the last sync that ran clean
+        self.sync_error_reasons: dict[str, str] = {}  # kind -> why its last sync failed, until one runs clean
 
-    def synced(self, kind: str, now_ms: int, error: bool) -> None:
+    def synced(self, kind: str, now_ms: int, error: bool | str | None) -> None:
+        """One sync of ``kind`` ended: clean, or failed (``error`` True or the reason)."""
         if error:
             self.sync_errors[kind] += 1
+            if isinstance(error, str) or kind not in self.sync_error_reasons:
+                self.sync_error_reasons[kind] = error if isinstance(error, str) else "failed"
         else:
             self.sync_success_ms[kind] = now_ms
+            self.sync_error_reasons.pop(kind, None)
 
 
 class MirrorSyncer:
@@ -83,11 +88,17 @@ class MirrorSyncer:
         self.note = note
         self.warnings = warnings  # the runner's: config sync warnings join them
         self.now_ms = 0
+        self._warned: tuple[tuple[str, str], ...] = ()
 
     def run(self, live: dict[TopicPartition, MirrorPartitionState], now_ms: int) -> None:
         """The periodic syncs of the live mirror partitions ``live``: the epoch check, topic
         configs, group offsets and ACLs; a failure is noted and the next kind goes on."""
         self.now_ms = now_ms
+        if self.config.problems != self._warned:  # once per config, not at every sync
+            self._warned = self.config.problems
+            for _, why in self._warned:
+                log.warning("mirror %s: a stored config it cannot use is left out (--describe shows it): %s",
+                            self.mirror_name, why)  # fmt: skip
         ordered = sorted(live, key=tp_order)
         checked = drive_all({tp: self._epochs(tp) for tp in ordered})
         for tp in ordered:
@@ -100,22 +111,30 @@ class MirrorSyncer:
                     self.executor.run_one(bump)
             except PortError as e:
                 self.note(f"epoch check {tp}: {e}")
-        config_failed = False
+        config_failed: str | None = None
         for topic_id in sorted({tp.topic_id for tp in live}):
             try:
                 self._sync_configs(topic_id)
-            except PortError as e:
-                config_failed = True
+            except Exception as e:  # noqa: BLE001 - counted and shown; the other syncs go on
+                config_failed = config_failed or f"{type(e).__name__}: {e}"
                 self.note(f"config sync {topic_id}: {e}")
         if live:
-            self.stats.synced("topic_config", self.now_ms, config_failed)
+            self.stats.synced("topic_config", self.now_ms, config_failed or self._unusable("topic_config"))
         for step in (self._sync_groups, self._sync_acls):
             if not live:
                 break
             try:
                 step(live)
-            except PortError as e:
+            except Exception as e:  # noqa: BLE001 - counted by the step; the next kind goes on
                 self.note(f"{step.__name__}: {e}")
+                if not isinstance(e, PortError):
+                    log.error("mirror %s: %s failed: %r", self.mirror_name, step.__name__, e)
+
+    def _unusable(self, kind: str) -> str | None:
+        """Why ``kind`` ran with settings left out (stored values it could not use), or None: such
+        a sync still runs for what the rest selects, and counts as failed."""
+        why = self.config.problems_of(kind)
+        return "; ".join(why) if why else None
 
 
     def _epochs(self, tp: TopicPartition) -> Observer:
@@ -163,19 +182,19 @@ class MirrorSyncer:
     def _sync_groups(self, live: dict[TopicPartition, MirrorPartitionState], final: bool = False) -> None:
         """Consumer- and share-group offsets; counted per kind (a failure before the commits, a
         list of groups say, fails both kinds)."""
-        failed: set[str] = set()
+        failed: dict[str, str] = {}
         try:
             self._sync_group_offsets(live, final, failed)
-        except PortError:
+        except Exception as e:
             if not failed:  # it failed before any commit
-                failed.update(("consumer_group_offset", "share_group_offset"))
+                failed.update(dict.fromkeys(("consumer_group_offset", "share_group_offset"), f"{type(e).__name__}: {e}"))
             raise
         finally:
             for kind in ("consumer_group_offset", "share_group_offset"):
-                self.stats.synced(kind, self.now_ms, kind in failed)
+                self.stats.synced(kind, self.now_ms, failed.get(kind) or self._unusable(kind))
 
     def _sync_group_offsets(self, live: dict[TopicPartition, MirrorPartitionState], final: bool,
-                            failed: set[str]) -> None:  # fmt: skip
+                            failed: dict[str, str]) -> None:  # fmt: skip
         inc, exc = name_pattern(self.config.groups_include), name_pattern(self.config.groups_exclude)
         groups = [g for g in self.source.list_groups() if group_selected(g.group_id, inc, exc)]
         if not groups:
@@ -197,9 +216,9 @@ class MirrorSyncer:
                 self.executor.run_one(cmd)
             except GroupNotEmpty:
                 pass  # a member joined meanwhile: its group is its own now
-            except PortError:
+            except PortError as e:
                 share = isinstance(cmd, c.CommitGroupOffsets) and cmd.group_type is GroupType.SHARE
-                failed.add("share_group_offset" if share else "consumer_group_offset")
+                failed["share_group_offset" if share else "consumer_group_offset"] = f"{type(e).__name__}: {e}"
                 raise
 
     def _epoch_before(self, tp: TopicPartition, offset: int) -> int:
@@ -217,7 +236,7 @@ class MirrorSyncer:
     def _sync_acls(self, live: dict[TopicPartition, MirrorPartitionState]) -> None:
         try:
             self.executor.run(plan_acl_sync(self.source.describe_acls(), self.dest.describe_acls(), self.config.acls_include))
-        except PortError:
-            self.stats.synced("acl", self.now_ms, True)
+        except Exception as e:
+            self.stats.synced("acl", self.now_ms, f"{type(e).__name__}: {e}")
             raise
-        self.stats.synced("acl", self.now_ms, False)
+        self.stats.synced("acl", self.now_ms, self._unusable("acl") or False)

@@ -28,12 +28,13 @@ from streams.config import CATCH_UP_FETCH_MAX_WAIT_MS, WorkerConfig
 
 log = logging.getLogger(__name__)
 
-class _Value(msgspec.Struct, kw_only=True):
+class _Value(msgspec.Struct, kw_only=True, omit_defaults=True):
     mirror: str
     worker: str
     at_ms: int
     partitions: int
     success_ms: dict[str, int]
+    errors: dict[str, str] = {}  # kind -> why its last sync failed (absent from older workers' records)
 
 
 _encode = msgspec.json.Encoder().encode
@@ -57,6 +58,7 @@ class MirrorSyncs(NamedTuple):
     partitions: int  # its MIRRORING partitions of the mirror
     interval_ms: int  # the mirror's sync interval (metadata.refresh.interval.ms)
     success_ms: Mapping[str, int]
+    errors: Mapping[str, str] = {}  # why each kind's last sync failed, if it did
 
 
 class SyncStatusPublisher:
@@ -65,18 +67,19 @@ class SyncStatusPublisher:
 
     def __init__(self, worker: str) -> None:
         self.worker = worker
-        self._last: dict[str, tuple[int, int, dict[str, int]]] = {}  # mirror -> (at_ms, partitions, success_ms)
+        self._last: dict[str, tuple[int, int, dict[str, int], dict[str, str]]] = {}  # mirror -> (at_ms, partitions, success_ms, errors)
 
     def due(self, now_ms: int, mirrors: Mapping[str, MirrorSyncs]) -> list[tuple[str, bytes, bytes | None]]:
         out: list[tuple[str, bytes, bytes | None]] = []
         for name, m in sorted(mirrors.items()):
             if m.partitions <= 0:
                 continue
-            success = dict(m.success_ms)
+            success, errors = dict(m.success_ms), dict(m.errors)
             last = self._last.get(name)
-            if last is not None and last[1:] == (m.partitions, success) and now_ms - last[0] < m.interval_ms // 2:
+            if last is not None and last[1:] == (m.partitions, success, errors) and now_ms - last[0] < m.interval_ms // 2:
                 continue
-            value = _Value(mirror=name, worker=self.worker, at_ms=now_ms, partitions=m.partitions, success_ms=success)
+            value = _Value(mirror=name, worker=self.worker, at_ms=now_ms, partitions=m.partitions, success_ms=success,
+                           errors=errors)  # fmt: skip
             out.append((name, report_key(name, self.worker), _encode(value)))
         for name in sorted(self._last):
             if mirrors.get(name, MirrorSyncs(0, 0, {})).partitions <= 0:
@@ -89,7 +92,7 @@ class SyncStatusPublisher:
                 self._last.pop(name, None)
             else:
                 v = _value_decoder.decode(value)
-                self._last[name] = (now_ms, v.partitions, v.success_ms)
+                self._last[name] = (now_ms, v.partitions, v.success_ms, v.errors)
 
     def farewell(self) -> list[tuple[str, bytes, bytes | None]]:
         """Tombstones of every report this worker has standing (a clean stop)."""
@@ -145,7 +148,7 @@ class SyncStatusView:
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             log.error("undecodable %s record at offset %d: %s", self.topic, offset, e)
             return
-        self._reports.setdefault(mirror, {})[worker] = SyncReport(worker, v.at_ms, v.partitions, v.success_ms)
+        self._reports.setdefault(mirror, {})[worker] = SyncReport(worker, v.at_ms, v.partitions, v.success_ms, v.errors)
 
 
 async def publish(producer: Any, topic: str, reports: list[tuple[str, bytes, bytes | None]]) -> None:

@@ -335,6 +335,7 @@ async def _register_topics(controller: Any, port: int, stop: asyncio.Event, tick
             mirrors = controller.image.mirrors.mirrors
             for gone in rounds.keys() - mirrors.keys():
                 del rounds[gone]
+                controller.source_cluster_ids.pop(gone, None)
             used = {source_key(m) for m in mirrors.values()}
             for key in [k for k in clients if k not in used]:  # a deleted mirror, or new connection settings
                 await asyncio.to_thread(clients.pop(key).close)
@@ -358,6 +359,13 @@ async def _register_topics(controller: Any, port: int, stop: asyncio.Event, tick
                     log.warning("mirror %s: source %s unavailable: %s", name, cluster, e)
                     continue
                 took = time.monotonic() - started
+                if last is not None and last[0] != mirror.source_bootstrap:
+                    controller.source_cluster_ids.pop(name, None)  # another source now
+                if name not in controller.source_cluster_ids:
+                    try:  # for --list: a source that answers says who it is
+                        controller.source_cluster_ids[name] = await asyncio.to_thread(client.cluster_id)
+                    except PortError as e:
+                        log.warning("mirror %s: source %s did not give its cluster ID: %s", name, cluster, e)
                 records = topic_records(controller.image, topics)
                 for start in range(0, len(records), 5000):
                     async with controller._lock:  # one writer, in request order

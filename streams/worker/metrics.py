@@ -35,6 +35,7 @@ from prometheus_client.registry import Collector
 from coordinator.readiness import failover_readiness
 from coordinator.partition_state import MirrorPartitionKey, MirrorPartitionState
 from coordinator.states import DesiredState, MirrorState
+from coordinator.workflows.config import stored_config_problems
 from coordinator.workflows.fetcher import lag
 from streams.runner.syncer import SYNC_KINDS
 from streams.worker.membership import coordination_failure
@@ -187,6 +188,13 @@ class WorkerCollector(Collector):
         yield from fetch.values()
         yield errors
         yield success
+        unusable = GaugeMetricFamily("kip1279_mirror_config_errors", "Stored configs of the mirror it cannot use "
+                                     "(left out; kafka-cluster-mirrors --describe says why)", labels=["mirror", "config"])  # fmt: skip
+        for n in names:
+            m_image = image.mirrors.mirrors.get(n)
+            for key in sorted(stored_config_problems(m_image.configs) if m_image is not None else ()):
+                unusable.add_metric([n, key], 1)
+        yield unusable
 
         ready = GaugeMetricFamily("kip1279_mirror_failover_ready", "1 when a failover now would lose little: lag "
                                   "under metrics.failover.ready.max.lag, group offsets synced within two sync "

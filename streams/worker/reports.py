@@ -39,7 +39,8 @@ class WorkerReports:
             tally = self.store.durable.tally
             counts = {name: tally.mirror_counts(name).get(MirrorState.MIRRORING, 0) for name in runners}
         mirrors = {name: MirrorSyncs(counts.get(name, 0), r.config.metadata_refresh_interval_ms,
-                                     stats[name].sync_success_ms if name in stats else {})
+                                     stats[name].sync_success_ms if name in stats else {},
+                                     dict(stats[name].sync_error_reasons) if name in stats else {})
                    for name, r in runners.items()}  # fmt: skip
         now = self.clock_ms()
         reports = self.sync_status.due(now, mirrors)

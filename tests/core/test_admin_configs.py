@@ -10,6 +10,8 @@ from coordinator.admin import (
     alter_cluster_mirror_configs,
     create_cluster_mirror,
     describe_cluster_mirror_configs,
+    start_mirror_topics,
+    stop_mirror_topics,
 )
 from coordinator.delta import MetadataDelta
 from coordinator.image import AclOperation
@@ -94,3 +96,33 @@ def test_describe_configs_redacts_secrets() -> None:
     assert code == E.NONE
     assert [(c.name, c.value, c.sensitive) for c in configs] == [
         ("bootstrap.servers", "src:9092", False), ("sasl.jaas.config", REDACTED, True)]
+
+
+def test_a_pattern_is_refused_under_any_spelling_of_its_key_and_a_stored_one_is_left_out() -> None:
+    img = base()
+    for key in ("groups.include", "mirror.groups.include", "groups.exclude", "mirror.groups.exclude",
+                "topic.properties.exclude", "mirror.topics.include", "mirror.topics.exclude"):
+        r = alter_cluster_mirror_configs(img, "a-to-b", [(key, ConfigOp.SET, r"ok.*,\p{Lower}")])
+        assert r.records == () and r.response.topics[0].error_code == E.INVALID_CONFIG, key
+        assert key in r.response.topics[0].error_message and "\\p{...}" in r.response.topics[0].error_message
+    for key in ("acls.include", "acl.include", "mirror.acls.include"):
+        r = alter_cluster_mirror_configs(img, "a-to-b", [(key, ConfigOp.SET, "TOPIC;(?<n>x)")])
+        assert r.records == () and "(?P<name>" in (r.response.topics[0].error_message or ""), key
+    # Read back from a log an older version wrote: the rest is used, the key and why are kept.
+    c = MirrorConfig.from_properties({"groups.exclude": "ops-g1,(x", "acls.include": "TOPIC;a.*,TOPIC;(x",
+                                      "fetch.backoff.ms": "soon", "groups.include": "app.*"})  # fmt: skip
+    assert (c.groups_exclude, c.acls_include, c.fetch_backoff_ms, c.groups_include) == (
+        ("ops-g1",), ("TOPIC;a.*",), MirrorConfig().fetch_backoff_ms, ("app.*",))
+    assert [k for k, _ in c.problems] == ["acls.include", "fetch.backoff.ms", "groups.exclude"]
+    assert len(c.problems_of("consumer_group_offset")) == 1 and c.problems_of("topic_config") == []
+
+
+def test_a_start_or_stop_pattern_is_refused_by_the_same_rule() -> None:
+    img = base()
+    for r in (start_mirror_topics(img, "a-to-b", include_patterns=["(?<n>orders)"]),
+              start_mirror_topics(img, "a-to-b", include_patterns=["orders"], exclude_patterns=[r"a\z"]),
+              stop_mirror_topics(img, "a-to-b", patterns=["ord[a&&b]"])):  # fmt: skip
+        code, message = r.response.first_error()
+        assert r.records == () and code == E.INVALID_REQUEST and "invalid pattern" in message, message
+    r = start_mirror_topics(img, "a-to-b", include_patterns=["orders"], exclude_patterns=["x++"])
+    assert "(in ExcludePatterns)" in (r.response.error_message or "")  # the request field it came in

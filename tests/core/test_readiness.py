@@ -7,6 +7,7 @@ from coordinator.readiness import (
     SYNC_REASONS,
     SYNC_UNKNOWN,
     SyncReport,
+    combined_sync_errors,
     combined_sync_times,
     failover_readiness,
 )
@@ -60,3 +61,17 @@ def test_no_live_report_is_a_reason_of_its_own() -> None:
     stale = [SyncReport("w1", NOW - 2 * INTERVAL - 1, 3, FRESH)]
     assert combined_sync_times(stale, INTERVAL, NOW) == {}
     assert failover_readiness(counts(MIRRORING=1), {0: 0}, 5, {}, INTERVAL, NOW) == (False, (NO_SYNC_REPORT,))
+
+
+def test_a_failed_sync_says_why_at_once_and_when_it_is_stale() -> None:
+    why = "Invalid value (x for configuration groups.exclude: invalid pattern '(x': missing ), unterminated subpattern"
+    fresh = failover_readiness(counts(MIRRORING=1), {0: 0}, 5, FRESH, INTERVAL, NOW, {"consumer_group_offset": why})
+    assert fresh == (False, (f"last consumer group offset sync failed: {why}",))
+    stale = failover_readiness(counts(MIRRORING=1), {0: 0}, 5, FRESH | {"consumer_group_offset": -1}, INTERVAL, NOW,
+                               {"consumer_group_offset": why})  # fmt: skip
+    assert stale == (False, (f"{SYNC_REASONS['consumer_group_offset']}; last error: {why}",))
+    reports = [SyncReport("w2", NOW, 1, FRESH, {"acl": "PortError: down"}), SyncReport("w1", NOW, 0, FRESH, {"acl": "old"})]
+    assert combined_sync_errors(reports, INTERVAL, NOW) == {"acl": "PortError: down"}  # w1 holds nothing MIRRORING
+    refresh = failover_readiness(counts(MIRRORING=1), {0: 0}, 5, FRESH, INTERVAL, NOW,
+                                 {"topic_metadata_refresh": "SourceUnavailable: A is down"})  # fmt: skip
+    assert refresh == (False, ("last topic metadata refresh failed: SourceUnavailable: A is down",))

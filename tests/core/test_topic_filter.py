@@ -79,3 +79,18 @@ def test_discovery_skips_attached_topics_and_follows_the_mirror_configs() -> Non
                    + [R.state(a, "m", DesiredState.STOP)])
     assert discover_topics(img, "m", TOPICS) == ("orders.eu",)  # orders is stopped: not rediscovered
     assert discover_topics(img, "nope", TOPICS) == ()
+
+
+def test_discovery_with_a_stored_pattern_it_cannot_use() -> None:
+    a, b = tid_(1), tid_(2)
+    topics = R.topic("orders", a) + R.topic("orders.eu", b)
+    # An include it cannot use is left out; the others still discover.
+    img = image_of(topics + R.mirror("m", **{INCLUDE_CONFIG: "ord(ers,orders\\..*"}))
+    assert discover_topics(img, "m", TOPICS) == ("orders.eu",)
+    # An exclude it cannot use: what it keeps out is unknown, and a start makes the destination's
+    # topic read-only, so nothing is discovered (--describe says why).
+    img = image_of(topics + R.mirror("m", **{INCLUDE_CONFIG: "orders.*", EXCLUDE_CONFIG: "x++"}))
+    assert discover_topics(img, "m", TOPICS) == ()
+    # Java's meaning: '.' is any character but a line terminator, \w is ASCII.
+    img = image_of(topics + R.mirror("m", **{INCLUDE_CONFIG: r"orders\.\w+"}))
+    assert discover_topics(img, "m", TOPICS) == ("orders.eu",)

@@ -205,6 +205,7 @@ class _Controller:
         self.offset = 0
         self._lock = asyncio.Lock()
         self.appended: list[Any] = []
+        self.source_cluster_ids: dict[str, str] = {}  # what the sources answered, for --list
         who = admin.Principal("User:admin", "127.0.0.1", frozenset({"User:admin"}))
         self._apply(admin.create_cluster_mirror(self.image, mirror, configs, principal=who, schemas=default_schemas()).records)
 
@@ -253,6 +254,7 @@ async def test_register_topics_adds_new_source_topics_and_backs_off_while_nothin
     try:
         await registered("first", 3, within=5.0)
         assert controller.image.topics.get_by_name("first").topic_id == first.topic_id  # the source's topic ID
+        assert controller.source_cluster_ids == {"c-to-b": c.cluster_id()}  # the source said who it is
         quiet_from = len(described)
         await asyncio.sleep(2.0)
         quiet = len(described) - quiet_from

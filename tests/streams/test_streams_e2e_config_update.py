@@ -62,12 +62,12 @@ def test_alter_refuses_invalid_configs_redacts_secrets_and_repoints_the_source(
         # of the same request is not applied either.
         code, text = rig.run_cli("B", "--alter", "--mirror", MIRROR,
                                  "--add-config", "num.replica.fetchers=many,no.such.config=1,fetch.backoff.ms=200")  # fmt: skip
-        assert code == 1, text
+        assert code == 2, text  # refused input: a usage error
         errors = [ln for ln in text.splitlines() if ln.startswith("Error: INVALID_CONFIG")]
         assert len(errors) == 2 and "num.replica.fetchers" in errors[0] + errors[1] and "no.such.config" in text, text
         assert configs(rig) == before
         code, text = rig.run_cli("B", "--alter", "--mirror", MIRROR, "--delete-config", "bootstrap.servers")
-        assert code == 1 and "INVALID_CONFIG" in text and configs(rig) == before, text
+        assert code == 2 and "INVALID_CONFIG" in text and configs(rig) == before, text
 
         # ACLs: a principal with no ALTER_CONFIGS / DESCRIBE_CONFIGS ACL is refused, nothing changes.
         props = tmp_path / "mallory.properties"

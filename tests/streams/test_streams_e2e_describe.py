@@ -56,7 +56,7 @@ def test_describe_matches_the_prototype_is_fresh_and_says_why_not_ready(
         # The prototype's formats: headers, column order, '%-30s %-10d ...' widths, JSON keys.
         listed = rig.cli("B", "--list").splitlines()
         assert listed[0].split() == LIST and listed[0].startswith("MIRROR" + " " * 25 + "TOPICS")
-        assert listed[1].split() == [MIRROR, "2", "-", "model://A"] and listed[1][31:42] == "2".ljust(10) + " "
+        assert listed[1].split() == [MIRROR, "2", a.cluster_id(), "model://A"] and listed[1][31:42] == "2".ljust(10) + " "
         assert rig.cli("B", "--describe", "--mirror", MIRROR, "--failed") == "No failed partitions found\n"
         assert json.loads(rig.cli("B", "--describe", "--mirror", MIRROR, "--json", "--failed")) == []
         rows = rig.describe("B", MIRROR)

@@ -40,3 +40,15 @@ def test_the_view_keeps_the_latest_report_per_worker_and_drops_tombstoned_ones()
     assert got == {"w1": (1_200, 1_200), "w2": (1_100, 1_100)}
     view._apply(report_key("m", "w2"), None, 8)
     assert set(view._reports["m"]) == {"w1"}
+
+
+def test_a_failed_sync_travels_with_its_reason_and_a_change_of_it_is_reported() -> None:
+    pub = SyncStatusPublisher("w1")
+    failing = {"consumer_group_offset": "Invalid value (x for configuration groups.exclude: ..."}
+    first = pub.due(1_000, {"m": MirrorSyncs(2, 10_000, OK, failing)})
+    pub.sent(1_000, first)
+    again = pub.due(1_500, {"m": MirrorSyncs(2, 10_000, OK, {"acl": "PortError: down"})})
+    assert [n for n, _, _ in again] == ["m"]  # a new reason is news, not a heartbeat
+    view = SyncStatusView("unused:0", "t")
+    view._apply(first[0][1], first[0][2], 0)
+    assert view._reports["m"]["w1"].errors == failing

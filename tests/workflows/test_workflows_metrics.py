@@ -44,16 +44,18 @@ def value(got: dict[Any, float], name: str, **labels: str) -> float:
 class Rig:
     """One mirror a -> b driven as the worker drives it, and its metrics."""
 
-    def __init__(self, **metrics_args: Any) -> None:
+    def __init__(self, stored: dict[str, str] | None = None, **metrics_args: Any) -> None:
+        """``stored``: the mirror's configs as the metadata log holds them (default: ``CONFIG``)."""
         self.w = World("a", "b", worker=True)
         self.a, self.b = self.w["a"], self.w["b"]
         self.topic = self.a.add_topic("orders", partitions=PARTITIONS)
         self.tps = [self.a.tp("orders", p) for p in range(PARTITIONS)]
-        self.m = self.w.mirror("a", "b", CONFIG)
+        self.m = self.w.mirror("a", "b", CONFIG if stored is None else MirrorConfig.from_properties(stored))
         name = self.m.name
+        mirror_image = None if stored is None else SimpleNamespace(configs=stored)
         worker = SimpleNamespace(
             config=WorkerConfig(), store=self.m.store, stats={}, mirrors={}, clock_ms=lambda: self.w.now, loader=None,
-            image=SimpleNamespace(mirrors=SimpleNamespace(mirrors={name: None}), offset=41,
+            image=SimpleNamespace(mirrors=SimpleNamespace(mirrors={name: mirror_image}), offset=41,
                                   topics={self.topic.topic_id: SimpleNamespace(name="orders")}))  # fmt: skip
         self.worker = worker
         self.metrics = WorkerMetrics(worker, **metrics_args)  # type: ignore[arg-type]
@@ -214,3 +216,33 @@ def test_metrics_listener_is_off_by_default_and_loopback_only():
         from_properties({"metrics.listener": "0.0.0.0:9404"})
     with pytest.raises(ConfigError, match="HOST:PORT"):
         from_properties({"metrics.listener": "9404"})
+
+
+def test_a_stored_pattern_the_sync_cannot_use_fails_only_what_it_touches():
+    """``groups.exclude`` as an older version let it in: the pattern it cannot use is left out,
+    the groups the rest selects sync on, and each sync counts once as failed, with the reason."""
+    stored = {"bootstrap.servers": "model://a", "metadata.refresh.interval.ms": "1000", "fetch.backoff.ms": "0",
+              "groups.exclude": "ops-g1,(unclosed"}  # fmt: skip
+    r = Rig(stored)
+    r.produce(30)
+    r.m.set_desired(r.topic.topic_id, DesiredState.START)
+    run_until(r.w, lambda: all_in(r.m, MirrorState.MIRRORING))
+    r.a.commit_offset("app", "orders", 0, 4)
+    r.a.commit_offset("ops-g1", "orders", 0, 3)
+    r.w.step(1000)  # a sync round
+    assert [(o.partition, o.offset) for o in r.b.group_offsets("app")] == [(0, 4)], "other groups sync on"
+    assert r.b.group_offsets("ops-g1") == [], "the usable part of groups.exclude still holds"
+    name, stats = r.m.name, r.m.runner.stats
+    got = r.scrape()
+    errors = value(got, "kip1279_mirror_sync_errors_total", mirror=name, kind="consumer_group_offset")
+    assert errors >= 1 and "groups.exclude" in stats.sync_error_reasons["consumer_group_offset"]
+    assert "unterminated subpattern" in stats.sync_error_reasons["consumer_group_offset"]
+    assert value(got, "kip1279_mirror_config_errors", mirror=name, config="groups.exclude") == 1
+    assert value(got, "kip1279_mirror_sync_errors_total", mirror=name, kind="topic_config") == 0, "untouched"
+    for _ in range(3):  # one more sync, one more error per kind it touches: counted once
+        r.w.step(1000)
+        again = r.scrape()
+        assert value(again, "kip1279_mirror_sync_errors_total", mirror=name, kind="consumer_group_offset") == errors + 1
+        assert value(again, "kip1279_mirror_sync_errors_total", mirror=name, kind="share_group_offset") == errors + 1
+        errors += 1
+    assert value(r.scrape(), "kip1279_mirror_failover_ready", mirror=name) == 0, "group offsets never synced clean"
