@@ -1,0 +1,161 @@
+"""The files of a Kafka log directory besides segments, read as ``kafka-dump-log`` reads them:
+offset indexes (``.index``), time indexes (``.timeindex``), transaction indexes (``.txnindex``)
+and producer state snapshots (``.snapshot``). Each reader returns plain entries; the CLI prints
+them as JSON lines or as Kafka's text (``--format kafka``).
+
+Layouts (Kafka's storage module): an offset index entry is relative offset int32 + position
+int32; a time index entry timestamp int64 + relative offset int32; an aborted transaction
+version int16 + producerId, firstOffset, lastOffset, lastStableOffset int64; a producer
+snapshot version int16 (1), CRC32C uint32 of what follows, then an int32-counted array of
+producerId int64, epoch int16, lastSequence int32, lastOffset int64, offsetDelta int32,
+timestamp int64, coordinatorEpoch int32, currentTxnFirstOffset int64.
+"""
+
+from __future__ import annotations
+
+import struct
+from bisect import bisect_right
+from pathlib import Path
+from typing import NamedTuple
+
+from crc32c import crc32c
+
+from records.segments import SegmentScan
+
+OFFSET_ENTRY = struct.Struct(">ii")
+TIME_ENTRY = struct.Struct(">qi")
+ABORTED_TXN = struct.Struct(">hqqqq")
+SNAPSHOT_HEADER = struct.Struct(">hI")
+SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
+SNAPSHOT_VERSION = 1
+NO_TIMESTAMP = -1
+_INT32_MAX = 2**31 - 1
+
+
+class LogFileError(ValueError):
+    """A file that is not what its name says (Kafka's CorruptIndexException, CorruptSnapshotException)."""
+
+
+def base_offset_of(path: Path) -> int:
+    """The offset a segment file's name starts with (``00000000000000000042.index`` -> 42)."""
+    stem = path.name.split(".")[0]
+    try:
+        return int(stem)
+    except ValueError:
+        raise LogFileError(f"{path.name}: the name does not start with an offset") from None
+
+
+class OffsetEntry(NamedTuple):
+    offset: int
+    position: int
+
+
+class TimeEntry(NamedTuple):
+    timestamp: int
+    offset: int
+
+
+class AbortedTxn(NamedTuple):
+    version: int
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+
+class ProducerEntry(NamedTuple):
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_offset: int
+    offset_delta: int
+    timestamp: int
+    coordinator_epoch: int
+    current_txn_first_offset: int
+
+    @property
+    def first_sequence(self) -> int:
+        """Kafka's DefaultRecordBatch.decrementSequence(lastSequence, offsetDelta)."""
+        if self.last_sequence < self.offset_delta:
+            return _INT32_MAX - (self.offset_delta - self.last_sequence) + 1
+        return self.last_sequence - self.offset_delta
+
+
+def read_offset_index(data: bytes, base_offset: int) -> list[OffsetEntry]:
+    """Every whole entry (a preallocated index ends in zeros: the caller stops at them as Kafka does)."""
+    return [OffsetEntry(base_offset + rel, pos) for rel, pos in OFFSET_ENTRY.iter_unpack(data[: len(data) // 8 * 8])]
+
+
+def read_time_index(data: bytes, base_offset: int) -> list[TimeEntry]:
+    return [TimeEntry(ts, base_offset + rel) for ts, rel in TIME_ENTRY.iter_unpack(data[: len(data) // 12 * 12])]
+
+
+def used_entries(entries: list, base_offset: int, offset_of: int = 1) -> list:
+    """The entries before the first zero one: Kafka stops at an entry back at the base offset after the first."""
+    for i, entry in enumerate(entries):
+        if i > 0 and entry[offset_of] == base_offset:
+            return entries[:i]
+    return entries
+
+
+def offset_index_sanity(data: bytes, base_offset: int, path: Path) -> None:
+    """Kafka's OffsetIndex.sanityCheck: raises LogFileError with Kafka's message."""
+    entries = read_offset_index(data, base_offset)
+    if entries and entries[-1].offset < base_offset:
+        raise LogFileError(f"Corrupt index found, index file ({path}) has non-zero size but the last offset is "
+                           f"{entries[-1].offset} which is less than the base offset {base_offset}")  # fmt: skip
+    if len(data) % OFFSET_ENTRY.size:
+        raise LogFileError(f"Index file {path} is corrupt, found {len(data)} bytes which is neither positive nor a multiple of 8")
+
+
+def time_index_sanity(data: bytes, base_offset: int, path: Path) -> None:
+    """Kafka's TimeIndex.sanityCheck."""
+    entries = read_time_index(data, base_offset)
+    if entries:
+        last = entries[-1]
+        if last.timestamp < entries[0].timestamp:
+            raise LogFileError(f"Corrupt time index found, time index file ({path}) has non-zero size but the last "
+                               f"timestamp is {last.timestamp} which is less than the first timestamp {entries[0].timestamp}")  # fmt: skip
+        if last.offset < base_offset:
+            raise LogFileError(f"Corrupt time index found, time index file ({path}) has non-zero size but the last "
+                               f"offset is {last.offset} which is less than the first offset {base_offset}")  # fmt: skip
+    if len(data) % TIME_ENTRY.size:
+        raise LogFileError(f"Time index file {path} is corrupt, found {len(data)} bytes which is neither positive nor a multiple of 12")
+
+
+def index_lookup(entries: list[OffsetEntry], base_offset: int, target: int) -> int:
+    """The position of the largest indexed offset <= target (OffsetIndex.lookup), else 0."""
+    i = bisect_right([e.offset for e in entries], target)
+    return entries[i - 1].position if i else 0
+
+
+def first_batch_last_offset(log: bytes, position: int, max_bytes: int) -> int | None:
+    """The last offset of the batch at ``position`` (Kafka: ``slice(position, maxMessageSize)``'s first batch)."""
+    for item in SegmentScan(log[position : position + max_bytes]):
+        return getattr(getattr(item, "batch", None), "last_offset", None)
+    return None
+
+
+def read_txn_index(data: bytes) -> list[AbortedTxn]:
+    whole = len(data) // ABORTED_TXN.size * ABORTED_TXN.size
+    entries = [AbortedTxn(*e) for e in ABORTED_TXN.iter_unpack(data[:whole])]
+    if whole != len(data):
+        raise LogFileError(f"transaction index ends in {len(data) - whole} bytes that are not a whole entry")
+    return entries
+
+
+def read_producer_snapshot(data: bytes) -> list[ProducerEntry]:
+    """ProducerStateManager.readSnapshot; raises LogFileError with Kafka's CorruptSnapshotException message."""
+    if len(data) < SNAPSHOT_HEADER.size + 4:
+        raise LogFileError(f"Snapshot failed schema validation: {len(data)} bytes is too short for a producer snapshot")
+    version, stored = SNAPSHOT_HEADER.unpack_from(data)
+    if version != SNAPSHOT_VERSION:
+        raise LogFileError(f"Snapshot contained an unknown file version {version}")
+    computed = crc32c(data[SNAPSHOT_HEADER.size :])
+    if stored != computed:
+        raise LogFileError(f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {stored}. Computed crc: {computed}")
+    (count,) = struct.unpack_from(">i", data, SNAPSHOT_HEADER.size)
+    start = SNAPSHOT_HEADER.size + 4
+    if count < 0 or start + count * SNAPSHOT_ENTRY.size > len(data):
+        raise LogFileError(f"Snapshot failed schema validation: {count} entries do not fit {len(data)} bytes")
+    return [ProducerEntry(*SNAPSHOT_ENTRY.unpack_from(data, start + i * SNAPSHOT_ENTRY.size)) for i in range(count)]
