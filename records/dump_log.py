@@ -22,6 +22,8 @@ from records.logfiles import (
     first_batch_last_offset,
     index_lookup,
     offset_index_sanity,
+    read_leader_epoch_checkpoint,
+    read_offset_checkpoint,
     read_offset_index,
     read_producer_snapshot,
     read_time_index,
@@ -37,6 +39,9 @@ EXIT_UNREADABLE = 2
 EXIT_DAMAGED = 3
 _SNAPSHOT_SUFFIX = ".checkpoint"  # KRaft snapshots: Kafka reads them as logs
 _BOOTSTRAP_SNAPSHOT = "bootstrap.checkpoint"
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+OFFSET_CHECKPOINTS = ("recovery-point-offset-checkpoint", "replication-offset-checkpoint",
+                      "log-start-offset-checkpoint", "cleaner-offset-checkpoint")  # fmt: skip
 
 
 @dataclass
@@ -110,8 +115,13 @@ def dump_files(files: list[str], schemas: SchemaSet, options: DumpLogOptions, ou
                 _dump_producer_snapshot(path, options, out, err, report)
             elif suffix == ".txnindex":
                 _dump_txn_index(path, options, out)
+            elif path.name == LEADER_EPOCH_CHECKPOINT or path.name in OFFSET_CHECKPOINTS:
+                # Kafka 4.1.2's tool stops here (a name without a dot); ours reads the checkpoint.
+                _dump_checkpoint(path, options, out)
             else:
                 err.write(f"Ignoring unknown file {name}\n")
+        except BrokenPipeError:
+            raise
         except OSError as e:
             err.write(f"error: cannot read {name}: {e.strerror}\n")
             report.code = EXIT_UNREADABLE
@@ -239,7 +249,10 @@ def _dump_producer_snapshot(path: Path, options: DumpLogOptions, out: TextIO, er
         return
     for e in entries:
         if not options.kafka_format:
-            _json({"kind": "producer", **e._asdict(), "first_sequence": e.first_sequence}, out)
+            _json({"kind": "producer", "producerId": e.producer_id, "producerEpoch": e.producer_epoch,
+                   "coordinatorEpoch": e.coordinator_epoch, "currentTxnFirstOffset": e.current_txn_first_offset,
+                   "lastTimestamp": e.timestamp, "firstSequence": e.first_sequence, "lastSequence": e.last_sequence,
+                   "lastOffset": e.last_offset, "offsetDelta": e.offset_delta}, out)  # fmt: skip
             continue
         line = (f"producerId: {e.producer_id} producerEpoch: {e.producer_epoch} coordinatorEpoch: {e.coordinator_epoch} "
                 f"currentTxnFirstOffset: {_optional_long(e.current_txn_first_offset)} lastTimestamp: {e.timestamp} ")  # fmt: skip
@@ -255,4 +268,21 @@ def _dump_txn_index(path: Path, options: DumpLogOptions, out: TextIO) -> None:
             out.write(f"version: {t.version} producerId: {t.producer_id} firstOffset: {t.first_offset} "
                       f"lastOffset: {t.last_offset} lastStableOffset: {t.last_stable_offset}\n")  # fmt: skip
         else:
-            _json({"kind": "abortedTxn", **t._asdict()}, out)
+            _json({"kind": "abortedTxn", "version": t.version, "producerId": t.producer_id, "firstOffset": t.first_offset,
+                   "lastOffset": t.last_offset, "lastStableOffset": t.last_stable_offset}, out)  # fmt: skip
+
+
+def _dump_checkpoint(path: Path, options: DumpLogOptions, out: TextIO) -> None:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if path.name == LEADER_EPOCH_CHECKPOINT:
+        for e in read_leader_epoch_checkpoint(text):
+            if options.kafka_format:
+                out.write(f"epoch: {e.epoch} startOffset: {e.start_offset}\n")
+            else:
+                _json({"kind": "leaderEpoch", "epoch": e.epoch, "startOffset": e.start_offset}, out)
+        return
+    for c in read_offset_checkpoint(text):
+        if options.kafka_format:
+            out.write(f"topic: {c.topic} partition: {c.partition} offset: {c.offset}\n")
+        else:
+            _json({"kind": "checkpoint", "topic": c.topic, "partition": c.partition, "offset": c.offset}, out)

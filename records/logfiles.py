@@ -159,3 +159,46 @@ def read_producer_snapshot(data: bytes) -> list[ProducerEntry]:
     if count < 0 or start + count * SNAPSHOT_ENTRY.size > len(data):
         raise LogFileError(f"Snapshot failed schema validation: {count} entries do not fit {len(data)} bytes")
     return [ProducerEntry(*SNAPSHOT_ENTRY.unpack_from(data, start + i * SNAPSHOT_ENTRY.size)) for i in range(count)]
+
+
+class EpochEntry(NamedTuple):
+    epoch: int
+    start_offset: int
+
+
+class OffsetCheckpointEntry(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+
+
+def read_checkpoint(text: str, fields: int) -> list[list[str]]:
+    """Kafka's CheckpointFile text: version line (0), count line, then ``count`` lines of
+    ``fields`` space-separated values; raises LogFileError as Kafka's reader would refuse it."""
+    lines = text.splitlines()
+    if len(lines) < 2:
+        raise LogFileError("a checkpoint file starts with a version line and a count line")
+    if lines[0].strip() != "0":
+        raise LogFileError(f"unrecognised checkpoint version {lines[0].strip()!r}")
+    try:
+        count = int(lines[1])
+    except ValueError:
+        raise LogFileError(f"the entry count {lines[1]!r} is not a number") from None
+    entries = [line.split() for line in lines[2:] if line.strip()]
+    if len(entries) != count or any(len(e) != fields for e in entries):
+        raise LogFileError(f"expected {count} entries of {fields} values, found {[' '.join(e) for e in entries]}")
+    return entries
+
+
+def read_leader_epoch_checkpoint(text: str) -> list[EpochEntry]:
+    try:
+        return [EpochEntry(int(e), int(o)) for e, o in read_checkpoint(text, 2)]
+    except ValueError as e:
+        raise LogFileError(f"leader-epoch-checkpoint: {e}") from None
+
+
+def read_offset_checkpoint(text: str) -> list[OffsetCheckpointEntry]:
+    try:
+        return [OffsetCheckpointEntry(t, int(p), int(o)) for t, p, o in read_checkpoint(text, 3)]
+    except ValueError as e:
+        raise LogFileError(f"offset checkpoint: {e}") from None
