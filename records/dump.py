@@ -143,6 +143,7 @@ def dump_segment(
     decode_payloads: bool = True,
     include_secrets: bool = False,
     data_records: bool = False,
+    report_tail: bool = True,
 ) -> list[str]:
     """Writes one JSON line per batch and one per record; returns the damage met (invalid
     batches, records or values that do not decode, bytes after the last batch).
@@ -152,6 +153,7 @@ def dump_segment(
     batch is shown with the records that could be read, and the dump goes on with the next.
     ``data_records``: the segment is a data topic's, not ``__cluster_metadata``: keys and
     values print as text (``key``, ``payload``) rather than as metadata records.
+    ``report_tail``: False when ``data`` was cut short on purpose (``--max-bytes``).
     """
     errors: list[str] = []
     scan = SegmentScan(data)
@@ -190,7 +192,8 @@ def dump_segment(
                 line["payload"] = (None if record.value is None else base64.b64encode(record.value).decode("ascii")
                                    if batch.is_control else undecodable_payload(record.value, include_secrets))  # fmt: skip
             out.write(json.dumps(line, ensure_ascii=False) + "\n")
-    errors.extend(tail_damage(scan))
+    if report_tail:
+        errors.extend(tail_damage(scan))
     return errors
 
 

@@ -164,6 +164,7 @@ def _dump_log(path: Path, serde: MetadataRecordSerde, options: DumpLogOptions, o
             decode_payloads=not options.raw,
             include_secrets=options.include_secrets,
             data_records=not options.metadata,
+            report_tail=options.max_bytes is None,
         )
     for e in errors:
         err.write(f"error: {path}: {e}\n")

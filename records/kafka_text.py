@@ -161,7 +161,8 @@ def dump_log_kafka(data: bytes, serde: MetadataRecordSerde, out: TextIO, options
                             line += f" payload: {java_utf8(record.value)}"
                 write(line + "\n")
     trailing = len(scan.data) - scan.valid_bytes
-    if trailing > 0 and options.max_bytes is None:
-        write(f"Found {trailing} invalid bytes at the end of {file_name}\n")
-    errors.extend(tail_damage(scan))
+    if options.max_bytes is None:  # a cut made on purpose is no damage
+        if trailing > 0:
+            write(f"Found {trailing} invalid bytes at the end of {file_name}\n")
+        errors.extend(tail_damage(scan))
     return errors
