@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence, TextIO
 
 from records.codec import CodecError
+from records.dump_log import EXIT_DAMAGED  # noqa: F401 - dump-log: the files were dumped, and damage was found in them
 from records.framing import FrameError, MetadataRecordSerde
 from records.jsonform import JsonFormError
 from records.redact import redact_message_json
@@ -20,7 +21,6 @@ from records.registry import PROJECT_SCHEMAS, SchemaSet
 from records.schema import SchemaError, load_schema_dir
 
 EXIT_BAD_INPUT = 2
-EXIT_DAMAGED = 3  # dump-log: the files were dumped, and damage was found in them
 SECRETS_HELP = "print sensitive config values (passwords, JAAS configs, keys) instead of (redacted)"
 
 
@@ -144,10 +144,14 @@ def cmd_dump_log(args: argparse.Namespace, out: TextIO) -> int:
         files += [f for f in args.files_csv.split(",") if f]
     if not files:
         raise UsageError("dump-log needs at least one FILE (or --files FILE1,FILE2)")
+    coordinator = "offsets" if args.offsets_decoder else "transaction-log" if args.transaction_log_decoder else None
+    if coordinator and args.format != "kafka":
+        raise UsageError("--offsets-decoder and --transaction-log-decoder go with --format kafka")
     options = DumpLogOptions(
         kafka_format=args.format == "kafka",
         deep_iteration=args.deep_iteration,
-        print_data=args.print_data_log or args.data or args.cluster_metadata_decoder,
+        print_data=args.print_data_log or args.data or args.cluster_metadata_decoder or coordinator is not None,
+        coordinator=coordinator,
         metadata=args.cluster_metadata_decoder or (args.format == "json" and not args.data),
         raw=args.raw,
         include_secrets=args.include_secrets,
@@ -206,6 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("--print-data-log", action="store_true", help="kafka: print keys and values (as text); implies --deep-iteration")
     dl.add_argument("--cluster-metadata-decoder", action="store_true",
                     help="kafka: print values as KRaft metadata records (__cluster_metadata); implies --print-data-log")  # fmt: skip
+    dl.add_argument("--offsets-decoder", action="store_true", help="kafka: print __consumer_offsets records as Kafka's JSON")
+    dl.add_argument("--transaction-log-decoder", action="store_true", help="kafka: print __transaction_state records as Kafka's JSON")
     dl.add_argument("--index-sanity-check", action="store_true", help="index files: only run the check a broker runs at start-up")
     dl.add_argument("--verify-index-only", action="store_true", help="index files: check entries against the log, print only mismatches")
     dl.add_argument("--max-message-size", type=int, default=5 * 1024 * 1024, help="index files: the largest batch to read (default 5 MiB)")

@@ -15,7 +15,15 @@ from typing import Any, TextIO
 
 from records.dump import dump_segment
 from records.framing import MetadataRecordSerde
-from records.kafka_text import METADATA_DECODER, STRING_DECODER, LogDumpOptions, dump_log_kafka
+from records.kafka_text import (
+    GROUP_COORDINATOR_SCHEMAS,
+    METADATA_DECODER,
+    STRING_DECODER,
+    TRANSACTION_COORDINATOR_SCHEMAS,
+    CoordinatorRecordParser,
+    LogDumpOptions,
+    dump_log_kafka,
+)
 from records.logfiles import (
     LogFileError,
     base_offset_of,
@@ -29,13 +37,14 @@ from records.logfiles import (
     read_time_index,
     read_txn_index,
     time_index_sanity,
-    used_entries,
+    OFFSET_ENTRY,
+    entry_count,
 )
 from records.registry import SchemaSet
 from records.segments import SegmentScan
 
 EXIT_OK = 0
-EXIT_UNREADABLE = 2
+EXIT_UNREADABLE = 2  # as every records command: bad usage or input that cannot be read
 EXIT_DAMAGED = 3
 _SNAPSHOT_SUFFIX = ".checkpoint"  # KRaft snapshots: Kafka reads them as logs
 _BOOTSTRAP_SNAPSHOT = "bootstrap.checkpoint"
@@ -50,6 +59,7 @@ class DumpLogOptions:
     deep_iteration: bool = False
     print_data: bool = False
     metadata: bool = False
+    coordinator: str | None = None  # "offsets" or "transaction-log": Kafka's coordinator record decoders
     raw: bool = False
     include_secrets: bool = False
     index_sanity_check: bool = False
@@ -152,6 +162,7 @@ def _dump_log(path: Path, serde: MetadataRecordSerde, options: DumpLogOptions, o
             decoder=METADATA_DECODER if options.metadata else STRING_DECODER,
             include_secrets=options.include_secrets,
             max_bytes=options.max_bytes,
+            coordinator=_coordinator_parser(options.coordinator),
         )
         errors = dump_log_kafka(data, serde, out, log_options, path.name)
         if log_options.non_consecutive:
@@ -172,6 +183,12 @@ def _dump_log(path: Path, serde: MetadataRecordSerde, options: DumpLogOptions, o
         report.damaged()
 
 
+def _coordinator_parser(kind: str | None) -> CoordinatorRecordParser | None:
+    if kind is None:
+        return None
+    return CoordinatorRecordParser.load(GROUP_COORDINATOR_SCHEMAS if kind == "offsets" else TRANSACTION_COORDINATOR_SCHEMAS)
+
+
 def _log_of(path: Path) -> bytes:
     return (path.absolute().parent / (path.name.split(".")[0] + ".log")).read_bytes()
 
@@ -181,14 +198,14 @@ def _dump_index(path: Path, options: DumpLogOptions, out: TextIO, report: _Repor
     log = _log_of(path)
     data = path.read_bytes()
     entries = read_offset_index(data, base)
-    if not entries:
+    if not entry_count(data, OFFSET_ENTRY):
         out.write(f"{path} is empty.\n" if options.kafka_format else json.dumps({"kind": "index", "file": str(path), "entries": 0}) + "\n")
         return
     if options.index_sanity_check:
         offset_index_sanity(data, base, path.absolute())
         out.write(f"{path} passed sanity check.\n" if options.kafka_format else json.dumps({"kind": "index", "file": str(path), "sane": True}) + "\n")
         return
-    for entry in used_entries(entries, base, offset_of=0):
+    for entry in entries:
         last = first_batch_last_offset(log, entry.position, options.max_message_size)
         if last != entry.offset:
             report.index_mismatches.setdefault(str(path.absolute()), []).append((entry.offset, -1 if last is None else last))
@@ -205,6 +222,7 @@ def _dump_time_index(path: Path, options: DumpLogOptions, out: TextIO, report: _
     log = _log_of(path)
     index_path = path.absolute().parent / (path.name.split(".")[0] + ".index")
     offsets = read_offset_index(index_path.read_bytes(), base)
+    indexed = [e.offset for e in offsets]
     data = path.read_bytes()
     if options.index_sanity_check:
         time_index_sanity(data, base, path.absolute())
@@ -212,8 +230,8 @@ def _dump_time_index(path: Path, options: DumpLogOptions, out: TextIO, report: _
         return
     name = str(path.absolute())
     prev = -1
-    for entry in used_entries(read_time_index(data, base), base):
-        position = index_lookup(used_entries(offsets, base, offset_of=0), base, entry.offset)
+    for entry in read_time_index(data, base):
+        position = index_lookup(offsets, indexed, entry.offset)
         batch = next((b.batch for b in SegmentScan(log[position:]) if hasattr(b, "batch") and b.batch.last_offset >= entry.offset), None)
         if batch is None:
             report.time_not_found.setdefault(name, []).append((entry.offset, -1))

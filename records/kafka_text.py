@@ -14,9 +14,11 @@ What differs from Kafka, on purpose: secrets are ``(redacted)`` unless ``include
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TextIO
 
 from records.codec import CodecError
@@ -24,10 +26,13 @@ from records.dump import batch_damage, control_payload, sequence_at, tail_damage
 from records.framing import FrameError, MetadataRecordSerde
 from records.javatext import java_utf8
 from records.redact import redact_message_json
+from records.registry import PROJECT_SCHEMAS, SchemaSet
 from records.segments import COMPRESSION_CODECS, ControlType, Record, ScannedBatch, SegmentError, SegmentScan, control_type
 
 STRING_DECODER = "string"
 METADATA_DECODER = "metadata"
+OFFSETS_DECODER = "offsets"  # __consumer_offsets
+TRANSACTION_LOG_DECODER = "transaction-log"  # __transaction_state
 
 # Control types DumpLogSegments prints with their JSON, and how it names them.
 _CONTROL_LABELS = {
@@ -69,6 +74,7 @@ class LogDumpOptions:
     decoder: str = STRING_DECODER
     include_secrets: bool = False
     max_bytes: int | None = None
+    coordinator: CoordinatorRecordParser | None = None  # the offsets and transaction log decoders
     # Offset pairs that do not follow each other (Kafka prints them on stderr at the end).
     non_consecutive: list[tuple[int, int]] = field(default_factory=list)
 
@@ -149,7 +155,15 @@ def dump_log_kafka(data: bytes, serde: MetadataRecordSerde, out: TextIO, options
                     except (CodecError, FrameError, SegmentError, ValueError) as e:
                         errors.append(f"offset {offset}: cannot read the control record: {e}")
                 elif options.print_data:
-                    if options.decoder == METADATA_DECODER:
+                    if options.coordinator is not None:
+                        key_text, payload_text, error = options.coordinator.parse(record, offset)
+                        if key_text is not None:
+                            line += f" key: {key_text}"
+                        if payload_text is not None:
+                            line += f" payload: {payload_text}"
+                        if error:
+                            errors.append(error)
+                    elif options.decoder == METADATA_DECODER:
                         text, error = _metadata_text(record, offset, serde, options.include_secrets)
                         line += f" payload: {text}"
                         if error:
@@ -166,3 +180,73 @@ def dump_log_kafka(data: bytes, serde: MetadataRecordSerde, out: TextIO, options
             write(f"Found {trailing} invalid bytes at the end of {file_name}\n")
         errors.extend(tail_damage(scan))
     return errors
+
+
+# --- __consumer_offsets and __transaction_state (--offsets-decoder, --transaction-log-decoder) ---
+
+GROUP_COORDINATOR_SCHEMAS = PROJECT_SCHEMAS / "kafka-group-coordinator"
+TRANSACTION_COORDINATOR_SCHEMAS = PROJECT_SCHEMAS / "kafka-transaction-coordinator"
+_CONSUMER_PROTOCOL = "consumer"
+_INT16_PREFIX = 2
+
+
+class CoordinatorRecordParser:
+    """A coordinator record as DumpLogSegments prints it: the key (int16 record type, then the
+    key message at version 0) as ``{"type":"T","data":{...}}``, the value (int16 version, then
+    the message) as ``{"version":"V","data":{...}}``, ``<DELETE>`` for a tombstone. Group
+    metadata members' subscription and assignment bytes are decoded as the consumer protocol's,
+    as Kafka's offsets parser does."""
+
+    def __init__(self, schemas: SchemaSet) -> None:
+        self.schemas = schemas
+
+    @classmethod
+    def load(cls, folder: Path) -> CoordinatorRecordParser:
+        return cls(SchemaSet.load(folder))
+
+    def parse(self, record: Record, offset: int) -> tuple[str | None, str | None, str | None]:
+        """(key text, payload text, our error or None)."""
+        if record.key is None:
+            return None, None, f"offset {offset}: a coordinator record needs a key"
+        try:
+            record_type = _int16(record.key, "key")
+            key_spec = self.schemas.by_api_key(record_type, "coordinator-key")
+            if key_spec is None:
+                return f"Unknown record type {record_type} at offset {offset}, skipping.", None, f"offset {offset}: unknown record type {record_type}"
+            key = self.schemas.to_json(self.schemas.decode(key_spec.name, record.key[_INT16_PREFIX:], 0), 0)
+            key_text = jackson({"type": str(record_type), "data": _drop_unknown_tagged(key)})
+            if record.value is None:
+                return key_text, "<DELETE>", None
+            version = _int16(record.value, "value")
+            value_spec = self.schemas.by_api_key(record_type, "coordinator-value")
+            if value_spec is None:
+                raise CodecError(f"no value schema for record type {record_type}")
+            if version not in value_spec.valid_versions:
+                raise CodecError(f"unknown version {version} of {value_spec.name}")
+            value = self.schemas.to_json(self.schemas.decode(value_spec.name, record.value[_INT16_PREFIX:], version), version)
+            if value_spec.name == "GroupMetadataValue" and value.get("protocolType") == _CONSUMER_PROTOCOL:
+                for member in value.get("members") or ():
+                    self._decode_embedded(member, "subscription", "ConsumerProtocolSubscription")
+                    self._decode_embedded(member, "assignment", "ConsumerProtocolAssignment")
+            return key_text, jackson({"version": str(version), "data": _drop_unknown_tagged(value)}), None
+        except (CodecError, ValueError) as e:
+            return f"Error at offset {offset}, skipping. {e}", None, f"offset {offset}: cannot decode: {e}"
+
+    def _decode_embedded(self, member: dict[str, Any], field: str, message: str) -> None:
+        """Bytes holding an int16 version and a message, replaced by its JSON (kept as they are
+        when they do not decode, as Kafka keeps them)."""
+        encoded = member.get(field)
+        if not isinstance(encoded, str):
+            return
+        try:
+            data = base64.b64decode(encoded)
+            version = _int16(data, field)
+            member[field] = self.schemas.to_json(self.schemas.decode(message, data[_INT16_PREFIX:], version), version)
+        except (CodecError, ValueError):
+            pass
+
+
+def _int16(data: bytes, what: str) -> int:
+    if len(data) < _INT16_PREFIX:
+        raise CodecError(f"the {what} needs an int16 version, found {len(data)} bytes")
+    return int.from_bytes(data[:_INT16_PREFIX], "big", signed=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_right
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -81,51 +82,63 @@ class ProducerEntry(NamedTuple):
         return self.last_sequence - self.offset_delta
 
 
+def _used(entries: Iterator[tuple[int, ...]], offset_at: int) -> Iterator[tuple[int, ...]]:
+    """Entries up to the first zero one: an index is preallocated with zeros, and Kafka stops at
+    an entry whose relative offset is 0 after the first (the file may be 10 MB of them)."""
+    for i, entry in enumerate(entries):
+        if i > 0 and entry[offset_at] == 0:
+            return
+        yield entry
+
+
 def read_offset_index(data: bytes, base_offset: int) -> list[OffsetEntry]:
-    """Every whole entry (a preallocated index ends in zeros: the caller stops at them as Kafka does)."""
-    return [OffsetEntry(base_offset + rel, pos) for rel, pos in OFFSET_ENTRY.iter_unpack(data[: len(data) // 8 * 8])]
+    """The entries in use (Kafka's dump stops at the first zero entry)."""
+    whole = data[: len(data) // OFFSET_ENTRY.size * OFFSET_ENTRY.size]
+    return [OffsetEntry(base_offset + rel, pos) for rel, pos in _used(OFFSET_ENTRY.iter_unpack(whole), 0)]
 
 
 def read_time_index(data: bytes, base_offset: int) -> list[TimeEntry]:
-    return [TimeEntry(ts, base_offset + rel) for ts, rel in TIME_ENTRY.iter_unpack(data[: len(data) // 12 * 12])]
+    whole = data[: len(data) // TIME_ENTRY.size * TIME_ENTRY.size]
+    return [TimeEntry(ts, base_offset + rel) for ts, rel in _used(TIME_ENTRY.iter_unpack(whole), 1)]
 
 
-def used_entries(entries: list, base_offset: int, offset_of: int = 1) -> list:
-    """The entries before the first zero one: Kafka stops at an entry back at the base offset after the first."""
-    for i, entry in enumerate(entries):
-        if i > 0 and entry[offset_of] == base_offset:
-            return entries[:i]
-    return entries
+def entry_count(data: bytes, entry: struct.Struct) -> int:
+    """Kafka's ``index.entries`` for a file opened read-only: its whole entries, zeros included."""
+    return len(data) // entry.size
 
 
 def offset_index_sanity(data: bytes, base_offset: int, path: Path) -> None:
     """Kafka's OffsetIndex.sanityCheck: raises LogFileError with Kafka's message."""
-    entries = read_offset_index(data, base_offset)
-    if entries and entries[-1].offset < base_offset:
-        raise LogFileError(f"Corrupt index found, index file ({path}) has non-zero size but the last offset is "
-                           f"{entries[-1].offset} which is less than the base offset {base_offset}")  # fmt: skip
+    n = entry_count(data, OFFSET_ENTRY)
+    if n:
+        last = base_offset + OFFSET_ENTRY.unpack_from(data, (n - 1) * OFFSET_ENTRY.size)[0]
+        if last < base_offset:
+            raise LogFileError(f"Corrupt index found, index file ({path}) has non-zero size but the last offset is "
+                               f"{last} which is less than the base offset {base_offset}")  # fmt: skip
     if len(data) % OFFSET_ENTRY.size:
         raise LogFileError(f"Index file {path} is corrupt, found {len(data)} bytes which is neither positive nor a multiple of 8")
 
 
 def time_index_sanity(data: bytes, base_offset: int, path: Path) -> None:
-    """Kafka's TimeIndex.sanityCheck."""
-    entries = read_time_index(data, base_offset)
-    if entries:
-        last = entries[-1]
-        if last.timestamp < entries[0].timestamp:
+    """Kafka's TimeIndex.sanityCheck (on every entry the file holds, zeros included)."""
+    n = entry_count(data, TIME_ENTRY)
+    if n:
+        first_ts, _ = TIME_ENTRY.unpack_from(data, 0)
+        last_ts, last_rel = TIME_ENTRY.unpack_from(data, (n - 1) * TIME_ENTRY.size)
+        if last_ts < first_ts:
             raise LogFileError(f"Corrupt time index found, time index file ({path}) has non-zero size but the last "
-                               f"timestamp is {last.timestamp} which is less than the first timestamp {entries[0].timestamp}")  # fmt: skip
-        if last.offset < base_offset:
+                               f"timestamp is {last_ts} which is less than the first timestamp {first_ts}")  # fmt: skip
+        if base_offset + last_rel < base_offset:
             raise LogFileError(f"Corrupt time index found, time index file ({path}) has non-zero size but the last "
-                               f"offset is {last.offset} which is less than the first offset {base_offset}")  # fmt: skip
+                               f"offset is {base_offset + last_rel} which is less than the first offset {base_offset}")  # fmt: skip
     if len(data) % TIME_ENTRY.size:
         raise LogFileError(f"Time index file {path} is corrupt, found {len(data)} bytes which is neither positive nor a multiple of 12")
 
 
-def index_lookup(entries: list[OffsetEntry], base_offset: int, target: int) -> int:
-    """The position of the largest indexed offset <= target (OffsetIndex.lookup), else 0."""
-    i = bisect_right([e.offset for e in entries], target)
+def index_lookup(entries: list[OffsetEntry], offsets: list[int], target: int) -> int:
+    """The position of the largest indexed offset <= target (OffsetIndex.lookup), else 0;
+    ``offsets`` are the entries' offsets, in order."""
+    i = bisect_right(offsets, target)
     return entries[i - 1].position if i else 0
 
 

@@ -161,6 +161,18 @@ def java_console_producer(bootstrap: str) -> Any:
     return produce
 
 
+_WRITTEN: set[str] = set()
+
+
+def ensure_yardstick_activity(bootstrap: str) -> None:
+    """The metadata and data activity, written once per cluster (the session's node is shared by
+    every test module that compares dumps)."""
+    if bootstrap not in _WRITTEN:
+        write_metadata_activity(bootstrap)
+        write_data_activity(bootstrap, java_console_producer(bootstrap))
+        _WRITTEN.add(bootstrap)
+
+
 ROLLED_TOPIC = "yardstick-rolled"  # several segments: indexes, time indexes, producer snapshots
 APPEND_TIME_TOPIC = "yardstick-append-time"  # message.timestamp.type=LogAppendTime
 COMPACTED_TOPIC = "yardstick-compacted"  # cleaned: an idempotent producer's batch left empty

@@ -20,11 +20,9 @@ from kafka_yardstick import (
     DATA_TOPIC,
     compare_dumps,
     copy_whole_batches,
-    java_console_producer,
+    ensure_yardstick_activity,
     ours,
     record_types,
-    write_data_activity,
-    write_metadata_activity,
 )
 from reference_data import DATA
 
@@ -104,8 +102,7 @@ def test_dump_log_redacts_scram_key_material_by_default() -> None:
 @pytest.fixture(scope="module")
 def written_segments(apache_kafka: ApacheKafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The shared node's metadata log and a data topic, after the yardstick's admin calls and produces."""
-    write_metadata_activity(apache_kafka.bootstrap)
-    write_data_activity(apache_kafka.bootstrap, java_console_producer(apache_kafka.bootstrap))
+    ensure_yardstick_activity(apache_kafka.bootstrap)
     yield tmp_path_factory.mktemp("segments")
 
 

@@ -23,6 +23,7 @@ from kafka_yardstick import (
     DATA_TOPIC,
     ROLLED_TOPIC,
     copy_whole_batches,
+    ensure_yardstick_activity,
     write_log_dir_activity,
 )
 from reference_data import DATA
@@ -163,12 +164,8 @@ def _wait_for_an_emptied_batch(folder: Path, timeout: float = 60.0) -> None:
 @pytest.fixture(scope="module")
 def log_dir(apache_kafka: ApacheKafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A copy of the node's partition folders after the yardstick's writes (whole batches only)."""
-    from kafka_yardstick import java_console_producer, write_data_activity, write_metadata_activity
-
     node = apache_kafka.nodes[0]
-    if not (node.log_dir / f"{DATA_TOPIC}-0").exists():
-        write_metadata_activity(apache_kafka.bootstrap)
-        write_data_activity(apache_kafka.bootstrap, java_console_producer(apache_kafka.bootstrap))
+    ensure_yardstick_activity(apache_kafka.bootstrap)
     write_log_dir_activity(apache_kafka.bootstrap)
     _wait_for_an_emptied_batch(node.log_dir / f"{COMPACTED_TOPIC}-0")
     dest = tmp_path_factory.mktemp("log-dir")
@@ -214,6 +211,42 @@ def test_live_metadata_log_prints_as_kafka_prints_it(log_dir: Path, java_utf8_st
     assert code == 0, err
     assert_same_text(kafka([segment], "--cluster-metadata-decoder"), text)
     assert "KRaftVoters {" in text and '"type":"USER_SCRAM_CREDENTIAL_RECORD"' in text
+
+
+def test_live_coordinator_topics_print_as_kafka_prints_them(log_dir: Path, java_utf8_stdout: None) -> None:
+    texts = {}
+    for prefix, option in (("__consumer_offsets-", "--offsets-decoder"), ("__transaction_state-", "--transaction-log-decoder")):
+        logs = [f for f in _logs(log_dir) if f.parent.name.startswith(prefix)]
+        assert logs, prefix
+        code, text, err = ours(logs, option)
+        assert code == 0, err
+        assert_same_text(kafka(logs, option), text)
+        texts[option] = text
+    # a group's metadata with its member's subscription and assignment decoded, and its commit
+    assert '"protocolType":"consumer"' in texts["--offsets-decoder"] and '"assignedPartitions":[' in texts["--offsets-decoder"]
+    assert 'key: {"type":"1","data":{"group":"yardstick-group"' in texts["--offsets-decoder"]
+    assert '"transactionalId":"yardstick-txn"' in texts["--transaction-log-decoder"]
+
+
+def test_the_coordinator_schemas_are_kafkas_own() -> None:
+    """schemas/kafka-*-coordinator/ hold Kafka 4.1.2's files byte for byte (from the fetched jars)."""
+    import zipfile
+
+    from streams.apache_kafka import kafka_lib, kafka_version
+
+    require_apache_kafka()
+    lib, version = kafka_lib(), kafka_version()
+    jars = {"kafka-group-coordinator": ["kafka-group-coordinator", "kafka-clients"], "kafka-transaction-coordinator": ["kafka-transaction-coordinator"]}
+    for folder, sources in jars.items():
+        ours_ = {f.name: f.read_bytes() for f in (Path(__file__).parents[1] / "schemas" / folder).glob("*.json")}
+        assert ours_, folder
+        for name, data in ours_.items():
+            found = []
+            for jar in sources:
+                with zipfile.ZipFile(lib / f"{jar}-{version}.jar") as z:
+                    if f"common/message/{name}" in z.namelist():
+                        found.append(z.read(f"common/message/{name}"))
+            assert found == [data], f"{folder}/{name}"
 
 
 def _indexes(log_dir: Path) -> list[Path]:
