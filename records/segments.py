@@ -720,8 +720,9 @@ class ScannedBatch(msgspec.Struct, frozen=True):
     """One batch as ``kafka-dump-log`` sees it: framed by its length, whatever its content.
 
     ``batch`` holds the header as stored (its records those that decoded, in order);
-    ``valid`` is Kafka's ``isValid`` (the stored CRC32C matches); ``error`` says why records
-    are missing (a record that does not parse, a codec that fails), else None.
+    ``valid`` is Kafka's ``isValid`` (the stored CRC32C matches); ``error`` is the damage the
+    CRC does not show (a record that does not parse, a codec that fails, a magic byte other
+    than 2, which the CRC does not cover), else None.
     """
 
     position: int
