@@ -33,11 +33,13 @@ shown (isvalid: false) with the records that could be read, and the dump goes on
 Sensitive config values (every config Kafka does not know and every PASSWORD-typed one, as
 Kafka's RecordRedactor decides), SCRAM key material and the bytes of a record that does not
 decode are printed as (redacted) unless --include-secrets. Kafka 4.1.2's kafka-dump-log prints
-them in clear: that is the one intended difference of --format kafka.
+them in clear: that is the intended difference of --format kafka (besides going on, with a
+report, where Kafka's tool stops with an exception).
 
 exit codes: 0 all read and sound; 2 bad usage or a file that cannot be read;
 3 damage found (an invalid batch or CRC, a record or value that does not decode,
-invalid bytes at the end, a corrupt index or snapshot), reported on stderr.
+invalid bytes at the end, an index entry that does not match its log, a corrupt index
+or snapshot), reported on stderr.
 """
 
 
