@@ -30,8 +30,8 @@ import msgspec
 from crc32c import crc32c
 
 from records.codec import CodecError, MessageCodec
-from records.registry import default_schemas
 from records.javatext import java_utf8
+from records.registry import default_schemas
 from records.varint import (
     VarintError,
     read_varint,
@@ -628,8 +628,11 @@ def _decode_records(
                         )
                     if pos + key_len > rec_end:
                         _overrun(start, index, length, "header key", batch_pos)
-                    # Kafka reads header keys with Java's decoder: bad bytes become U+FFFD, the batch stays readable.
-                    hkey = java_utf8(buf[pos : pos + key_len])
+                    try:
+                        hkey = buf[pos : pos + key_len].decode()
+                    except UnicodeDecodeError:
+                        # Kafka reads header keys with Java's decoder: bad bytes become U+FFFD, the batch stays readable.
+                        hkey = java_utf8(buf[pos : pos + key_len])
                     pos += key_len
                     hvalue, pos = _read_nullable(buf, pos, rec_end, "header value", start, index, length, batch_pos)
                     hs.append(Header(hkey, hvalue))
