@@ -71,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     errors = dump_segment(data, MetadataRecordSerde(schemas), lines)
     for line in lines.getvalue().splitlines():
         record = json.loads(line)
+        if record.get("kind") == "batch":
+            continue
         print(f"  offset {record['offset']:>2}  epoch {record['partitionLeaderEpoch']}  {json.dumps(record['payload'])}")
 
     key = schemas.struct("MirrorPartitionStateKey")(mirror_name=MIRROR, topic_id=uuid.UUID(int=1 << 64 | 0x1279), partition=0)

@@ -22,16 +22,18 @@ from typing import Any, TextIO
 
 from records.codec import CodecError
 from records.framing import FrameError, MetadataRecordSerde
-from records.redact import REDACTED, may_hold_secrets, needs_redaction, redact_message_json
+from records.javatext import java_utf8
+from records.redact import REDACTED, needs_redaction, redact_message_json
 from records.segments import (
     COMPRESSION_CODECS,
     NO_SEQUENCE,
     ControlType,
     Record,
     RecordBatch,
+    ScannedBatch,
     SegmentError,
+    SegmentScan,
     control_type,
-    iter_segment,
 )
 
 # Control values that have a schema: control type -> message name.
@@ -55,11 +57,11 @@ def sequence_at(base_sequence: int, delta: int) -> int:
     return seq - _INT32_MAX - 1 if seq > _INT32_MAX else seq
 
 
-def batch_json(batch: RecordBatch, position: int, size: int, crc: int) -> dict[str, Any]:
+def batch_json(batch: RecordBatch, position: int, size: int, crc: int, count: int | None = None, magic: int = 2) -> dict[str, Any]:
     return {
         "baseOffset": batch.base_offset,
         "lastOffset": batch.last_offset,
-        "count": len(batch.records),
+        "count": len(batch.records) if count is None else count,
         "baseSequence": batch.base_sequence,
         "lastSequence": sequence_at(batch.base_sequence, batch.last_offset_delta),
         "producerId": batch.producer_id,
@@ -72,14 +74,14 @@ def batch_json(batch: RecordBatch, position: int, size: int, crc: int) -> dict[s
         "timestampType": "LOG_APPEND_TIME" if batch.is_log_append_time else "CREATE_TIME",
         "createTime": batch.max_timestamp,
         "size": size,
-        "magic": 2,
+        "magic": magic,
         "compressCodec": COMPRESSION_CODECS.get(batch.compression, f"unknown({batch.compression})"),
         "crc": crc,
     }
 
 
 def _text(data: bytes | None) -> str | None:
-    return None if data is None else data.decode("utf-8", "replace")
+    return None if data is None else java_utf8(data)
 
 
 def control_payload(record: Record, serde: MetadataRecordSerde) -> dict[str, Any]:
@@ -120,25 +122,17 @@ def metadata_payload(value: bytes, serde: MetadataRecordSerde, decode: bool, inc
         try:
             record = serde.decode(value)
         except (CodecError, FrameError, ValueError):
-            return undecodable_payload(value, serde, include_secrets)
+            return undecodable_payload(value, include_secrets)
         name = type(record.message).__name__
         if needs_redaction(name, serde.schemas.to_json(record.message, record.version)):
             return REDACTED
     return base64.b64encode(value).decode("ascii")
 
 
-def undecodable_payload(value: bytes, serde: MetadataRecordSerde, include_secrets: bool) -> str:
-    """The base64 of a metadata record value that does not decode, or the marker when its header
-    names a record type that can carry a secret (a ConfigRecord with a broken body, say)."""
-    if not include_secrets:
-        try:
-            api_key, _, _ = serde.read_header(value)
-            spec = serde.schemas.by_api_key(api_key, serde.message_type)
-        except (CodecError, FrameError, ValueError):
-            spec = None
-        if spec is not None and may_hold_secrets(spec.name):
-            return REDACTED
-    return base64.b64encode(value).decode("ascii")
+def undecodable_payload(value: bytes, include_secrets: bool) -> str:
+    """What stands for a metadata record value that does not decode: its base64 only with
+    ``include_secrets`` (its bytes may hold a password in clear, a JAAS config, say), else the marker."""
+    return base64.b64encode(value).decode("ascii") if include_secrets else REDACTED
 
 
 def dump_segment(
@@ -149,24 +143,29 @@ def dump_segment(
     decode_payloads: bool = True,
     include_secrets: bool = False,
     data_records: bool = False,
+    report_tail: bool = True,
 ) -> list[str]:
-    """Writes one JSON line per record; returns the errors met (the segment's last, if corrupt).
+    """Writes one JSON line per batch and one per record; returns the damage met (invalid
+    batches, records or values that do not decode, bytes after the last batch).
 
+    A batch line holds the batch's fields with ``"kind": "batch"`` and ``isvalid`` (its CRC
+    matches); its records follow, each with the batch's fields too (no ``kind``). A damaged
+    batch is shown with the records that could be read, and the dump goes on with the next.
     ``data_records``: the segment is a data topic's, not ``__cluster_metadata``: keys and
     values print as text (``key``, ``payload``) rather than as metadata records.
+    ``report_tail``: False when ``data`` was cut short on purpose (``--max-bytes``).
     """
     errors: list[str] = []
-    position = 0
-    for item in iter_segment(data, decompress=True):
+    scan = SegmentScan(data)
+    for item in scan:
         if isinstance(item, SegmentError):
             errors.append(str(item))
-            next_position = getattr(item, "next_position", None)
-            if next_position is not None:
-                position = next_position
             continue
-        batch = item
-        size = batch.size_in_bytes
-        header = batch_json(batch, position, size, batch.crc)
+        batch = item.batch
+        position = item.position
+        header = batch_json(batch, position, item.size_in_bytes, batch.crc, item.count, item.magic)
+        errors.extend(batch_damage(item))
+        out.write(json.dumps({"kind": "batch", **header, "isvalid": item.valid}, ensure_ascii=False) + "\n")
         for record in batch.records:
             line: dict[str, Any] = dict(header)
             line["offset"] = batch.base_offset + record.offset_delta
@@ -191,7 +190,28 @@ def dump_segment(
                 errors.append(message)
                 line["payloadError"] = str(e)
                 line["payload"] = (None if record.value is None else base64.b64encode(record.value).decode("ascii")
-                                   if batch.is_control else undecodable_payload(record.value, serde, include_secrets))  # fmt: skip
+                                   if batch.is_control else undecodable_payload(record.value, include_secrets))  # fmt: skip
             out.write(json.dumps(line, ensure_ascii=False) + "\n")
-        position += size
+    if report_tail:
+        errors.extend(tail_damage(scan))
     return errors
+
+
+def batch_damage(item: ScannedBatch) -> list[str]:
+    """What is wrong with a batch, one message each (none for a sound batch)."""
+    damage = []
+    where = f"batch at byte {item.position} (offsets {item.batch.base_offset}..{item.batch.last_offset})"
+    if not item.valid:
+        damage.append(f"{where}: CRC mismatch (isvalid: false)")
+    if item.error is not None:
+        damage.append(f"{where}: {item.error}")
+    return damage
+
+
+def tail_damage(scan: SegmentScan) -> list[str]:
+    """Bytes after the last whole batch, as Kafka's "Found N invalid bytes at the end"."""
+    trailing = len(scan.data) - scan.valid_bytes
+    if trailing <= 0:
+        return []
+    why = f": {scan.stop}" if scan.stop is not None else ""
+    return [f"{trailing} invalid bytes at the end, from byte {scan.valid_bytes}{why}"]

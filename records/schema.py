@@ -393,9 +393,10 @@ class _Parser:
         if base not in PRIMITIVE_TYPES and not STRUCT_NAME.match(base):
             raise self.fail(f"unknown type {type_text!r}", path)
         ftype = FieldType(base, is_array)
-        if "versions" not in raw:
+        if "versions" not in raw and "taggedVersions" not in raw:
             raise self.fail("versions is missing", path)
-        versions = self.versions(raw["versions"], "versions", path)
+        # Kafka lets a tagged field omit versions: they are its taggedVersions (TransactionLogValue).
+        versions = self.versions(raw.get("versions", raw.get("taggedVersions")), "versions", path)
         nullable = self.versions(raw.get("nullableVersions", "none"), "nullableVersions", path)
         tagged = self.versions(raw.get("taggedVersions", "none"), "taggedVersions", path)
         tag = raw.get("tag")

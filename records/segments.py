@@ -30,6 +30,7 @@ import msgspec
 from crc32c import crc32c
 
 from records.codec import CodecError, MessageCodec
+from records.javatext import java_utf8
 from records.registry import default_schemas
 from records.varint import (
     VarintError,
@@ -62,6 +63,8 @@ __all__ = [
     "RECORD_BATCH_OVERHEAD",
     "Record",
     "RecordBatch",
+    "ScannedBatch",
+    "SegmentScan",
     "SegmentError",
     "TruncatedBatchError",
     "UnsupportedBatchError",
@@ -571,8 +574,12 @@ def _check_legacy(buf: bytes, pos: int, base_offset: int, size: int, magic: int)
     )
 
 
-def _decode_records(buf: bytes, pos: int, end: int, count: int, batch_pos: int) -> tuple[Record, ...]:
-    records: list[Record] = []
+def _decode_records(
+    buf: bytes, pos: int, end: int, count: int, batch_pos: int, records: list[Record] | None = None
+) -> tuple[Record, ...]:
+    """The ``count`` records in ``buf[pos:end]``; ``records``, if given, keeps those read before an error."""
+    if records is None:
+        records = []
     append = records.append
     index = 0
     start = pos
@@ -623,10 +630,9 @@ def _decode_records(buf: bytes, pos: int, end: int, count: int, batch_pos: int) 
                         _overrun(start, index, length, "header key", batch_pos)
                     try:
                         hkey = buf[pos : pos + key_len].decode()
-                    except UnicodeDecodeError as e:
-                        raise CorruptBatchError(
-                            "bad header key", pos, f"record {index}: header key is not UTF-8 ({e.reason})", batch_pos
-                        ) from None
+                    except UnicodeDecodeError:
+                        # Kafka reads header keys with Java's decoder: bad bytes become U+FFFD, the batch stays readable.
+                        hkey = java_utf8(buf[pos : pos + key_len])
                     pos += key_len
                     hvalue, pos = _read_nullable(buf, pos, rec_end, "header value", start, index, length, batch_pos)
                     hs.append(Header(hkey, hvalue))
@@ -711,6 +717,119 @@ def iter_segment(
             yield e
             return
         yield batch
+
+
+class ScannedBatch(msgspec.Struct, frozen=True):
+    """One batch as ``kafka-dump-log`` sees it: framed by its length, whatever its content.
+
+    ``batch`` holds the header as stored (its records those that decoded, in order);
+    ``valid`` is Kafka's ``isValid`` (the stored CRC32C matches); ``error`` is the damage the
+    CRC does not show (a record that does not parse, a codec that fails, a magic byte other
+    than 2, which the CRC does not cover), else None.
+    """
+
+    position: int
+    magic: int
+    count: int
+    valid: bool
+    batch: RecordBatch
+    error: SegmentError | None = None
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.batch.size_in_bytes
+
+
+class SegmentScan:
+    """The batches of a segment as Kafka's ``FileRecords.batches()`` frames them: a batch is
+    ``LOG_OVERHEAD + batchLength`` bytes, read whether its CRC matches or not, so that one damaged
+    batch does not hide the rest. After iterating, ``valid_bytes`` counts the bytes framed as
+    batches and ``stop`` says why the scan ended early (None at the end of the data); the bytes
+    after ``valid_bytes`` are what Kafka reports as "invalid bytes at the end".
+    """
+
+    def __init__(self, data: bytes | bytearray | memoryview, max_bytes: int | None = None) -> None:
+        self.data = bytes(data) if max_bytes is None else bytes(data[:max_bytes])
+        self.valid_bytes = 0
+        self.stop: SegmentError | None = None
+
+    def __iter__(self) -> Iterator[ScannedBatch | UnsupportedBatchError]:
+        buf = self.data
+        n = len(buf)
+        pos = 0
+        # Kafka's FileLogInputStream.nextBatch: stop when no frame up to the magic byte fits.
+        while pos < n - _HEADER_UP_TO_MAGIC:
+            base_offset, length, _, magic = _UP_TO_MAGIC.unpack_from(buf, pos)
+            if length < _LEGACY_MIN_SIZE[0]:
+                self.stop = CorruptBatchError(
+                    "bad batch length", pos, f"header says {length} bytes, less than the minimum record overhead (14)"
+                )
+                return
+            end = pos + LOG_OVERHEAD + length
+            if end > n:
+                self.stop = TruncatedBatchError("truncated batch", pos, f"header says {LOG_OVERHEAD + length} bytes, {n - pos} remain")
+                return
+            if magic in _LEGACY_MIN_SIZE:
+                try:
+                    _check_legacy(buf, pos, base_offset, length, magic)
+                except UnsupportedBatchError as e:
+                    yield e
+                except SegmentError as e:
+                    yield UnsupportedBatchError(e.what, pos, e.detail, end)
+            elif length < _MIN_BATCH_LENGTH:
+                self.stop = CorruptBatchError(
+                    "bad batch length", pos, f"header says {length} bytes, a v2 batch needs at least {_MIN_BATCH_LENGTH}"
+                )
+                return
+            else:
+                yield _scan_batch(buf, pos, end, magic)
+            pos = end
+            self.valid_bytes = pos
+        if pos < n:
+            self.stop = TruncatedBatchError(
+                "truncated batch header", pos, f"need more than {_HEADER_UP_TO_MAGIC} bytes for a batch, {n - pos} remain"
+            )
+
+
+def _scan_batch(buf: bytes, pos: int, end: int, magic: int) -> ScannedBatch:
+    (base_offset, length, leader_epoch, _, stored_crc, attributes, last_offset_delta, base_timestamp,
+     max_timestamp, producer_id, producer_epoch, base_sequence, count) = _HEADER.unpack_from(buf, pos)  # fmt: skip
+    valid = crc32c(buf[pos + _ATTRIBUTES_OFFSET : end]) == stored_crc
+    records: list[Record] = []
+    error: SegmentError | None = None
+    codec = attributes & ATTR_COMPRESSION_MASK
+    try:
+        if count < 0:
+            raise CorruptBatchError("bad record count", pos, f"batch declares {count} records")
+        if codec:
+            try:
+                inner = decompress_records(codec, buf[pos + RECORD_BATCH_OVERHEAD : end])
+            except ValueError as e:
+                raise CorruptBatchError("undecompressable batch", pos, f"batch at offset {base_offset} ({_codec_name(codec)}): {e}") from None
+            try:
+                _decode_records(inner, 0, len(inner), count, 0, records)
+            except SegmentError as e:
+                raise CorruptBatchError(e.what, pos, f"in the decompressed records of the batch at offset {base_offset}: {e.detail}") from None
+        else:
+            _decode_records(buf, pos + RECORD_BATCH_OVERHEAD, end, count, pos, records)
+    except SegmentError as e:
+        error = e
+    batch = RecordBatch(
+        base_offset=base_offset,
+        partition_leader_epoch=leader_epoch,
+        attributes=attributes,
+        last_offset_delta=last_offset_delta,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        records=tuple(records),
+    )
+    msgspec.structs.force_setattr(batch, _STORED, (length, stored_crc))
+    if magic != 2 and error is None:
+        error = CorruptBatchError("bad magic", pos, f"magic byte {magic} at byte {pos + _MAGIC_OFFSET}, expected 2")
+    return ScannedBatch(pos, magic, count, valid, batch, error)
 
 
 def decode_segment(data: bytes | bytearray | memoryview) -> list[RecordBatch]:

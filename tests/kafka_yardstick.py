@@ -161,6 +161,82 @@ def java_console_producer(bootstrap: str) -> Any:
     return produce
 
 
+_WRITTEN: set[str] = set()
+
+
+def ensure_yardstick_activity(bootstrap: str) -> None:
+    """The metadata and data activity, written once per cluster (the session's node is shared by
+    every test module that compares dumps)."""
+    if bootstrap not in _WRITTEN:
+        write_metadata_activity(bootstrap)
+        write_data_activity(bootstrap, java_console_producer(bootstrap))
+        _WRITTEN.add(bootstrap)
+
+
+ROLLED_TOPIC = "yardstick-rolled"  # several segments: indexes, time indexes, producer snapshots
+APPEND_TIME_TOPIC = "yardstick-append-time"  # message.timestamp.type=LogAppendTime
+COMPACTED_TOPIC = "yardstick-compacted"  # cleaned: an idempotent producer's batch left empty
+GROUP = "yardstick-group"
+
+
+def _send_batch(bootstrap: str, topic: str, items: list[tuple[bytes, bytes | None]], **config: Any) -> None:
+    """One batch (one producer, one flush) of ``items`` to partition 0."""
+    from kafka import KafkaProducer
+
+    p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=50, acks="all", **config)
+    try:
+        for key, value in items:
+            p.send(topic, key=key, value=value, partition=0)
+        p.flush()
+    finally:
+        p.close()
+
+
+def write_log_dir_activity(bootstrap: str) -> None:
+    """Topics whose partition folders hold every kind of file a log directory has: rolled
+    segments with their .index, .timeindex and producer .snapshot, a .txnindex (the data topic's
+    aborted transaction), LogAppendTime batches, a segment the cleaner compacted, and
+    __consumer_offsets with a group's commits."""
+    import time
+
+    from kafka import KafkaConsumer
+    from kafka.admin import NewTopic
+
+    roll = {"segment.ms": "100", "index.interval.bytes": "1"}
+    a = admin(bootstrap)
+    try:
+        a.create_topics(
+            [
+                NewTopic(ROLLED_TOPIC, 1, 1, topic_configs=roll),
+                NewTopic(APPEND_TIME_TOPIC, 1, 1, topic_configs={"message.timestamp.type": "LogAppendTime"}),
+                NewTopic(COMPACTED_TOPIC, 1, 1, topic_configs={
+                    **roll, "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01", "min.compaction.lag.ms": "0",
+                }),
+            ]
+        )  # fmt: skip
+    finally:
+        a.close()
+    for i in range(3):  # each batch after segment.ms: a new segment each time
+        _send_batch(bootstrap, ROLLED_TOPIC, [(f"r{i}-{j}".encode(), f"v{j}".encode()) for j in range(3)], enable_idempotence=True)
+        _send_batch(bootstrap, APPEND_TIME_TOPIC, [(b"t", f"append-{i}".encode())], compression_type="gzip" if i else None)
+        time.sleep(0.3)
+    # The first producer's keys are all overwritten by the second: the cleaner empties its batch
+    # but keeps it (its producer state); a third batch rolls the second into a cleanable segment.
+    for value in (b"first", b"second", None):
+        items = [(f"c{j}".encode(), value) for j in range(3)] if value else [(b"other", b"x")]
+        _send_batch(bootstrap, COMPACTED_TOPIC, items, enable_idempotence=True)
+        time.sleep(0.3)
+    _send_batch(bootstrap, COMPACTED_TOPIC, [(b"last", b"y")])  # rolls the third batch's segment too
+    c = KafkaConsumer(ROLLED_TOPIC, bootstrap_servers=bootstrap, group_id=GROUP, auto_offset_reset="earliest",
+                      enable_auto_commit=False, consumer_timeout_ms=5000)  # fmt: skip
+    try:
+        for _ in c:
+            pass
+        c.commit()
+    finally:
+        c.close()
+
+
 # --- Kafka's dump, parsed, and compared with ours -----------------------------------------------
 
 _BATCH_FIELD = re.compile(r"(\w+): (\S+)")
@@ -271,15 +347,17 @@ def compare_dumps(kafka_text: str, ours_lines: list[dict[str, Any]], data: bool 
     return diffs
 
 
-def ours(path: Path, *extra: str) -> list[dict[str, Any]]:
-    """``kafka-records dump-log PATH`` as parsed JSON lines (exit code checked)."""
+def ours(path: Path, *extra: str, batches: bool = False) -> list[dict[str, Any]]:
+    """``kafka-records dump-log PATH``'s record lines (with ``batches``, its batch lines too), parsed
+    (exit code checked)."""
     from records.cli import main
 
     buf = io.StringIO()
     code = main(["dump-log", str(path), *extra], out=buf)
     if code != 0:
         raise AssertionError(f"kafka-records dump-log {path} exited {code}")
-    return [json.loads(line) for line in buf.getvalue().splitlines()]
+    lines = [json.loads(line) for line in buf.getvalue().splitlines()]
+    return lines if batches else [line for line in lines if line.get("kind") != "batch"]
 
 
 def record_types(lines: list[dict[str, Any]]) -> set[str]:

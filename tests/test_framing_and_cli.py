@@ -84,12 +84,18 @@ def _run(argv: list[str], stdin: str = "") -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+def _records(out: str) -> list[dict]:
+    """dump-log's record lines (its batch lines left out)."""
+    return [r for r in map(json.loads, out.splitlines()) if r.get("kind") != "batch"]
+
+
 @pytest.mark.parametrize("schemas", [None, str(kafka_metadata_dir())])
 def test_dump_log_of_a_real_kraft_segment(schemas: str | None) -> None:
     code, out, err = _run(["dump-log", str(VECTOR)] + (["--schemas", schemas] if schemas else []))
     assert (code, err) == (0, "")
     lines = [json.loads(line) for line in out.splitlines()]
-    assert [(r["offset"], r["partitionLeaderEpoch"], r["position"], r["crc"], r["payload"]) for r in lines] == EXPECTED_DUMP
+    assert [(r["offset"], r["partitionLeaderEpoch"], r["position"], r["crc"], r["payload"]) for r in lines if "offset" in r] == EXPECTED_DUMP
+    assert [(b["position"], b["isvalid"]) for b in lines if b.get("kind") == "batch"] == [(0, True), (145, True)]
 
 
 def test_dump_log_reports_a_crc_mismatch_after_the_good_batches(tmp_path: Path) -> None:
@@ -98,17 +104,19 @@ def test_dump_log_reports_a_crc_mismatch_after_the_good_batches(tmp_path: Path) 
     broken = tmp_path / "broken.log"
     broken.write_bytes(bytes(data))
     code, out, err = _run(["dump-log", str(broken)])
-    assert code == 2
-    assert [json.loads(line)["offset"] for line in out.splitlines()] == [1, 2, 3, 4]
-    assert "CRC mismatch at byte 145" in err and err.count("\n") == 1
+    assert code == 3  # damage found; the damaged batch is shown, as Kafka shows it
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [(b["position"], b["isvalid"]) for b in lines if b.get("kind") == "batch"] == [(0, True), (145, False)]
+    assert [r["offset"] for r in lines if "offset" in r][:4] == [1, 2, 3, 4]
+    assert "batch at byte 145" in err and "CRC mismatch" in err
 
 
 def test_dump_log_reports_truncation(tmp_path: Path) -> None:
     cut = tmp_path / "cut.log"
     cut.write_bytes(VECTOR.read_bytes()[:250])
     code, out, err = _run(["dump-log", str(cut)])
-    assert code == 2 and len(out.splitlines()) == 4
-    assert "truncated batch at byte 145" in err
+    assert code == 3 and len([line for line in out.splitlines() if '"kind": "batch"' not in line]) == 4
+    assert "105 invalid bytes at the end, from byte 145" in err and "truncated batch at byte 145" in err
 
 
 def test_dump_log_keeps_going_past_an_undecodable_value(tmp_path: Path) -> None:
@@ -121,8 +129,8 @@ def test_dump_log_keeps_going_past_an_undecodable_value(tmp_path: Path) -> None:
     path = tmp_path / "poison.log"
     path.write_bytes(encode_segment([batch]))
     code, out, err = _run(["dump-log", str(path)])
-    lines = [json.loads(line) for line in out.splitlines()]
-    assert code == 2 and len(lines) == 2
+    lines = [json.loads(line) for line in out.splitlines() if '"kind": "batch"' not in line]
+    assert code == 3 and len(lines) == 2
     assert "unknown metadata record apiKey 127" in lines[0]["payloadError"]
     assert lines[1]["payload"]["type"] == "TOPIC_RECORD"
     assert "offset 0" in err
@@ -138,7 +146,7 @@ def test_dump_log_control_batches(tmp_path: Path) -> None:
     ]))
     code, out, err = _run(["dump-log", str(path)])
     assert (code, err) == (0, "")
-    payloads = [json.loads(line)["payload"] for line in out.splitlines()]
+    payloads = [json.loads(line)["payload"] for line in out.splitlines() if '"kind": "batch"' not in line]
     assert payloads[0] == {"type": "ABORT", "version": 0, "data": {"coordinatorEpoch": 5}}
     assert payloads[1]["type"] == "MIRROR_PID_RESET"
     assert payloads[1]["data"] == {"version": 0, "sourceClusterId": "cluster-a"}
@@ -218,7 +226,7 @@ def test_dump_log_positions_follow_the_stored_batch_length(tmp_path: Path) -> No
     path.write_bytes(non_canonical(VECTOR.read_bytes()))
     code, out, err = _run(["dump-log", str(path)])
     assert (code, err) == (0, "")
-    lines = [json.loads(line) for line in out.splitlines()]
+    lines = _records(out)
     assert {(r["position"], r["size"]) for r in lines if r["baseOffset"] == 1} == {(0, 146)}
     assert {(r["position"], r["crc"]) for r in lines if r["baseOffset"] == 34} == {(146, 161276315)}
     assert [r["payload"] for r in lines] == [e[4] for e in EXPECTED_DUMP]
@@ -261,18 +269,18 @@ def test_dump_log_redacts_sensitive_config_values(tmp_path: Path) -> None:
 
     code, out, err = _run(["dump-log", str(path)])
     assert (code, err) == (0, "")
-    assert [json.loads(line)["payload"]["data"]["value"] for line in out.splitlines()] == [REDACTED, "1000"]
+    assert [r["payload"]["data"]["value"] for r in _records(out)] == [REDACTED, "1000"]
     assert "pw-1279" not in out
     code, out, _ = _run(["dump-log", "--raw", str(path)])
-    payloads = [json.loads(line)["payload"] for line in out.splitlines()]
+    payloads = [json.loads(line)["payload"] for line in out.splitlines() if '"kind": "batch"' not in line]
     assert code == 0 and payloads[0] == REDACTED and base64.b64decode(payloads[1]) == values[1]
     code, out, _ = _run(["dump-log", "--include-secrets", str(path)])
-    assert code == 0 and json.loads(out.splitlines()[0])["payload"]["data"]["value"] == JAAS
+    assert code == 0 and _records(out)[0]["payload"]["data"]["value"] == JAAS
 
 
 def test_dump_log_hides_a_config_record_that_does_not_decode(tmp_path: Path) -> None:
-    """A ConfigRecord whose body is broken (a byte of garbage after it) cannot be checked for a
-    secret: its raw bytes are hidden too, unless --include-secrets; other records keep theirs."""
+    """A record that does not decode cannot be checked for a secret (a ConfigRecord whose body is
+    broken, a record of an unknown type): its raw bytes are hidden, unless --include-secrets."""
     from records.segments import Record, build_batch, encode_segment
 
     broken = _config_record("sasl.jaas.config", JAAS) + b"\x00"
@@ -283,8 +291,9 @@ def test_dump_log_hides_a_config_record_that_does_not_decode(tmp_path: Path) -> 
     path.write_bytes(encode_segment([batch]))
     for raw in ([], ["--raw"]):
         code, out, _ = _run(["dump-log", *raw, str(path)])
-        lines = [json.loads(line) for line in out.splitlines()]
-        assert lines[0]["payload"] == REDACTED and "pw-1279" not in out, raw
-        assert base64.b64decode(lines[1]["payload"]) == unknown_type, raw
+        lines = _records(out)
+        assert lines[0]["payload"] == lines[1]["payload"] == REDACTED and "pw-1279" not in out, raw
+        assert base64.b64encode(unknown_type).decode() not in out
     code, out, _ = _run(["dump-log", "--include-secrets", str(path)])
-    assert base64.b64decode(json.loads(out.splitlines()[0])["payload"]) == broken
+    assert base64.b64decode(_records(out)[0]["payload"]) == broken
+    assert base64.b64decode(_records(out)[1]["payload"]) == unknown_type
