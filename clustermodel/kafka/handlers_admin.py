@@ -13,6 +13,7 @@ from records.registry import default_schemas
 
 from . import errors as E
 from .handlers_fetch import _leader_partition
+from .topic_configs import DEFAULT_CONFIG, describe_topic_configs
 
 if TYPE_CHECKING:
     from .listener import ClusterListeners
@@ -118,6 +119,7 @@ def describe_configs(cluster: ClusterListeners, broker: int, req: Request) -> ob
     model = cluster.model
     Result = _n("DescribeConfigsResponse", "DescribeConfigsResult")
     Entry = _n("DescribeConfigsResponse", "DescribeConfigsResourceResult")
+    Synonym = _n("DescribeConfigsResponse", "DescribeConfigsSynonym")
     out = []
     for r in req.body.resources:
         if r.resource_type == CONFIG_BROKER:
@@ -127,12 +129,13 @@ def describe_configs(cluster: ClusterListeners, broker: int, req: Request) -> ob
         if refused is not None:
             out.append(refused)
             continue
-        configs = model.topic(r.resource_name).configs
-        keys = sorted(configs) if r.configuration_keys is None else [k for k in r.configuration_keys if k in configs]
+        entries = describe_topic_configs(model.topic(r.resource_name).configs, r.configuration_keys)
         out.append(Result(error_code=E.NONE, resource_type=r.resource_type, resource_name=r.resource_name, configs=[
-            Entry(name=k, value=configs[k], read_only=False, config_source=SOURCE_TOPIC_CONFIG, is_default=False,
-                  is_sensitive=False, config_type=0, documentation=None)
-            for k in keys
+            Entry(name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
+                  is_default=e.source == DEFAULT_CONFIG, is_sensitive=e.sensitive, config_type=e.config_type,
+                  documentation=e.documentation if req.body.include_documentation else None,
+                  synonyms=[Synonym(name=n, value=v, source=s) for n, v, s in e.synonyms] if req.body.include_synonyms else [])
+            for e in entries
         ]))
     return S.struct("DescribeConfigsResponse")(results=out)
 
