@@ -61,7 +61,7 @@ def internal_topic_names(cluster: ClusterListeners) -> list[str]:
 
 def topic_names(cluster: ClusterListeners) -> list[str]:
     """Every topic a client can list, internal ones included, by name."""
-    return sorted([*cluster.model.topic_ids, *internal_topic_names(cluster)])
+    return sorted({*cluster.model.topic_ids, *internal_topic_names(cluster)})
 
 
 def topic_view(cluster: ClusterListeners, name: str) -> TopicView | None:
