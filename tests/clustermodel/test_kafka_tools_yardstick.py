@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -128,7 +129,7 @@ def populate(bootstrap: str, p: str) -> None:
     left = KafkaConsumer(f"{p}-orders", bootstrap_servers=bootstrap, group_id=f"{p}-left", auto_offset_reset="earliest",
                          enable_auto_commit=False)  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120  # a slow, shared machine: joining may take a while
         ends: dict[Any, int] = {}
         while time.monotonic() < deadline:
             left.poll(timeout_ms=200)
@@ -149,7 +150,8 @@ class ModelServer(ServerProcess):
     """clustermodel-server with one single-broker cluster; its Kafka listener's bootstrap."""
 
     def __init__(self) -> None:
-        super().__init__("--cluster", "A", "--brokers", "1", "--seed", "11", stderr=subprocess.DEVNULL)
+        self.log = tempfile.TemporaryFile()
+        super().__init__("--cluster", "A", "--brokers", "1", "--seed", "11", stderr=self.log)  # type: ignore[arg-type]
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         assert line.startswith("KAFKA A 0 "), line
@@ -206,6 +208,11 @@ def sides(apache_kafka: Any) -> Iterator[Sides]:
         yield Sides(p, kafka, mod)
     finally:
         model.stop()
+        model.log.seek(0)
+        errors = model.log.read().decode(errors="replace")
+        model.log.close()
+    # The listener logs a traceback for any handler failure: there must be none.
+    assert "Traceback" not in errors, errors
 
 
 # ---------------------------------------------------------------- masking what must differ
