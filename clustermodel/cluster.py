@@ -44,9 +44,10 @@ class ClusterModel(PortsAdapter, TransactionsMixin):
     @journaled
     def commit_offset(
         self, group_id: str, topic: str, partition: int, offset: int, leader_epoch: int | None = None,
-        group_type: GroupType = GroupType.CONSUMER,
+        group_type: GroupType = GroupType.CONSUMER, metadata: str = "",
     ) -> GroupOffset:
-        """A consumer's OffsetCommit; the leader epoch defaults to that of the record before ``offset``."""
+        """A consumer's OffsetCommit (with its metadata string); the leader epoch defaults to that of the
+        record before ``offset``."""
         tp = self.tp(topic, partition)
         if leader_epoch is None:
             part = self.partition(tp)
@@ -55,7 +56,7 @@ class ClusterModel(PortsAdapter, TransactionsMixin):
         group = self.groups.get(group_id)
         if group is None:
             group = self.groups[group_id] = GroupState(group_id, group_type)
-        committed = GroupOffset(group_id, tp.topic_id, partition, offset, leader_epoch)
+        committed = GroupOffset(group_id, tp.topic_id, partition, offset, leader_epoch, metadata)
         group.commit(committed)
         return committed
 

@@ -149,15 +149,15 @@ class TransactionsMixin(ClusterCore):
     @journaled
     def txn_offset_commit(
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str,
-        offsets: list[tuple[str, int, int, int]],
+        offsets: list[tuple[str, int, int, int] | tuple[str, int, int, int, str]],
     ) -> None:
-        """TxnOffsetCommit: (topic, partition, offset, leader epoch) held until EndTxn commits them."""
+        """TxnOffsetCommit: (topic, partition, offset, leader epoch[, metadata]) held until EndTxn commits them."""
         txn = self._client_txn(transactional_id, producer_id, producer_epoch)
         if not txn.ongoing:
             raise TransactionError(f"{transactional_id} has no open transaction")
-        for topic, partition, offset, epoch in offsets:
+        for topic, partition, offset, epoch, *metadata in offsets:
             tp = self.tp(topic, partition)
-            txn.pending_offsets.append(GroupOffset(group_id, tp.topic_id, partition, offset, epoch))
+            txn.pending_offsets.append(GroupOffset(group_id, tp.topic_id, partition, offset, epoch, *metadata))
 
     @journaled
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> list[Batch]:

@@ -333,6 +333,8 @@ MODEL_LISTENER_VERSIONS: dict[int, tuple[int, int]] = {
     30: (1, 3),   # CreateAcls
     31: (1, 3),   # DeleteAcls
     32: (1, 4),   # DescribeConfigs
+    35: (1, 4),   # DescribeLogDirs
     37: (0, 3),   # CreatePartitions
     44: (0, 1),   # IncrementalAlterConfigs
+    75: (0, 0),   # DescribeTopicPartitions
 }

@@ -12,7 +12,10 @@ from records.kafka_envelope import Request
 from records.registry import default_schemas
 
 from . import errors as E
+from .batches import to_wire
 from .handlers_fetch import _leader_partition
+from .topic_configs import DEFAULT_CONFIG, describe_topic_configs
+from .topic_views import internal_topic_configs
 
 if TYPE_CHECKING:
     from .listener import ClusterListeners
@@ -118,21 +121,25 @@ def describe_configs(cluster: ClusterListeners, broker: int, req: Request) -> ob
     model = cluster.model
     Result = _n("DescribeConfigsResponse", "DescribeConfigsResult")
     Entry = _n("DescribeConfigsResponse", "DescribeConfigsResourceResult")
+    Synonym = _n("DescribeConfigsResponse", "DescribeConfigsSynonym")
     out = []
     for r in req.body.resources:
         if r.resource_type == CONFIG_BROKER:
             out.append(Result(error_code=E.NONE, resource_type=r.resource_type, resource_name=r.resource_name, configs=[]))
             continue
-        refused = _unserved_resource(model, r, Result)
+        internal = internal_topic_configs(cluster, r.resource_name) if r.resource_type == CONFIG_TOPIC else None
+        refused = None if internal is not None else _unserved_resource(model, r, Result)
         if refused is not None:
             out.append(refused)
             continue
-        configs = model.topic(r.resource_name).configs
-        keys = sorted(configs) if r.configuration_keys is None else [k for k in r.configuration_keys if k in configs]
+        explicit = internal if internal is not None else model.topic(r.resource_name).configs
+        entries = describe_topic_configs(explicit, r.configuration_keys)
         out.append(Result(error_code=E.NONE, resource_type=r.resource_type, resource_name=r.resource_name, configs=[
-            Entry(name=k, value=configs[k], read_only=False, config_source=SOURCE_TOPIC_CONFIG, is_default=False,
-                  is_sensitive=False, config_type=0, documentation=None)
-            for k in keys
+            Entry(name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
+                  is_default=e.source == DEFAULT_CONFIG, is_sensitive=e.sensitive, config_type=e.config_type,
+                  documentation=e.documentation if req.body.include_documentation else None,
+                  synonyms=[Synonym(name=n, value=v, source=s) for n, v, s in e.synonyms] if req.body.include_synonyms else [])
+            for e in entries
         ]))
     return S.struct("DescribeConfigsResponse")(results=out)
 
@@ -274,5 +281,41 @@ def delete_records(cluster: ClusterListeners, broker: int, req: Request) -> obje
     return S.struct("DeleteRecordsResponse")(topics=topics)
 
 
+# ---------------------------------------------------------------- DescribeLogDirs
+
+
+def log_dir(cluster: ClusterListeners, broker: int) -> str:
+    """The one log directory the model gives each broker (it keeps its logs in memory)."""
+    return f"/clustermodel/{cluster.name}/broker-{broker}"
+
+
+def describe_log_dirs(cluster: ClusterListeners, broker: int, req: Request) -> object:
+    """This broker's replicas: Kafka's ReplicaManager.describeLogDirs over one log directory. A
+    partition's size is its batches as Fetch serves them (Kafka's segment bytes; the model stores
+    gzip batches inflated); the offset lag is 0, the replica's own HW never passing its LEO. The
+    volume's total and usable bytes are unknown (-1)."""
+    Result = _n("DescribeLogDirsResponse", "DescribeLogDirsResult")
+    Topic = _n("DescribeLogDirsResponse", "DescribeLogDirsTopic")
+    Part = _n("DescribeLogDirsResponse", "DescribeLogDirsPartition")
+    model = cluster.model
+    if req.body.topics is None:
+        wanted = {name: None for name in sorted(model.topic_ids)}
+    else:
+        wanted = {t.topic: set(t.partitions) for t in req.body.topics}
+    topics = []
+    for name, indexes in wanted.items():
+        if name not in model.topic_ids:
+            continue
+        parts = [Part(partition_index=i, partition_size=sum(len(to_wire(b)) for b in p.logs[broker].batches),
+                      offset_lag=0, is_future_key=False)
+                 for i, p in enumerate(model.topic(name).partitions)
+                 if broker in p.replicas and (indexes is None or i in indexes)]  # fmt: skip
+        if parts:
+            topics.append(Topic(name=name, partitions=parts))
+    return S.struct("DescribeLogDirsResponse")(error_code=E.NONE, results=[
+        Result(error_code=E.NONE, log_dir=log_dir(cluster, broker), topics=topics, total_bytes=-1, usable_bytes=-1)])
+
+
 HANDLERS = {19: create_topics, 20: delete_topics, 37: create_partitions, 32: describe_configs,
-            44: incremental_alter_configs, 29: describe_acls, 30: create_acls, 31: delete_acls, 21: delete_records}
+            44: incremental_alter_configs, 29: describe_acls, 30: create_acls, 31: delete_acls, 21: delete_records,
+            35: describe_log_dirs}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 import zlib
 from typing import TYPE_CHECKING
 
@@ -9,6 +10,7 @@ from records.kafka_envelope import Request
 from records.registry import default_schemas
 
 from . import errors as E
+from .topic_views import coordinated, topic_names, topic_view
 
 if TYPE_CHECKING:
     from .listener import ClusterListeners
@@ -20,7 +22,13 @@ _Topic = S.nested("MetadataResponse", "MetadataResponseTopic")
 _Partition = S.nested("MetadataResponse", "MetadataResponsePartition")
 _FindCoordinatorResponse = S.struct("FindCoordinatorResponse")
 _Coordinator = S.nested("FindCoordinatorResponse", "Coordinator")
+_DTPResponse = S.struct("DescribeTopicPartitionsResponse")
+_DTPTopic = S.nested("DescribeTopicPartitionsResponse", "DescribeTopicPartitionsResponseTopic")
+_DTPPartition = S.nested("DescribeTopicPartitionsResponse", "DescribeTopicPartitionsResponsePartition")
+_DTPCursor = S.nested("DescribeTopicPartitionsResponse", "Cursor")
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000  # max.request.partition.size.limit
+INVALID_TOPIC_EXCEPTION = 17
 
 
 def api_versions(cluster: ClusterListeners, broker: int, req: Request) -> object:
@@ -37,7 +45,7 @@ def metadata(cluster: ClusterListeners, broker: int, req: Request) -> object:
     brokers = [_Broker(node_id=b, host=cluster.host, port=cluster.ports[b], rack=None) for b in live]
     wanted = req.body.topics
     if wanted is None or (req.api_version == 0 and not wanted):  # v0: an empty list means every topic
-        names = sorted(model.topic_ids)
+        names = topic_names(cluster)
     else:
         names = []
         for t in wanted:
@@ -48,24 +56,16 @@ def metadata(cluster: ClusterListeners, broker: int, req: Request) -> object:
                 names.append(t.name)
     topics = []
     for name in names:
-        if not isinstance(name, str) or name not in model.topic_ids:
+        view = topic_view(cluster, name) if isinstance(name, str) else None
+        if view is None:
             code = E.UNKNOWN_TOPIC_ID if not isinstance(name, str) else E.UNKNOWN_TOPIC_OR_PARTITION
             topics.append(_Topic(error_code=code, name=name if isinstance(name, str) else None,
                                  topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
             continue
-        topic = model.topic(name)
-        parts = []
-        for i, p in enumerate(topic.partitions):
-            parts.append(_Partition(
-                error_code=E.NONE if p.online else E.LEADER_NOT_AVAILABLE,
-                partition_index=i,
-                leader_id=p.leader,
-                leader_epoch=p.leader_epoch,
-                replica_nodes=list(p.replicas),
-                isr_nodes=list(p.isr),
-                offline_replicas=[b for b in p.replicas if b not in model.live],
-            ))
-        topics.append(_Topic(error_code=E.NONE, name=name, topic_id=topic.topic_id, is_internal=False,
+        parts = [_Partition(error_code=p.error_code, partition_index=p.index, leader_id=p.leader, leader_epoch=p.leader_epoch,
+                            replica_nodes=p.replicas, isr_nodes=p.isr, offline_replicas=p.offline)
+                 for p in view.partitions]  # fmt: skip
+        topics.append(_Topic(error_code=E.NONE, name=name, topic_id=view.topic_id, is_internal=view.internal,
                              partitions=parts, topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
     return _MetadataResponse(
         brokers=brokers,
@@ -95,6 +95,7 @@ def not_coordinator(cluster: ClusterListeners, broker: int, key: str) -> int:
 def find_coordinator(cluster: ClusterListeners, broker: int, req: Request) -> object:
     body = req.body
     keys = list(body.coordinator_keys) if req.api_version >= 4 else [body.key]
+    coordinated(cluster, body.key_type if req.api_version >= 1 else 0)
     results = []
     for key in keys:
         node = coordinator_for(cluster, key)
@@ -108,4 +109,60 @@ def find_coordinator(cluster: ClusterListeners, broker: int, req: Request) -> ob
     return _FindCoordinatorResponse(error_code=r.error_code, error_message=None, node_id=r.node_id, host=r.host, port=r.port)
 
 
-HANDLERS = {18: api_versions, 3: metadata, 10: find_coordinator}
+def describe_topic_partitions(cluster: ClusterListeners, broker: int, req: Request) -> object:
+    """Kafka's DescribeTopicPartitionsRequestHandler: topics by name from the cursor on, at most
+    ResponsePartitionLimit partitions, the next cursor where it stopped. The model has no ELR
+    (KIP-966): both ELR lists are empty, as Kafka gives them for a partition whose ISR never shrank
+    below min.insync.replicas."""
+    b = req.body
+    every = not b.topics
+    start_topic = b.cursor.topic_name if b.cursor is not None else ""
+    if every:
+        names = [n for n in topic_names(cluster) if n >= start_topic]
+    else:
+        names = sorted({t.name for t in b.topics if t.name >= start_topic})
+        if b.cursor is not None and b.cursor.topic_name not in names:
+            return _dtp_invalid(b)  # Kafka: the topic list should contain the cursor topic
+    if b.cursor is not None and b.cursor.partition_index < 0:
+        return _dtp_invalid(b)  # Kafka: the cursor partition must be valid
+    remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, b.response_partition_limit), 1)
+    topics, cursor = [], None
+    for name in names:
+        if remaining == 0:
+            cursor = _DTPCursor(topic_name=name, partition_index=0)
+            break
+        view = topic_view(cluster, name)
+        if view is None:
+            if not every:
+                topics.append(_DTPTopic(error_code=_unknown_topic_error(name), name=name, is_internal=name.startswith("__"),
+                                        partitions=[], topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+            continue
+        first = b.cursor.partition_index if b.cursor is not None and name == b.cursor.topic_name else 0
+        chosen = view.partitions[first:first + remaining]
+        topics.append(_DTPTopic(error_code=E.NONE, name=name, topic_id=view.topic_id, is_internal=view.internal,
+                                topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED, partitions=[
+            _DTPPartition(error_code=p.error_code, partition_index=p.index, leader_id=p.leader, leader_epoch=p.leader_epoch,
+                          replica_nodes=p.replicas, isr_nodes=p.isr, eligible_leader_replicas=[], last_known_elr=[],
+                          offline_replicas=p.offline)
+            for p in chosen]))  # fmt: skip
+        if first + len(chosen) < len(view.partitions):
+            cursor = _DTPCursor(topic_name=name, partition_index=first + len(chosen))
+            break
+        remaining -= len(chosen)
+    return _DTPResponse(topics=topics, next_cursor=cursor)
+
+
+def _dtp_invalid(b: object) -> object:
+    """Kafka's answer to an InvalidRequestException here: every requested topic with INVALID_REQUEST."""
+    return _DTPResponse(topics=[_DTPTopic(error_code=E.INVALID_REQUEST, name=t.name, topic_id=uuid.UUID(int=0), is_internal=False,
+                                          partitions=[], topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+                                for t in b.topics])  # fmt: skip
+
+
+def _unknown_topic_error(name: str) -> int:
+    """Kafka's Topic.validate: a name it could never create is INVALID_TOPIC_EXCEPTION, else unknown."""
+    legal = 0 < len(name) <= 249 and name not in (".", "..") and all(c.isascii() and (c.isalnum() or c in "._-") for c in name)
+    return E.UNKNOWN_TOPIC_OR_PARTITION if legal else INVALID_TOPIC_EXCEPTION
+
+
+HANDLERS = {18: api_versions, 3: metadata, 10: find_coordinator, 75: describe_topic_partitions}

@@ -106,8 +106,9 @@ def offset_commit(cluster: ClusterListeners, broker: int, req: Request) -> objec
                 if topic_id is None or not 0 <= p.partition_index < len(model.topics[topic_id].partitions):
                     c = E.UNKNOWN_TOPIC_OR_PARTITION
                 else:
-                    epoch = p.committed_leader_epoch if p.committed_leader_epoch >= 0 else None
-                    model.commit_offset(b.group_id, t.name, p.partition_index, p.committed_offset, epoch)
+                    # Kept as sent: a client that gives no epoch (-1) gets none back, as from Kafka.
+                    model.commit_offset(b.group_id, t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
+                                        metadata=p.committed_metadata or "")
             parts.append(_CommitPartition(partition_index=p.partition_index, error_code=c))
         topics.append(_CommitTopic(name=t.name, partitions=parts))
     return _CommitResponse(topics=topics)
@@ -204,7 +205,8 @@ def _state_of(cluster: ClusterListeners, group_id: str) -> tuple[str, str]:
     if modelled is not None and modelled.members:
         return STABLE, "consumer"
     if modelled is not None or g is not None:
-        return EMPTY, (g.protocol_type if g is not None and g.protocol_type else "consumer")
+        # A group that only ever committed offsets has no protocol type: Kafka's "simple" group.
+        return EMPTY, (g.protocol_type if g is not None and g.protocol_type else "")
     return "Dead", ""
 
 

@@ -92,7 +92,7 @@ def txn_offset_commit(cluster: ClusterListeners, broker: int, req: Request) -> o
     b = req.body
     code = not_coordinator(cluster, broker, b.group_id)
     if not code:
-        offsets = [(t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch)
+        offsets = [(t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "")
                    for t in b.topics for p in t.partitions]
         if any(n not in cluster.model.topic_ids for n, *_ in offsets):
             code = E.UNKNOWN_TOPIC_OR_PARTITION

@@ -39,6 +39,7 @@ class ClusterListeners:
         self.groups = GroupCoordinator(self)
         self.wire = WireCache()
         self._live = set(model.live)
+        self.internal_topics: set[str] = set()  # created by a FindCoordinator, as Kafka does (topic_views.py)
 
     # ---------------------------------------------------------------- lifecycle
 

@@ -267,6 +267,7 @@ def test_admin_with_librdkafka(kafka_server: KafkaServer) -> None:
         AlterConfigOpType,
         ConfigEntry,
         ConfigResource,
+        ConfigSource,
         NewPartitions,
         NewTopic,
         ResourcePatternType,
@@ -288,7 +289,9 @@ def test_admin_with_librdkafka(kafka_server: KafkaServer) -> None:
         ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE),
     ])])[res].result(20)
     described = admin.describe_configs([res])[res].result(20)
-    assert {k: v.value for k, v in described.items()} == {"cleanup.policy": "compact"}
+    # Every topic config, as Kafka lists them: the one set on the topic, the rest Kafka's defaults.
+    assert {k: v.value for k, v in described.items() if v.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value} == {"cleanup.policy": "compact"}
+    assert (described["retention.ms"].value, described["retention.ms"].source) == ("604800000", ConfigSource.DEFAULT_CONFIG.value)
 
     acl = AclBinding(ResourceType.TOPIC, "adm", ResourcePatternType.LITERAL, "User:alice", "*",
                      AclOperation.READ, AclPermissionType.ALLOW)
