@@ -28,7 +28,7 @@ from kafka_config_table import TABLE, kafka_topic_defaults
 from kafka_fixtures import require_apache_kafka
 from model_server import ServerProcess
 
-from streams.apache_kafka import java_command
+from streams.brokers.kafka_jars import java_command
 
 ROOT = Path(__file__).resolve().parents[2]
 KAFKA_TOOLS = ROOT / "tests" / "java" / "KafkaTools.java"
