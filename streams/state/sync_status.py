@@ -7,6 +7,10 @@ interval, and a tombstone once it holds none of the mirror's MIRRORING partition
 The controller follows the topic and combines the live reports
 (``coordinator.readiness.combined_sync_times``) into ``--describe``'s readiness.
 
+Each worker also publishes its presence every second (key: ``""`` and the worker, with its
+``worker.session.timeout.ms``), mirrors or not: the controller removes from the workers' group a
+member that has published nothing for its session timeout (``streams.admin.members``).
+
 Records are JSON, so ``kafka-console-consumer`` shows them as they are. Times are wall-clock
 milliseconds: the workers' and the controller's clocks are assumed to agree to well under a
 sync interval.
@@ -16,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 import msgspec
@@ -28,14 +33,16 @@ from streams.config import CATCH_UP_FETCH_MAX_WAIT_MS, WorkerConfig
 
 log = logging.getLogger(__name__)
 
-class _Value(msgspec.Struct, kw_only=True):
+class _Value(msgspec.Struct, kw_only=True, omit_defaults=True):
     mirror: str
     worker: str
     at_ms: int
     partitions: int
     success_ms: dict[str, int]
+    session_timeout_ms: int = 0  # presence records: the worker's worker.session.timeout.ms
 
 
+PRESENCE = ""  # the mirror name of a worker's presence record (a mirror's name is never empty)
 _encode = msgspec.json.Encoder().encode
 _key_decoder = msgspec.json.Decoder(tuple[str, str])
 _value_decoder = msgspec.json.Decoder(_Value)
@@ -66,6 +73,13 @@ class SyncStatusPublisher:
     def __init__(self, worker: str) -> None:
         self.worker = worker
         self._last: dict[str, tuple[int, int, dict[str, int]]] = {}  # mirror -> (at_ms, partitions, success_ms)
+        self._present = False
+
+    def presence(self, now_ms: int, session_timeout_ms: int) -> tuple[str, bytes, bytes]:
+        """This worker's presence record, sent whatever it holds."""
+        value = _Value(mirror=PRESENCE, worker=self.worker, at_ms=now_ms, partitions=0, success_ms={},
+                       session_timeout_ms=session_timeout_ms)  # fmt: skip
+        return PRESENCE, report_key(PRESENCE, self.worker), _encode(value)
 
     def due(self, now_ms: int, mirrors: Mapping[str, MirrorSyncs]) -> list[tuple[str, bytes, bytes | None]]:
         out: list[tuple[str, bytes, bytes | None]] = []
@@ -85,7 +99,9 @@ class SyncStatusPublisher:
 
     def sent(self, now_ms: int, reports: Iterable[tuple[str, bytes, bytes | None]]) -> None:
         for name, _, value in reports:
-            if value is None:
+            if name == PRESENCE:
+                self._present = value is not None
+            elif value is None:
                 self._last.pop(name, None)
             else:
                 v = _value_decoder.decode(value)
@@ -93,15 +109,20 @@ class SyncStatusPublisher:
 
     def farewell(self) -> list[tuple[str, bytes, bytes | None]]:
         """Tombstones of every report this worker has standing (a clean stop)."""
-        return [(name, report_key(name, self.worker), None) for name in sorted(self._last)]
+        present = [PRESENCE] if self._present else []
+        return [(name, report_key(name, self.worker), None) for name in [*present, *sorted(self._last)]]
 
 
 class SyncStatusView:
-    """The controller's copy of the topic: the latest report per mirror and worker."""
+    """The controller's copy of the topic: the latest report per mirror and worker, and when this
+    controller last read a record of each worker (``seen``, its own monotonic clock: the workers'
+    clocks do not count) and the session timeout each worker published (``session_timeout_ms``)."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.bootstrap, self.topic = bootstrap, topic
+    def __init__(self, bootstrap: str, topic: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.bootstrap, self.topic, self.clock = bootstrap, topic, clock
         self._reports: dict[str, dict[str, SyncReport]] = {}
+        self.seen: dict[str, float] = {}
+        self.session_timeout_ms: dict[str, int] = {}
         self._consumer: AIOKafkaConsumer | None = None
         self._lock = asyncio.Lock()
 
@@ -133,11 +154,12 @@ class SyncStatusView:
                 for msgs in (await consumer.getmany(tp, timeout_ms=200)).values():
                     for msg in msgs:
                         self._apply(msg.key, msg.value, msg.offset)
-        return {m: tuple(r.values()) for m, r in self._reports.items()}
+        return {m: tuple(r.values()) for m, r in self._reports.items() if m != PRESENCE}
 
     def _apply(self, key: bytes | None, value: bytes | None, offset: int) -> None:
         try:
             mirror, worker = _key_decoder.decode(key or b"")
+            self.seen[worker] = self.clock()
             if value is None:
                 self._reports.get(mirror, {}).pop(worker, None)
                 return
@@ -145,6 +167,8 @@ class SyncStatusView:
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             log.error("undecodable %s record at offset %d: %s", self.topic, offset, e)
             return
+        if mirror == PRESENCE:
+            self.session_timeout_ms[worker] = v.session_timeout_ms
         self._reports.setdefault(mirror, {})[worker] = SyncReport(worker, v.at_ms, v.partitions, v.success_ms)
 
 
