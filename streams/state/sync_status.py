@@ -8,8 +8,9 @@ The controller follows the topic and combines the live reports
 (``coordinator.readiness.combined_sync_times``) into ``--describe``'s readiness.
 
 Each worker also publishes its presence every second (key: ``""`` and the worker, with its
-``worker.session.timeout.ms``), mirrors or not: the controller removes from the workers' group a
-member that has published nothing for its session timeout (``streams.admin.members``).
+``worker.session.timeout.ms``), mirrors or not (``streams.worker.presence``): the controller
+removes from the workers' group a member that has published nothing for its session timeout
+(``streams.admin.members``).
 
 Records are JSON, so ``kafka-console-consumer`` shows them as they are. Times are wall-clock
 milliseconds: the workers' and the controller's clocks are assumed to agree to well under a
@@ -58,6 +59,13 @@ def report_key(mirror: str, worker: str) -> bytes:
     return _encode((mirror, worker))
 
 
+def presence_report(worker: str, now_ms: int, session_timeout_ms: int) -> tuple[str, bytes, bytes]:
+    """A worker's presence record (``publish`` sends it as a report)."""
+    value = _Value(mirror=PRESENCE, worker=worker, at_ms=now_ms, partitions=0, success_ms={},
+                   session_timeout_ms=session_timeout_ms)  # fmt: skip
+    return PRESENCE, report_key(PRESENCE, worker), _encode(value)
+
+
 class MirrorSyncs(NamedTuple):
     """What a worker knows of one mirror now."""
 
@@ -73,13 +81,6 @@ class SyncStatusPublisher:
     def __init__(self, worker: str) -> None:
         self.worker = worker
         self._last: dict[str, tuple[int, int, dict[str, int]]] = {}  # mirror -> (at_ms, partitions, success_ms)
-        self._present = False
-
-    def presence(self, now_ms: int, session_timeout_ms: int) -> tuple[str, bytes, bytes]:
-        """This worker's presence record, sent whatever it holds."""
-        value = _Value(mirror=PRESENCE, worker=self.worker, at_ms=now_ms, partitions=0, success_ms={},
-                       session_timeout_ms=session_timeout_ms)  # fmt: skip
-        return PRESENCE, report_key(PRESENCE, self.worker), _encode(value)
 
     def due(self, now_ms: int, mirrors: Mapping[str, MirrorSyncs]) -> list[tuple[str, bytes, bytes | None]]:
         out: list[tuple[str, bytes, bytes | None]] = []
@@ -99,9 +100,7 @@ class SyncStatusPublisher:
 
     def sent(self, now_ms: int, reports: Iterable[tuple[str, bytes, bytes | None]]) -> None:
         for name, _, value in reports:
-            if name == PRESENCE:
-                self._present = value is not None
-            elif value is None:
+            if value is None:
                 self._last.pop(name, None)
             else:
                 v = _value_decoder.decode(value)
@@ -109,8 +108,7 @@ class SyncStatusPublisher:
 
     def farewell(self) -> list[tuple[str, bytes, bytes | None]]:
         """Tombstones of every report this worker has standing (a clean stop)."""
-        present = [PRESENCE] if self._present else []
-        return [(name, report_key(name, self.worker), None) for name in [*present, *sorted(self._last)]]
+        return [(name, report_key(name, self.worker), None) for name in sorted(self._last)]
 
 
 class SyncStatusView:

@@ -184,8 +184,8 @@ class CoordinatorWorker:
         await self.reports.stop(self.table_partitions.producer)
 
     async def _publish_sync_status(self) -> None:
-        await self.reports.publish_sync_status({n: m.runner for n, m in self.mirrors.items()}, self.stats,
-                                               self.caught_up.is_set())  # fmt: skip
+        if self.caught_up.is_set():
+            await self.reports.publish_sync_status({n: m.runner for n, m in self.mirrors.items()}, self.stats)
 
     async def _export_audit(self) -> None:
         """By the owner of table partition 0 only: one writer per store."""

@@ -33,21 +33,18 @@ class WorkerReports:
 
             self.audit_exporter = AuditExporter(config, ports, image, clock_ms)
 
-    async def publish_sync_status(self, runners: Mapping[str, Any], stats: Mapping[str, MirrorStats],
-                                  caught_up: bool = True) -> None:  # fmt: skip
-        """This worker's presence, and (once ``caught_up`` with the metadata log) its sync status
-        per mirror, when it changed or every half sync interval."""
+    async def publish_sync_status(self, runners: Mapping[str, Any], stats: Mapping[str, MirrorStats]) -> None:
+        """This worker's sync status per mirror, when it changed or every half sync interval."""
+        with self.store.lock:  # counts kept as states land: no walk over every partition each second
+            tally = self.store.durable.tally
+            counts = {name: tally.mirror_counts(name).get(MirrorState.MIRRORING, 0) for name in runners}
+        mirrors = {name: MirrorSyncs(counts.get(name, 0), r.config.metadata_refresh_interval_ms,
+                                     stats[name].sync_success_ms if name in stats else {})
+                   for name, r in runners.items()}  # fmt: skip
         now = self.clock_ms()
-        # Every call, from the worker's start: the controller removes a member silent for a session.
-        reports: list[tuple[str, bytes, bytes | None]] = [self.sync_status.presence(now, self.config.session_timeout_ms)]
-        if caught_up:
-            with self.store.lock:  # counts kept as states land: no walk over every partition each second
-                tally = self.store.durable.tally
-                counts = {name: tally.mirror_counts(name).get(MirrorState.MIRRORING, 0) for name in runners}
-            mirrors = {name: MirrorSyncs(counts.get(name, 0), r.config.metadata_refresh_interval_ms,
-                                         stats[name].sync_success_ms if name in stats else {})
-                       for name, r in runners.items()}  # fmt: skip
-            reports += self.sync_status.due(now, mirrors)
+        reports = self.sync_status.due(now, mirrors)
+        if not reports:
+            return
         try:
             await publish(await self.producer(), self.config.sync_status_topic_name, reports)
         except Exception as e:  # noqa: BLE001 - sent again at the next tick

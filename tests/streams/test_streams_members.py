@@ -1,20 +1,23 @@
 """The controller's removal of dead workers from their group (``streams.admin.members``): the rule
-on a clock of the test's, then the removal itself against real static members on each broker."""
+on a clock of the test's, then the removal itself against real static members on each broker;
+and the workers' presence it relies on (``streams.worker.presence``)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import NewTopic
 
 from streams.admin.members import DeadMemberRemover, Member, silent_members
 from streams.config import WorkerConfig, ensure_topics
-from streams.state.sync_status import SyncStatusPublisher, SyncStatusView, publish, sync_status_topic_spec
+from streams.state.sync_status import SyncStatusView, presence_report, publish, sync_status_topic_spec
+from streams.worker.presence import PresencePublisher
 from worker_harness import group_members
 
 pytestmark = pytest.mark.brokers("noida-db", "apache-kafka")
@@ -68,7 +71,6 @@ def test_the_controller_removes_the_silent_member_and_never_the_live_one(kafka_b
         remover = DeadMemberRemover(config, view, clock=lambda: now[0])
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
         await producer.start()
-        live_pub = SyncStatusPublisher("w-live")
         consumers: list[AIOKafkaConsumer] = []
         try:
             first = await _joined(bootstrap, topic, group, "w-live")
@@ -81,13 +83,13 @@ def test_the_controller_removes_the_silent_member_and_never_the_live_one(kafka_b
             dead_id, live_id = dead._coordinator.member_id, live._coordinator.member_id
             await dead.stop()  # no LeaveGroup: a dead member, until a broker expires it
             consumers.remove(dead)
-            await publish(producer, config.sync_status_topic_name, [live_pub.presence(0, 6000)])
+            await publish(producer, config.sync_status_topic_name, [presence_report("w-live", 0, 6000)])
             early = await remover.check()
             now[0] = 5.0
-            await publish(producer, config.sync_status_topic_name, [live_pub.presence(5000, 6000)])
+            await publish(producer, config.sync_status_topic_name, [presence_report("w-live", 5000, 6000)])
             before = await remover.check()
             now[0] = 7.0
-            await publish(producer, config.sync_status_topic_name, [live_pub.presence(7000, 6000)])
+            await publish(producer, config.sync_status_topic_name, [presence_report("w-live", 7000, 6000)])
             removed = await remover.check()
             fenced = await remover.leave(Member(old_live, "w-live", ""))  # an instance that rejoined since
             members = [m for m, _, _ in await group_members(bootstrap, group)]
@@ -104,3 +106,40 @@ def test_the_controller_removes_the_silent_member_and_never_the_live_one(kafka_b
     assert [(m.member_id, m.instance_id) for m in removed] == [(dead_id, "w-dead")]
     assert fenced is False
     assert members == [live_id]
+
+
+def test_a_worker_publishes_its_presence_every_second_whatever_its_event_loop_does_and_a_tombstone_at_its_stop(
+        kafka_broker: Any) -> None:  # fmt: skip
+    bootstrap = kafka_broker.bootstrap
+    config = WorkerConfig(bootstrap_servers=bootstrap, cluster_name=f"p{uuid.uuid4().hex[:6]}", session_timeout_ms=6000)
+    asyncio.run(ensure_topics(bootstrap, [sync_status_topic_spec(config)]))
+    presence = PresencePublisher(config, "w-1").start()
+    first = time.monotonic()
+    while presence.sent == 0:
+        assert time.monotonic() - first < 30, "no presence published within 30 s"
+        time.sleep(0.05)
+    sent_before = presence.sent
+    time.sleep(3.5)  # this thread, and any event loop it would run, blocked
+    during = presence.sent - sent_before
+    presence.stop()
+
+    async def read() -> list[tuple[Any, Any]]:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            tp = TopicPartition(config.sync_status_topic_name, 0)
+            consumer.assign([tp])
+            end = (await consumer.end_offsets([tp]))[tp]
+            out = []
+            while await consumer.position(tp) < end:
+                for msgs in (await consumer.getmany(tp, timeout_ms=1000)).values():
+                    out += [(json.loads(m.key), m.value and json.loads(m.value)) for m in msgs]
+            return out
+        finally:
+            await consumer.stop()
+
+    records = asyncio.run(read())
+    assert 3 <= during <= 5, during  # one a second
+    assert all(key == ["", "w-1"] for key, _ in records)
+    assert [v["session_timeout_ms"] for _, v in records[:-1]] == [6000] * (len(records) - 1)
+    assert len(records) - 1 == presence.sent and records[-1][1] is None  # the tombstone last

@@ -13,7 +13,8 @@ processes' members left, and records produced on A after the restart reach B. No
 the product touches the group: on noida-db, which never expires a member, it is the controller
 that removes the dead ones (``streams.admin.members``); Apache Kafka expires them itself. At the
 end a ``--stop`` completes, every mirror partition's changelog history is clean (one state epoch
-per write, legal transitions) and the logs converge. Reproduce a failure with
+per write, legal transitions) and the logs converge, and every member the controller removed
+was a killed process's, removed after its kill: never a live worker. Reproduce a failure with
 ``KIP1279_REJOIN_SEED=<the printed seed>``.
 """
 
@@ -21,8 +22,10 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -57,6 +60,7 @@ def test_a_worker_restarted_on_an_empty_data_directory_is_mirroring_again_within
     disk = rig.data_dir("B", "1")  # the worker's own: the controller's stays
     t0 = time.monotonic()
     took: list[float] = []
+    killed_at: dict[str, float] = {}  # group.instance.id -> wall-clock time of its SIGKILL
 
     def sole_member(dead: set[str]) -> bool:
         members = rig.group_members("B")
@@ -81,6 +85,7 @@ def test_a_worker_restarted_on_an_empty_data_directory_is_mirroring_again_within
             dead |= {m for m, _, _ in rig.group_members("B")}
             was = identity()
             rig.kill_worker(WORKER)
+            killed_at[was] = time.time()
             shutil.rmtree(disk, ignore_errors=True)  # the replaced disk: its group.instance.id goes with it
             rig.spawn_worker("B", WORKER, disk)
             restarted = time.monotonic()
@@ -110,6 +115,12 @@ def test_a_worker_restarted_on_an_empty_data_directory_is_mirroring_again_within
         history = rig.history("B")
         assert len(history) == len(rig.tps) and history_problems(history) == [], (SEED, history)
         assert rig.log_problems("A", "B", offsets=False) == []
+        removed = [(datetime.strptime(at, "%Y-%m-%d %H:%M:%S,%f").timestamp(), who) for at, who in re.findall(
+            r"^(\S+ \S+) WARNING streams.admin.members: removed member \S+ \(group.instance.id (\S+),",
+            (tmp_path / "controller-B.log").read_text(), re.M)]  # fmt: skip
+        live = [(at, who) for at, who in removed if who not in killed_at or at < killed_at[who]]
+        assert live == [], (live, killed_at)
+        print(f"[{time.monotonic() - t0:5.1f}s] the controller removed {len(removed)} dead member(s)")
         print(f"[{time.monotonic() - t0:5.1f}s] done: {POINTS} points; mirroring again "
               f"{', '.join(f'{s:.1f}s' for s in took)} after each settled restart (bound {BOUND_S:.0f}s)")
     finally:
