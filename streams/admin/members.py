@@ -8,8 +8,8 @@ rebalance never completes, nothing mirrors, a ``--stop`` never ends.
 
 So the controller removes a member it can prove dead, as ``kafka-consumer-groups
 --delete-members`` does (LeaveGroup v3+ naming the member's ``group.instance.id``). Proof: every
-worker publishes its presence every second (``streams.state.sync_status``), with its
-``worker.session.timeout.ms``. A member is removed once this controller has neither read a
+worker publishes its presence every second (``streams.worker.presence``, on the sync status
+topic), with its ``worker.session.timeout.ms``. A member is removed once this controller has neither read a
 publication of its instance nor seen it join (a new member id) for that session timeout, the
 bound Kafka itself applies to a member's heartbeats, and for as long since the controller began
 watching (a restarted controller waits a whole session first). The member id seen in the group
