@@ -9,10 +9,10 @@ rebalance never completes, nothing mirrors, a ``--stop`` never ends.
 So the controller removes a member it can prove dead, as ``kafka-consumer-groups
 --delete-members`` does (LeaveGroup v3+ naming the member's ``group.instance.id``). Proof: every
 worker publishes its presence every second (``streams.worker.presence``, on the sync status
-topic), with its ``worker.session.timeout.ms``. A member is removed once this controller has neither read a
-publication of its instance nor seen it join (a new member id) for that session timeout, the
-bound Kafka itself applies to a member's heartbeats, and for as long since the controller began
-watching (a restarted controller waits a whole session first). The member id seen in the group
+topic), with its ``worker.session.timeout.ms``. A member is removed once this controller has
+neither read a publication of its instance nor seen it join (a new member id) for that session
+timeout, the bound Kafka itself applies to a member's heartbeats, and for as long since the
+controller began watching (a restarted controller waits a whole session first). The member id seen in the group
 goes in the request too: an instance that has rejoined since is refused by the broker
 (FENCED_INSTANCE_ID), not removed. A member that never published counts by the controller's own
 ``worker.session.timeout.ms``. Removed wrongly (a live worker whose publications cannot reach
