@@ -2,7 +2,8 @@
 
     python -m bench.mass_failover [--topics 1000] [--partitions 50] [--setup-timeout S] [--failover-timeout S]
 
-Starts what ``streams.demo.job`` starts (noida-db broker, cluster-model server with A and B, the
+Starts what ``streams.demo.job`` starts (the broker of the coordinator's own topics: Apache Kafka, or
+noida-db with ``--broker noida``; cluster-model server with A and B, the
 controller and the worker of B), creates ``--topics`` x ``--partitions`` topics on A (a few
 records in some partitions; the rest idle, the "link flap" case), creates mirror ``a-to-b`` on
 B, starts every topic and waits until every partition is MIRRORING -- none of that is timed.
@@ -15,7 +16,7 @@ scale; ``null`` if it did not finish), ``mass_failover_200k_seconds`` (the same,
 of 200,000 partitions or more: ``--topics 4000 --partitions 50``), ``transitions_per_s``
 (partitions STOPPED per second), ``worker_peak_rss_mb`` (VmHWM of the worker over the whole
 run), plus the scale, the setup time (``setup_seconds``), the peak RSS during the failover
-alone, every process's peak RSS (``peak_rss_mb``: worker, controller, model server, noida-db),
+alone, every process's peak RSS (``peak_rss_mb``: worker, controller, model server, broker),
 the CPU-seconds each process spent during the failover (``failover_cpu_seconds``), and on a
 timeout ``timed_out``, ``reason`` and the partial progress. Every wait is bounded, so the bench
 always ends.
@@ -42,7 +43,7 @@ from typing import Any
 from clustermodel.client import ClusterClient
 from coordinator.states import MirrorState
 from streams.admin.client import ClusterMirrorAdmin
-from streams.brokers.noida import LocalBroker
+from streams.brokers.own import CHOICES, FLAG_HELP, start_own_broker
 from streams.demo.harness import ADMIN, PY, Clock, DemoError, run_cli
 from streams.demo.job import Demo
 
@@ -137,8 +138,9 @@ class Bench:
         deadline = time.monotonic() + a_.setup_timeout
         self.result["stage"] = "setup"
         d = self.demo
-        d.broker = LocalBroker(self.workdir / "broker").start()
-        self.say(f"noida-db broker on {d.broker.bootstrap}")
+        d.broker, what = start_own_broker(a_.broker, self.workdir / "broker")
+        self.result["broker"] = "noida" if hasattr(d.broker, "_proc") else "kafka"
+        self.say(what)
         _, line = d.procs.spawn("model-server", [PY, "-m", "clustermodel.server", "--port", "0", "--cluster", "A",
                                                  "--cluster", "B", "--seed", str(a_.seed)], ready="PORT")  # fmt: skip
         port = int(line.split()[1])
@@ -266,7 +268,7 @@ class Bench:
 
         procs = {n: p.pid for n, p in self.demo.procs.procs}
         cpu0 = {n: _cpu_s(pid) for n, pid in procs.items()}
-        cpu0["noida-db"] = self._broker_cpu()
+        cpu0["broker"] = self._broker_cpu()
         spies = self._profile(worker)
         self.say(f"FAILOVER: kafka-cluster-mirrors --stop --mirror {MIRROR} --topics '.*' --wait {a_.failover_timeout:.0f}")
         th = threading.Thread(target=call, daemon=True, name="cli-stop")
@@ -274,7 +276,7 @@ class Bench:
         th.join(a_.failover_timeout + 30)  # the CLI bounds its own wait; this bounds a hung admin call
         elapsed = box.get("end", time.monotonic()) - t0
         cpu1 = {n: _cpu_s(pid) for n, pid in procs.items()}
-        cpu1["noida-db"] = self._broker_cpu()
+        cpu1["broker"] = self._broker_cpu()
         # CPU-seconds each process spent during the failover (where the time goes).
         self.result["failover_cpu_seconds"] = {n.replace("-", "_"): round(cpu1[n] - c, 1) for n, c in cpu0.items()
                                                if c is not None and cpu1.get(n) is not None}  # fmt: skip
@@ -315,8 +317,13 @@ class Bench:
                                  f"({done}/{total}); {reason}" + (f"; {' | '.join(tail)}" if tail else ""))  # fmt: skip
         self.say(f"TIMED OUT: {self.result['reason']}")
 
+    def _broker_proc(self) -> Any:
+        """The broker's process: noida-db's, or the Kafka node's JVM."""
+        b = self.demo.broker
+        return getattr(b, "_proc", None) or next((n.proc for n in getattr(b, "nodes", ())), None)
+
     def _broker_cpu(self) -> float | None:
-        proc = getattr(self.demo.broker, "_proc", None)
+        proc = self._broker_proc()
         return _cpu_s(proc.pid) if proc is not None else None
 
     def _profile(self, worker: int) -> list[subprocess.Popen[bytes]]:
@@ -344,13 +351,13 @@ class Bench:
         for n in ("model-server", "controller-B"):
             if n in with_pid:
                 self.result[f"{n.replace('-', '_')}_peak_rss_mb"] = _mb(_status_kb(with_pid[n], "VmHWM"))
-        broker = getattr(self.demo.broker, "_proc", None)
+        broker = self._broker_proc()
         if broker is not None:
-            self.result["noida_db_peak_rss_mb"] = _mb(_status_kb(broker.pid, "VmHWM"))
+            self.result["broker_peak_rss_mb"] = _mb(_status_kb(broker.pid, "VmHWM"))
         # Every process's peak RSS over the whole run, in one place.
         self.result["peak_rss_mb"] = {n: self.result.get(k) for n, k in (
             ("worker", "worker_peak_rss_mb"), ("controller", "controller_B_peak_rss_mb"),
-            ("model_server", "model_server_peak_rss_mb"), ("noida_db", "noida_db_peak_rss_mb"))}  # fmt: skip
+            ("model_server", "model_server_peak_rss_mb"), ("broker", "broker_peak_rss_mb"))}  # fmt: skip
 
 
 def _fmt(counts: dict[str, int]) -> str:
@@ -364,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--setup-timeout", type=float, default=900.0, help="seconds for setup (not timed)")
     p.add_argument("--failover-timeout", type=float, default=300.0, help="seconds to wait for all STOPPED")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--broker", choices=CHOICES, help=FLAG_HELP)
     p.add_argument("--state-partitions", type=int, default=8, help="mirror.state.topic.num.partitions (demo: 8)")
     p.add_argument("--tick-interval", type=float, default=0.2, help="worker tick interval (demo: 0.2)")
     p.add_argument("--metadata-refresh-ms", type=int, default=30000,

@@ -1,8 +1,9 @@
 """Mirror throughput from a real Kafka-protocol source: noida-db, then Apache Kafka -> model cluster B.
 
-    python -m bench.real_source [--mb 1024] [--partitions 4] [--record-bytes 1000] [--no-kafka | --no-noida]
+    python -m bench.real_source [--mb 1024] [--partitions 4] [--record-bytes 1000] [--no-kafka | --no-noida] [--broker noida]
 
-Setup (not timed): two noida-db brokers on loopback, the coordinator's own and the *source*;
+Setup (not timed): the coordinator's own broker (Apache Kafka, or noida-db with ``--broker noida``:
+``streams.brokers.own``) and a noida-db *source*, on loopback;
 aiokafka producers write ``--mb`` MB of record keys and values to topic ``bench`` on the source,
 in mixed batches: plain (about 70%, several records per batch), idempotent (20%) and committed
 transactions (10%). Then the cluster-model server (B), B's controller and one ``kip1279-worker``.
@@ -52,6 +53,7 @@ from clustermodel.client import ClusterClient
 from streams.brokers.apache_kafka import ApacheKafkaCluster
 from streams.brokers.kafka_jars import missing_reason
 from streams.brokers.noida import LocalBroker
+from streams.brokers.own import CHOICES, FLAG_HELP, start_own_broker
 from streams.demo.harness import ADMIN, PY, Clock, DemoError, Processes, run_cli
 from streams.kafka.source import KafkaSourceCluster
 
@@ -235,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tick-interval", type=float, default=0.1)
     ap.add_argument("--timeout", type=float, default=1800.0, help="bound on the mirror's catching up, seconds")
     ap.add_argument("--no-kafka", action="store_true", help="leave out the Apache Kafka column")
+    ap.add_argument("--broker", choices=CHOICES, help=FLAG_HELP)
     ap.add_argument("--no-noida", action="store_true", help="leave out the noida-db source column")
     ap.add_argument("--mirror-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a mirror property (e.g. replica.fetch.max.bytes=4194304); repeatable")  # fmt: skip
@@ -243,9 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     brokers: list[Any] = []
     result: dict[str, Any] = {"mb_requested": args.mb, "partitions": args.partitions, "record_bytes": args.record_bytes}
     try:
-        coord = LocalBroker(workdir / "coordinator-broker").start()
+        coord, what = start_own_broker(args.broker, workdir / "coordinator-broker")
         brokers.append(coord)
-        say(f"coordinator broker {coord.bootstrap}")
+        say(f"coordinator broker: {what}")
         if not args.no_noida:
             source = LocalBroker(workdir / "source-broker").start()
             brokers.append(source)

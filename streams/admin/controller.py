@@ -53,6 +53,7 @@ from streams.config import dlq_topic_spec, ensure_topics, metadata_topic_spec
 from streams.state.mirror_state import mirror_state_topic_spec
 from streams.state.sync_status import SyncStatusView, sync_status_topic_spec
 from streams.state.changelog_view import MirrorStateChangelogView, PartitionStatus, StateKey
+from streams.admin.members import DeadMemberRemover
 from streams.admin.responses import alter_configs_response, describe_config, describe_response, error_response, list_response, names, topic_response
 
 log = logging.getLogger(__name__)
@@ -163,6 +164,8 @@ class ClusterMirrorController:
         self.status = status or MirrorStateChangelogView(
             config.bootstrap_servers, config.mirror_state_topic_name, config.state_partitions)
         self.sync_view = SyncStatusView(config.bootstrap_servers, config.sync_status_topic_name)
+        # The workers' group: dead members a broker does not expire are removed (see its module).
+        self.members = DeadMemberRemover(config, self.sync_view)
         self.super_users = super_users
         # The admin listener's TLS, checked before anything starts: a bad key store or a
         # non-loopback bind without TLS stops the controller here, with the reason.
@@ -184,6 +187,7 @@ class ClusterMirrorController:
         self._lock = asyncio.Lock()  # one command at a time
         self._follow: asyncio.Task[None] | None = None
         self._timer: asyncio.Task[None] | None = None
+        self._members: asyncio.Task[None] | None = None
         self._server: asyncio.base_events.Server | None = None
         self.address: tuple[str, int] | None = None
         self._image: MetadataImage | None = None
@@ -229,6 +233,7 @@ class ClusterMirrorController:
         await self.loader.catch_up()
         self._follow = asyncio.create_task(self._run_follow(), name="kip1279-controller-follow")
         self._timer = asyncio.create_task(self._snapshot_timer(), name="kip1279-controller-snapshots")
+        self._members = asyncio.create_task(self.members.run(), name="kip1279-controller-members")
         if listen:
             host, port = c.controller_address
             self._server = await asyncio.start_server(self._serve, host, port, ssl=self.listener_ssl)
@@ -276,12 +281,12 @@ class ClusterMirrorController:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
-        for task in (self._follow, self._timer):
+        for task in (self._follow, self._timer, self._members):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        self._follow = self._timer = None
+        self._follow = self._timer = self._members = None
         for part in (self.status, self.sync_view, self.reader, self.dlq, self.writer):
             with contextlib.suppress(Exception):
                 await part.stop()

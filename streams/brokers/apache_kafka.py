@@ -1,9 +1,9 @@
 """Apache Kafka itself on loopback: a KRaft cluster started from the jars Maven fetched.
 
-noida-db (``streams.brokers.noida``) stays the pip-only default. This module runs the real thing for
-the tests and tools that must be checked against Kafka: a combined-mode single node
-(``process.roles=broker,controller``) or one controller plus N brokers, all on free 127.0.0.1
-ports, each node with its own storage formatted by Kafka's ``StorageTool``.
+noida-db (``streams.brokers.noida``) stays the tests' pip-only default; the main job and the
+benchmarks use this one for the coordinator's own topics (``streams.brokers.own``). It runs a
+combined-mode single node (``process.roles=broker,controller``) or one controller plus N brokers,
+all on free 127.0.0.1 ports, each node with its own storage formatted by Kafka's ``StorageTool``.
 
 The runtime classpath is ``tools/kafka/lib/`` (git-ignored), filled by ``bin/setup`` from
 ``tools/kafka/pom.xml``, which pins the version. Readiness is a Metadata request on every

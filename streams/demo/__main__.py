@@ -1,6 +1,6 @@
 """The main job: failover and failback between two model clusters, end to end, on loopback.
 
-    python -m streams.demo [--workdir DIR] [--seed N] [--keep] [--no-audit] [--from-kafka]
+    python -m streams.demo [--workdir DIR] [--seed N] [--keep] [--no-audit] [--from-kafka] [--broker noida]
 
 The job itself is ``streams.demo.job``; ``--from-kafka`` runs ``streams.demo.from_kafka`` instead.
 """
@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from streams.brokers.own import CHOICES, FLAG_HELP
 from streams.demo.from_kafka import FromKafkaDemo
 from streams.demo.job import Demo
 
@@ -29,13 +30,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--from-kafka", action="store_true",
                    help="migrate from a real noida-db broker (a second instance) to model cluster B instead: "
                         "mirror kafka-to-b, failover, clients moving to B; no failback (streams.demo.from_kafka)")
+    p.add_argument("--broker", choices=CHOICES, help=FLAG_HELP)
     args = p.parse_args(argv)
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="kip1279-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     if args.from_kafka:
-        demo: Demo = FromKafkaDemo(workdir, args.seed, audit=not args.no_audit)
+        demo: Demo = FromKafkaDemo(workdir, args.seed, audit=not args.no_audit, broker=args.broker)
     else:
-        demo = Demo(workdir, args.seed, audit=not args.no_audit)
+        demo = Demo(workdir, args.seed, audit=not args.no_audit, broker=args.broker)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     code = 1
     try:

@@ -2,7 +2,7 @@
 
     python -m streams.demo --from-kafka [--workdir DIR] [--seed N] [--keep] [--no-audit]
 
-The source is a second noida-db broker (its own port and data directory, started and stopped
+The source is a noida-db broker (its own port and data directory, started and stopped
 here like the coordinator's own broker), not a model. aiokafka producers write to it (keyed
 records from an idempotent producer, transactions committed and aborted, then transactions left
 open) while consumer group ``demo-orders-app`` reads it (read_committed, committing every second).
@@ -33,6 +33,7 @@ from clustermodel.records import read_committed_batches
 from coordinator.ports import Batch, IsolationLevel, OpenTransaction, PartitionOffsets, PortError, TopicPartition
 from streams.demo import clients as dc
 from streams.brokers.noida import LocalBroker
+from streams.brokers.own import start_own_broker
 from streams.demo.harness import GROUP, PY, TOPICS, Clock, failover_aborts, log_batches, wait_for
 from streams.demo.job import Demo
 
@@ -156,11 +157,10 @@ class FromKafkaDemo(Demo):
     def run(self) -> int:
         from streams.kafka.source import KafkaSourceCluster
 
-        self.broker = LocalBroker(self.workdir / "broker").start()
+        self.broker, what = start_own_broker(self.broker_kind, self.workdir / "broker")
         self.source = LocalBroker(self.workdir / "source-broker").start()
         src = self.source.bootstrap
-        self.say(f"noida-db broker on {self.broker.bootstrap} (the coordinator's topics); the SOURCE: a second "
-                 f"noida-db on {src} (its own data directory)")  # fmt: skip
+        self.say(f"{what} (the coordinator's topics); the SOURCE: a noida-db on {src} (its own data directory)")
         _, line = self.procs.spawn("model-server", [PY, "-m", "clustermodel.server", "--port", "0", "--cluster", "B",
                                                     "--seed", str(self.seed)], ready="PORT")  # fmt: skip
         port = int(line.split()[1])

@@ -4,7 +4,8 @@ Run by ``python -m streams.demo`` (``streams/demo/__main__.py``).
 
 ``--from-kafka`` runs a migration from a real noida-db broker to B instead (``streams.demo.from_kafka``).
 
-Starts the noida-db broker, the cluster-model server (clusters A and B), and one coordinator
+Starts the broker of the coordinator's own topics (Apache Kafka, or noida-db with ``--broker noida``:
+``streams.brokers.own``), the cluster-model server (clusters A and B), and one coordinator
 per destination cluster (SPEC, "One coordinator per destination cluster"): a controller and a
 worker for B (mirror ``a-to-b``) and a controller and a worker for A (mirror ``b-to-a``), each
 a separate process with its own topic prefix. The applications are aiokafka clients on the
@@ -39,15 +40,17 @@ from clustermodel.client import ClusterClient
 from streams.demo import clients as dc
 from streams.demo.clients import ClientLoop
 from coordinator.ports import PortError, TopicPartition
-from streams.brokers.noida import LocalBroker
+from streams.brokers.own import start_own_broker
 from streams.demo.harness import ADMIN, Clock, DemoError, GROUP, PY, Processes, REFUSED_AS, TOPICS, failover_aborts, log_batches, run_cli, shape, wait_for
 
 
 class Demo:
-    def __init__(self, workdir: Path, seed: int, out: Any = sys.stdout, audit: bool = True) -> None:
+    def __init__(self, workdir: Path, seed: int, out: Any = sys.stdout, audit: bool = True,
+                 broker: str | None = None) -> None:  # fmt: skip
         self.workdir, self.seed, self.out, self.audit_enabled = workdir, seed, out, audit
         self.procs = Processes(workdir)
-        self.broker: LocalBroker | None = None
+        self.broker_kind = broker  # None: Apache Kafka where it can run (``streams.brokers.own``)
+        self.broker: Any = None
         self.clock: Clock | None = None
         self.apps: ClientLoop | None = None
         self.clients: dc.ClientReport | None = None
@@ -96,8 +99,8 @@ class Demo:
             time.sleep(0.5)
 
     def run(self) -> int:
-        self.broker = LocalBroker(self.workdir / "broker").start()
-        self.say(f"noida-db broker on {self.broker.bootstrap}")
+        self.broker, what = start_own_broker(self.broker_kind, self.workdir / "broker")
+        self.say(f"{what} (the coordinators' own topics)")
         _, line = self.procs.spawn("model-server", [PY, "-m", "clustermodel.server", "--port", "0", "--cluster", "A",
                                                     "--cluster", "B", "--seed", str(self.seed)], ready="PORT")  # fmt: skip
         port = int(line.split()[1])

@@ -7,6 +7,11 @@ interval, and a tombstone once it holds none of the mirror's MIRRORING partition
 The controller follows the topic and combines the live reports
 (``coordinator.readiness.combined_sync_times``) into ``--describe``'s readiness.
 
+Each worker also publishes its presence every second (key: ``""`` and the worker, with its
+``worker.session.timeout.ms``), mirrors or not (``streams.worker.presence``): the controller
+removes from the workers' group a member that has published nothing for its session timeout
+(``streams.admin.members``).
+
 Records are JSON, so ``kafka-console-consumer`` shows them as they are. Times are wall-clock
 milliseconds: the workers' and the controller's clocks are assumed to agree to well under a
 sync interval.
@@ -16,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 import msgspec
@@ -35,8 +41,10 @@ class _Value(msgspec.Struct, kw_only=True, omit_defaults=True):
     partitions: int
     success_ms: dict[str, int]
     errors: dict[str, str] = {}  # kind -> why its last sync failed (absent from older workers' records)
+    session_timeout_ms: int = 0  # presence records: the worker's worker.session.timeout.ms
 
 
+PRESENCE = ""  # the mirror name of a worker's presence record (a mirror's name is never empty)
 _encode = msgspec.json.Encoder().encode
 _key_decoder = msgspec.json.Decoder(tuple[str, str])
 _value_decoder = msgspec.json.Decoder(_Value)
@@ -50,6 +58,13 @@ def sync_status_topic_spec(config: WorkerConfig) -> NewTopic:
 
 def report_key(mirror: str, worker: str) -> bytes:
     return _encode((mirror, worker))
+
+
+def presence_report(worker: str, now_ms: int, session_timeout_ms: int) -> tuple[str, bytes, bytes]:
+    """A worker's presence record (``publish`` sends it as a report)."""
+    value = _Value(mirror=PRESENCE, worker=worker, at_ms=now_ms, partitions=0, success_ms={},
+                   session_timeout_ms=session_timeout_ms)  # fmt: skip
+    return PRESENCE, report_key(PRESENCE, worker), _encode(value)
 
 
 class MirrorSyncs(NamedTuple):
@@ -100,11 +115,15 @@ class SyncStatusPublisher:
 
 
 class SyncStatusView:
-    """The controller's copy of the topic: the latest report per mirror and worker."""
+    """The controller's copy of the topic: the latest report per mirror and worker, and when this
+    controller last read a record of each worker (``seen``, its own monotonic clock: the workers'
+    clocks do not count) and the session timeout each worker published (``session_timeout_ms``)."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.bootstrap, self.topic = bootstrap, topic
+    def __init__(self, bootstrap: str, topic: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.bootstrap, self.topic, self.clock = bootstrap, topic, clock
         self._reports: dict[str, dict[str, SyncReport]] = {}
+        self.seen: dict[str, float] = {}
+        self.session_timeout_ms: dict[str, int] = {}
         self._consumer: AIOKafkaConsumer | None = None
         self._lock = asyncio.Lock()
 
@@ -136,11 +155,12 @@ class SyncStatusView:
                 for msgs in (await consumer.getmany(tp, timeout_ms=200)).values():
                     for msg in msgs:
                         self._apply(msg.key, msg.value, msg.offset)
-        return {m: tuple(r.values()) for m, r in self._reports.items()}
+        return {m: tuple(r.values()) for m, r in self._reports.items() if m != PRESENCE}
 
     def _apply(self, key: bytes | None, value: bytes | None, offset: int) -> None:
         try:
             mirror, worker = _key_decoder.decode(key or b"")
+            self.seen[worker] = self.clock()
             if value is None:
                 self._reports.get(mirror, {}).pop(worker, None)
                 return
@@ -148,6 +168,8 @@ class SyncStatusView:
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             log.error("undecodable %s record at offset %d: %s", self.topic, offset, e)
             return
+        if mirror == PRESENCE:
+            self.session_timeout_ms[worker] = v.session_timeout_ms
         self._reports.setdefault(mirror, {})[worker] = SyncReport(worker, v.at_ms, v.partitions, v.success_ms, v.errors)
 
 

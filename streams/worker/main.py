@@ -57,6 +57,7 @@ from streams.worker.ports import ReconnectingClient, model_cluster_of, open_sour
 from streams.config import WorkerConfig, ensure_topics
 from streams.runner.destination_check import check_destination
 from streams.worker.liveness import LoopWatchdog
+from streams.worker.presence import PresencePublisher
 from streams.worker.exits import EXIT_GROUP_LOST
 
 log = logging.getLogger("streams.worker.main")
@@ -133,6 +134,7 @@ def run_worker(cfg: WorkerConfig, args: argparse.Namespace) -> int:
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     loop.run_until_complete(ensure_topics(cfg.bootstrap_servers, worker_topic_specs(cfg)))
+    presence = PresencePublisher(cfg, cfg.group_instance_id).start()  # before it joins the group
     coordinator = CoordinatorWorker(cfg, tick_interval=args.tick_interval, threads=args.threads)
 
     def leave() -> None:  # a stop that hangs never reaches the ``finally`` below
@@ -161,6 +163,7 @@ def run_worker(cfg: WorkerConfig, args: argparse.Namespace) -> int:
         if watchdog is not None:
             watchdog.stop()  # a slow shutdown is not a stuck loop: _stop_self has its own backstop
         coordinator.close()
+        presence.stop()
         if coordinator.exit.member_id:
             _leave_group(cfg, coordinator.exit.member_id)
     return coordinator.exit.exit_code or code

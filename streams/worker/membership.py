@@ -5,7 +5,9 @@
 directory (``identity_file``), so a worker restarted with the same arguments is the same
 instance. The broker then hands the restarted worker the dead process's member and assignment at
 once, whether or not it has expired the dead one: Kafka would only after
-``worker.session.timeout.ms``, noida-db 0.2.3 never does.
+``worker.session.timeout.ms``, noida-db 0.2.3 never does. A worker restarted on an empty data
+directory is a new instance; the dead one's member is then removed by the controller once it has
+published nothing for its session timeout (``streams.admin.members``).
 
 **Leaving.** A static member does not send LeaveGroup when it closes (aiokafka skips it, as
 Kafka's client does), so the broker would keep its table partitions until the session expires.

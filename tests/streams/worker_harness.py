@@ -79,6 +79,9 @@ class Rig:
         # True: every command runs ``kafka-cluster-mirrors`` as its own process (scenario tests);
         # False: its ``main`` in this process, with captured output (cheaper to poll).
         self.cli_process = False
+        # The workers' group timing, given to the controllers too: a controller removes a dead
+        # member by the session timeout (``streams.admin.members``).
+        self.group_timing = dict(GROUP_TIMING)
 
     # ------------------------------------------------------------------------- processes
 
@@ -107,7 +110,9 @@ class Rig:
         for c in clusters:
             _, line = self.procs.spawn(f"controller-{c}", [PY, "-m", "streams.worker.main", "--controller", "--listener",
                                                            "127.0.0.1:0", "--super-users", "User:demo-admin",
-                                                           *self.common(c, self.data_dir(c, ""))], ready="LISTENING")  # fmt: skip
+                                                           *self.common(c, self.data_dir(c, "")),
+                                                           *(x for kv in self.group_timing.items() for x in kv)],
+                                                      ready="LISTENING")  # fmt: skip
             self.endpoints[c] = line.split()[1]
         self.clock = Clock(self.port)
         self.clock.start()
@@ -120,7 +125,7 @@ class Rig:
         name = name or f"worker-{cluster}"
         data_dir = data_dir or self.data_dir(cluster, "")
         argv = [PY, "-m", "streams.worker.main", "--tick-interval", str(self.tick), *self.common(cluster, data_dir),
-                *(x for kv in GROUP_TIMING.items() for x in kv), *extra]  # fmt: skip
+                *(x for kv in self.group_timing.items() for x in kv), *extra]  # fmt: skip
         # A client id per worker names its group member (``owners``, ``group_members``).
         env = dict(FAUST_ENV, BROKER_CLIENT_ID=self.client_id(name),
                    **json.loads(os.environ.get("KIP1279_TEST_FAUST_ENV", "{}")))  # fmt: skip

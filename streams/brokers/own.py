@@ -1,0 +1,39 @@
+"""The broker of the coordinator's own topics in the main job and the benchmarks.
+
+Apache Kafka (one combined-mode KRaft node, ``streams.brokers.apache_kafka``, from the jars
+``bin/setup`` fetches) by default: the broker a deployment runs, with Kafka's group coordinator
+(it expires dead members, compacts, fences). noida-db (``streams.brokers.noida``) with
+``--broker noida``: one Rust process, no Java, a few seconds faster to start. Without Java or the
+jars, the default falls back to noida-db and says why; asking for ``kafka`` then fails with the reason.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from streams.brokers.kafka_jars import missing_reason
+from streams.brokers.noida import BrokerError, LocalBroker
+
+KAFKA, NOIDA = "kafka", "noida"
+CHOICES = (KAFKA, NOIDA)
+FLAG_HELP = ("the broker of the coordinator's own topics: kafka (Apache Kafka, one KRaft node; the default, "
+             "noida-db if Java or Kafka's jars are missing) or noida (noida-db)")  # fmt: skip
+
+
+def start_own_broker(kind: str | None, directory: Path) -> tuple[Any, str]:
+    """Starts the broker (``kind`` None: the default) in ``directory``; returns it (``.bootstrap``,
+    ``.stop()``) and one line naming it."""
+    if kind not in (None, *CHOICES):
+        raise ValueError(f"unknown broker {kind!r}; known: {', '.join(CHOICES)}")
+    why_not = missing_reason() if kind != NOIDA else None
+    if kind == KAFKA and why_not is not None:
+        raise BrokerError(f"--broker kafka: {why_not}")
+    if kind == NOIDA or why_not is not None:
+        broker = LocalBroker(directory).start()
+        fallback = f" (Apache Kafka cannot run here: {why_not})" if why_not is not None else ""
+        return broker, f"noida-db broker on {broker.bootstrap}{fallback}"
+    from streams.brokers.apache_kafka import ApacheKafkaCluster
+
+    cluster = ApacheKafkaCluster(directory, brokers=1).start()
+    return cluster, f"Apache Kafka {cluster.version} (one KRaft node) on {cluster.bootstrap}, ready in {cluster.startup_s:.1f}s"
