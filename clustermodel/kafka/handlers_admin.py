@@ -15,7 +15,7 @@ from . import errors as E
 from .handlers_fetch import _leader_partition
 
 if TYPE_CHECKING:
-    from .listener import ClusterListeners
+    from .context import ListenerContext
 
 S = default_schemas()
 CONFIG_TOPIC, CONFIG_BROKER = 2, 4
@@ -28,7 +28,7 @@ def _n(message: str, struct: str) -> type:
     return S.nested(message, struct)
 
 
-def create_topics(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def create_topics(cluster: ListenerContext, broker: int, req: Request) -> object:
     model = cluster.model
     Result = _n("CreateTopicsResponse", "CreatableTopicResult")
     Config = _n("CreateTopicsResponse", "CreatableTopicConfigs")
@@ -61,7 +61,7 @@ def create_topics(cluster: ClusterListeners, broker: int, req: Request) -> objec
     return S.struct("CreateTopicsResponse")(topics=out)
 
 
-def delete_topics(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def delete_topics(cluster: ListenerContext, broker: int, req: Request) -> object:
     model = cluster.model
     Result = _n("DeleteTopicsResponse", "DeletableTopicResult")
     if req.api_version >= 6:
@@ -82,7 +82,7 @@ def delete_topics(cluster: ClusterListeners, broker: int, req: Request) -> objec
     return S.struct("DeleteTopicsResponse")(responses=out)
 
 
-def create_partitions(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def create_partitions(cluster: ListenerContext, broker: int, req: Request) -> object:
     model = cluster.model
     Result = _n("CreatePartitionsResponse", "CreatePartitionsTopicResult")
     out = []
@@ -114,7 +114,7 @@ def _unserved_resource(model: object, r: object, Result: type) -> object | None:
     return None
 
 
-def describe_configs(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def describe_configs(cluster: ListenerContext, broker: int, req: Request) -> object:
     model = cluster.model
     Result = _n("DescribeConfigsResponse", "DescribeConfigsResult")
     Entry = _n("DescribeConfigsResponse", "DescribeConfigsResourceResult")
@@ -137,7 +137,7 @@ def describe_configs(cluster: ClusterListeners, broker: int, req: Request) -> ob
     return S.struct("DescribeConfigsResponse")(results=out)
 
 
-def incremental_alter_configs(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def incremental_alter_configs(cluster: ListenerContext, broker: int, req: Request) -> object:
     model = cluster.model
     Result = _n("IncrementalAlterConfigsResponse", "AlterConfigsResourceResponse")
     out = []
@@ -206,7 +206,7 @@ def _matches(acl: AclBinding, f: object) -> bool:
             and enum_ok(AclPermissionType, f.permission_type, acl.permission_type))
 
 
-def describe_acls(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def describe_acls(cluster: ListenerContext, broker: int, req: Request) -> object:
     Resource = _n("DescribeAclsResponse", "DescribeAclsResource")
     Description = _n("DescribeAclsResponse", "AclDescription")
     grouped: dict[tuple[str, str, str], list[AclBinding]] = {}
@@ -221,7 +221,7 @@ def describe_acls(cluster: ClusterListeners, broker: int, req: Request) -> objec
     ])
 
 
-def create_acls(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def create_acls(cluster: ListenerContext, broker: int, req: Request) -> object:
     Result = _n("CreateAclsResponse", "AclCreationResult")
     out = []
     for c in req.body.creations:
@@ -234,7 +234,7 @@ def create_acls(cluster: ClusterListeners, broker: int, req: Request) -> object:
     return S.struct("CreateAclsResponse")(results=out)
 
 
-def delete_acls(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def delete_acls(cluster: ListenerContext, broker: int, req: Request) -> object:
     FilterResult = _n("DeleteAclsResponse", "DeleteAclsFilterResult")
     Matching = _n("DeleteAclsResponse", "DeleteAclsMatchingAcl")
     out = []
@@ -253,7 +253,7 @@ def delete_acls(cluster: ClusterListeners, broker: int, req: Request) -> object:
 # ---------------------------------------------------------------- DeleteRecords
 
 
-def delete_records(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def delete_records(cluster: ListenerContext, broker: int, req: Request) -> object:
     Topic = _n("DeleteRecordsResponse", "DeleteRecordsTopicResult")
     Part = _n("DeleteRecordsResponse", "DeleteRecordsPartitionResult")
     topics = []

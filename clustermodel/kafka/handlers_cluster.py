@@ -11,7 +11,7 @@ from records.registry import default_schemas
 from . import errors as E
 
 if TYPE_CHECKING:
-    from .listener import ClusterListeners
+    from .context import ListenerContext
 
 S = default_schemas()
 _MetadataResponse = S.struct("MetadataResponse")
@@ -23,15 +23,15 @@ _Coordinator = S.nested("FindCoordinatorResponse", "Coordinator")
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
-def api_versions(cluster: ClusterListeners, broker: int, req: Request) -> object:
-    return cluster.dispatcher.table.api_versions_body()
+def api_versions(cluster: ListenerContext, broker: int, req: Request) -> object:
+    return cluster.api_table.api_versions_body()
 
 
-def live_brokers(cluster: ClusterListeners) -> list[int]:
+def live_brokers(cluster: ListenerContext) -> list[int]:
     return sorted(cluster.model.live)
 
 
-def metadata(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def metadata(cluster: ListenerContext, broker: int, req: Request) -> object:
     model = cluster.model
     live = live_brokers(cluster)
     brokers = [_Broker(node_id=b, host=cluster.host, port=cluster.ports[b], rack=None) for b in live]
@@ -76,7 +76,7 @@ def metadata(cluster: ClusterListeners, broker: int, req: Request) -> object:
     )
 
 
-def coordinator_for(cluster: ClusterListeners, key: str) -> int | None:
+def coordinator_for(cluster: ListenerContext, key: str) -> int | None:
     """The broker coordinating a group or transactional ID: a stable hash over the live brokers."""
     live = live_brokers(cluster)
     if not live:
@@ -84,7 +84,7 @@ def coordinator_for(cluster: ClusterListeners, key: str) -> int | None:
     return live[zlib.crc32(key.encode()) % len(live)]
 
 
-def not_coordinator(cluster: ClusterListeners, broker: int, key: str) -> int:
+def not_coordinator(cluster: ListenerContext, broker: int, key: str) -> int:
     """The error a request keyed by a group or transactional ID gets from ``broker``; NONE when it coordinates the key."""
     node = coordinator_for(cluster, key)
     if node is None:
@@ -92,7 +92,7 @@ def not_coordinator(cluster: ClusterListeners, broker: int, key: str) -> int:
     return E.NONE if node == broker else E.NOT_COORDINATOR
 
 
-def find_coordinator(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def find_coordinator(cluster: ListenerContext, broker: int, req: Request) -> object:
     body = req.body
     keys = list(body.coordinator_keys) if req.api_version >= 4 else [body.key]
     results = []

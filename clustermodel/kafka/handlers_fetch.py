@@ -17,7 +17,7 @@ from . import errors as E
 
 if TYPE_CHECKING:
     from ..replica import Partition
-    from .listener import ClusterListeners
+    from .context import ListenerContext
 
 S = default_schemas()
 _FetchResponse = S.struct("FetchResponse")
@@ -36,7 +36,7 @@ _OFLEPartition = S.nested("OffsetForLeaderEpochResponse", "EpochEndOffset")
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
 
-def _leader_partition(cluster: ClusterListeners, broker: int, topic: str, index: int) -> tuple[int, Partition | None]:
+def _leader_partition(cluster: ListenerContext, broker: int, topic: str, index: int) -> tuple[int, Partition | None]:
     """(error code, partition) for a request that must reach the partition's leader."""
     model = cluster.model
     topic_id = model.topic_ids.get(topic)
@@ -57,7 +57,7 @@ def _epoch(value: int) -> int | None:
 # ---------------------------------------------------------------- Fetch
 
 
-async def fetch(cluster: ClusterListeners, broker: int, req: Request) -> object:
+async def fetch(cluster: ListenerContext, broker: int, req: Request) -> object:
     body = req.body
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0, body.max_wait_ms) / 1000
@@ -71,7 +71,7 @@ async def fetch(cluster: ClusterListeners, broker: int, req: Request) -> object:
             return response
 
 
-def _fetch_once(cluster: ClusterListeners, broker: int, req: Request) -> tuple[object, int, bool]:
+def _fetch_once(cluster: ListenerContext, broker: int, req: Request) -> tuple[object, int, bool]:
     body = req.body
     model = cluster.model
     isolation = IsolationLevel(body.isolation_level) if body.isolation_level in (0, 1) else IsolationLevel.READ_UNCOMMITTED
@@ -127,7 +127,7 @@ def _fetch_once(cluster: ClusterListeners, broker: int, req: Request) -> tuple[o
 # ---------------------------------------------------------------- ListOffsets
 
 
-def list_offsets(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def list_offsets(cluster: ListenerContext, broker: int, req: Request) -> object:
     body = req.body
     topics = []
     for t in body.topics:
@@ -190,7 +190,7 @@ def record_at_or_after(batch: Batch, timestamp: int) -> tuple[int, int]:
 # ---------------------------------------------------------------- OffsetForLeaderEpoch
 
 
-def offset_for_leader_epoch(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def offset_for_leader_epoch(cluster: ListenerContext, broker: int, req: Request) -> object:
     topics = []
     for t in req.body.topics:
         parts = []

@@ -15,7 +15,7 @@ from .batches import BatchRejected, decode_produced, model_payload
 
 if TYPE_CHECKING:
     from ..replica import Partition
-    from .listener import ClusterListeners
+    from .context import ListenerContext
 
 S = default_schemas()
 _Response = S.struct("ProduceResponse")
@@ -24,7 +24,7 @@ _PartitionResponse = S.nested("ProduceResponse", "PartitionProduceResponse")
 _LeaderIdAndEpoch = S.nested("ProduceResponse", "LeaderIdAndEpoch")
 
 
-def produce(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def produce(cluster: ListenerContext, broker: int, req: Request) -> object:
     body = req.body
     topics: list[tuple[object, list[object]]] = []
     waits: list[tuple[list[object], int, Partition, int, int]] = []
@@ -49,7 +49,7 @@ def _response(topics: list[tuple[object, list[object]]]) -> object:
                                 for t, parts in topics])
 
 
-async def _await_isr(cluster: ClusterListeners, topics: list[tuple[object, list[object]]],
+async def _await_isr(cluster: ListenerContext, topics: list[tuple[object, list[object]]],
                      waits: list[tuple[list[object], int, Partition, int, int]], timeout_ms: int) -> object:
     """acks=all: answer once the HW covers the batch (every ISR member has it), as Kafka's purgatory
     does; REQUEST_TIMED_OUT after the request's timeout, NOT_LEADER_OR_FOLLOWER if leadership moved."""
@@ -74,7 +74,7 @@ async def _await_isr(cluster: ClusterListeners, topics: list[tuple[object, list[
 
 
 def _produce_partition(
-    cluster: ClusterListeners, broker: int, transactional_id: str | None, acks: int,
+    cluster: ListenerContext, broker: int, transactional_id: str | None, acks: int,
     topic: str, index: int, data: bytes | None,
 ) -> tuple[object, Partition | None]:
     """The partition's response, and the partition when the batch was written."""

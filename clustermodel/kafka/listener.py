@@ -24,19 +24,20 @@ log = logging.getLogger(__name__)
 
 
 class ClusterListeners:
-    """The listeners of one modelled cluster, and what its handlers share."""
+    """The listeners of one modelled cluster; its handlers see it as a ListenerContext."""
 
     def __init__(self, name: str, model: ClusterModel, host: str, dispatcher: Dispatcher) -> None:
         self.name = name
         self.model = model
         self.host = host
         self.dispatcher = dispatcher
+        self.api_table = dispatcher.table
         self.ports: dict[int, int] = {}
         self._servers: dict[int, asyncio.base_events.Server] = {}
         self._sockets: dict[int, socket.socket] = {}
         self._connections: dict[int, set[asyncio.StreamWriter]] = {b: set() for b in model.brokers}
         self._waiters: set[asyncio.Future[None]] = set()
-        self.groups = GroupCoordinator(self)
+        self.groups = GroupCoordinator(model)
         self.wire = WireCache()
         self._live = set(model.live)
 
