@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING
 from coordinator.ports import Batch, IsolationLevel, PortError
 from records.kafka_envelope import Request
 from records.registry import default_schemas
-from records.segments import SegmentError, decode_record_section
 
-from ..records import kafka_payload_parts
+from ..records import kafka_records
 
 from . import errors as E
 
@@ -174,15 +173,15 @@ def _offset_for(part: Partition, timestamp: int, isolation_level: int) -> tuple[
 
 
 def record_at_or_after(batch: Batch, timestamp: int) -> tuple[int, int]:
-    """(offset, timestamp) of the batch's first record stamped at or after ``timestamp``."""
-    parts = kafka_payload_parts(batch.payload)
-    if parts is not None:
-        base_timestamp, count, section = parts
+    """(offset, timestamp) of the batch's first record stamped at or after ``timestamp``
+    (decompressed if need be; with LogAppendTime every record carries the batch's timestamp)."""
+    parts = kafka_records(batch.payload)
+    if parts is not None and not parts.log_append_time:
         try:
-            for r in decode_record_section(bytes(section), count):
-                if base_timestamp + r.timestamp_delta >= timestamp:
-                    return batch.base_offset + r.offset_delta, base_timestamp + r.timestamp_delta
-        except SegmentError:
+            for r in parts.records():
+                if parts.base_timestamp + r.timestamp_delta >= timestamp:
+                    return batch.base_offset + r.offset_delta, parts.base_timestamp + r.timestamp_delta
+        except ValueError:  # SegmentError is one
             pass
     return batch.base_offset, batch.timestamp
 

@@ -1,17 +1,19 @@
-"""Produce: acks 0/1/all, CRC-checked v2 batches, idempotent and transactional producers."""
+"""Produce: acks 0/1/all, v2 batches checked as Kafka checks them, idempotent and transactional producers."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING
 
 import msgspec
 
 from records.kafka_envelope import Request
 from records.registry import default_schemas
+from records.segments import ATTR_TIMESTAMP_TYPE
 
 from . import errors as E
-from .batches import BatchRejected, decode_produced, model_payload
+from .batches import BatchRejected, ProducedBatch, decode_produced, model_payload
 
 if TYPE_CHECKING:
     from ..replica import Partition
@@ -31,7 +33,8 @@ def produce(cluster: ListenerContext, broker: int, req: Request) -> object:
     for t in body.topic_data:
         parts: list[object] = []
         for pd in t.partition_data:
-            response, part = _produce_partition(cluster, broker, body.transactional_id, body.acks, t.name, pd.index, pd.records)
+            response, part = _produce_partition(cluster, broker, req.api_version, body.transactional_id, body.acks,
+                                                t.name, pd.index, pd.records)
             if part is not None and body.acks == -1 and part.hw < part.leader_log.leo:
                 waits.append((parts, len(parts), part, part.leader_log.leo, part.leader_epoch))
             parts.append(response)
@@ -74,7 +77,7 @@ async def _await_isr(cluster: ListenerContext, topics: list[tuple[object, list[o
 
 
 def _produce_partition(
-    cluster: ListenerContext, broker: int, transactional_id: str | None, acks: int,
+    cluster: ListenerContext, broker: int, version: int, transactional_id: str | None, acks: int,
     topic: str, index: int, data: bytes | None,
 ) -> tuple[object, Partition | None]:
     """The partition's response, and the partition when the batch was written."""
@@ -84,42 +87,42 @@ def _produce_partition(
         return _PartitionResponse(index=index, error_code=code, base_offset=-1, log_start_offset=-1,
                                   error_message=message, current_leader=leader or _LeaderIdAndEpoch()), None
 
+    if acks not in (-1, 0, 1):
+        return fail(E.INVALID_REQUEST, f"acks must be -1, 0 or 1, got {acks}")
     topic_id = model.topic_ids.get(topic)
     if topic_id is None or not 0 <= index < len(model.topics[topic_id].partitions):
         return fail(E.UNKNOWN_TOPIC_OR_PARTITION)
+    try:
+        rb: ProducedBatch | BatchRejected = decode_produced(data or b"", version)
+    except BatchRejected as exc:
+        rb = exc
+    if isinstance(rb, BatchRejected) and rb.request_level:  # Kafka's ProduceRequest.validateRecords, before the log
+        return fail(rb.code, str(rb))
     state = model.topics[topic_id]
     part = state.partitions[index]
     if part.leader != broker:
         return fail(E.NOT_LEADER_OR_FOLLOWER, None, _LeaderIdAndEpoch(leader_id=part.leader, leader_epoch=part.leader_epoch))
     if state.read_only:
         return fail(E.READ_ONLY_TOPIC, f"{topic} is a mirror topic; it accepts produce once its mirror is STOPPED")
-    if acks not in (-1, 0, 1):
-        return fail(E.INVALID_REQUEST, f"acks must be -1, 0 or 1, got {acks}")
+    if isinstance(rb, BatchRejected):
+        return fail(rb.code, str(rb))
+    if rb.is_transactional:
+        txn = model.txn_state.transactions.get(transactional_id or "")
+        if txn is None or not txn.ongoing or part.tp not in txn.partitions or txn.producer_id != rb.producer_id:
+            return fail(E.INVALID_TXN_STATE, f"{topic}-{index} is not part of an ongoing transaction of {transactional_id}")
+    # LogAppendTime: the broker's clock stamps the batch (every record reads it), as Kafka's LogValidator does.
+    append_time = -1
+    attributes, timestamp = rb.attributes & ~ATTR_TIMESTAMP_TYPE, rb.max_timestamp
+    if state.configs.get("message.timestamp.type") == "LogAppendTime":
+        append_time = int(time.time() * 1000)
+        attributes, timestamp = attributes | ATTR_TIMESTAMP_TYPE, append_time
     try:
-        batches = decode_produced(data or b"")
-    except BatchRejected as exc:
-        return fail(exc.code, str(exc))
-    if not batches:
-        return fail(E.INVALID_REQUEST, "no record batch")
-    first_offset = -1
-    for rb in batches:
-        if rb.is_control:
-            return fail(E.INVALID_REQUEST, "clients may not produce control batches")
-        if not rb.count:
-            return fail(E.INVALID_REQUEST, "empty record batch")
-        if rb.is_transactional:
-            txn = model.txn_state.transactions.get(transactional_id or "")
-            if txn is None or not txn.ongoing or part.tp not in txn.partitions or txn.producer_id != rb.producer_id:
-                return fail(E.INVALID_TXN_STATE, f"{topic}-{index} is not part of an ongoing transaction of {transactional_id}")
-        try:
-            written = model.produce_kafka_records(
-                topic, index, model_payload(rb), rb.count, rb.last_offset_delta, rb.producer_id,
-                rb.producer_epoch, rb.base_sequence, rb.is_transactional, rb.max_timestamp, acks)
-        except Exception as exc:  # noqa: BLE001 - the model's refusal is the client's error code
-            return fail(E.code_of(exc), str(exc))
-        if first_offset < 0:
-            first_offset = written.base_offset
-    return _PartitionResponse(index=index, error_code=E.NONE, base_offset=first_offset, log_append_time_ms=-1,
+        written = model.produce_kafka_records(
+            topic, index, model_payload(rb, attributes), rb.count, rb.last_offset_delta, rb.producer_id,
+            rb.producer_epoch, rb.base_sequence, rb.is_transactional, timestamp, acks)
+    except Exception as exc:  # noqa: BLE001 - the model's refusal is the client's error code
+        return fail(E.code_of(exc), str(exc))
+    return _PartitionResponse(index=index, error_code=E.NONE, base_offset=written.base_offset, log_append_time_ms=append_time,
                               log_start_offset=part.leader_log.log_start), part
 
 

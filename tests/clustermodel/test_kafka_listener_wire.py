@@ -305,7 +305,7 @@ async def test_headers_timestamps_and_gzip_reach_consumers(rig):
     plain = encode_batch(build_batch(records, base_offset=0, base_timestamp=5000))
     r = (await c.call(0, 9, _produce_body("t", plain))).responses[0].partition_responses[0]
     assert (r.error_code, r.base_offset) == (0, 0)
-    # The same records gzip-compressed (codec 1): inflated by the listener, stored uncompressed.
+    # The same records gzip-compressed (codec 1): checked inflated, stored and served as sent.
     raw = bytearray(plain)
     section = gzip.compress(bytes(raw[61:]))
     header = bytearray(raw[:61])
@@ -314,13 +314,16 @@ async def test_headers_timestamps_and_gzip_reach_consumers(rig):
     from crc32c import crc32c
 
     struct.pack_into(">I", header, 17, crc32c(bytes(header[21:]) + section))
-    r = (await c.call(0, 9, _produce_body("t", bytes(header) + section))).responses[0].partition_responses[0]
+    gzipped = bytes(header) + section
+    r = (await c.call(0, 9, _produce_body("t", gzipped))).responses[0].partition_responses[0]
     assert (r.error_code, r.base_offset) == (0, 2)
     got = (await c.call(1, 12, _fetch_body("t", 0))).responses[0].partitions[0]
     first, pos = decode_batch(got.records, 0)
-    second, _ = decode_batch(got.records, pos)
-    for batch, base in ((first, 0), (second, 2)):
-        assert batch.base_offset == base and batch.compression == 0
+    second, _ = decode_batch(got.records, pos, decompress=True)
+    # Only the broker's fields differ: base offset and partition leader epoch (outside the CRC).
+    assert got.records[pos + 16 :] == gzipped[16:] and got.records[pos : pos + 8] == struct.pack(">q", 2)
+    for batch, base, codec in ((first, 0, 0), (second, 2, 1)):
+        assert batch.base_offset == base and batch.compression == codec
         assert [(r.key, r.value, r.headers) for r in batch.records] == [(r.key, r.value, r.headers) for r in records]
         assert [batch.timestamp_of(r) for r in batch.records] == [5000, 5007]
     # ListOffsets by timestamp finds the record, not only its batch.
