@@ -153,13 +153,7 @@ def _offset_for(part: Partition, timestamp: int, isolation_level: int) -> tuple[
     elif timestamp == LATEST:
         offset = part.lso() if isolation_level == 1 else part.hw
     elif timestamp == MAX_TIMESTAMP:
-        best = None
-        for b in log.batches:
-            if not b.is_control and (best is None or b.timestamp > best.timestamp):
-                best = b
-        if best is None:
-            return -1, -1, -1
-        return best.base_offset, best.timestamp, best.leader_epoch
+        return _max_timestamp(part, isolation_level)
     else:
         # The first record stamped at or after the target: batches by their max timestamp, then,
         # for a batch a client produced, its records' own timestamps.
@@ -170,6 +164,22 @@ def _offset_for(part: Partition, timestamp: int, isolation_level: int) -> tuple[
         return -1, -1, -1
     epoch = log.epochs.epoch_for_offset(offset - 1) if offset > log.log_start else log.epochs.epoch_for_offset(offset)
     return offset, -1, part.leader_epoch if epoch is None else epoch
+
+
+def _max_timestamp(part: Partition, isolation_level: int) -> tuple[int, int, int]:
+    """KIP-734, as Kafka's UnifiedLog answers it: the first batch holding the log's largest max
+    timestamp (control batches count), then its first record stamped so; none past the HW (LSO)."""
+    log = part.leader_log
+    best = None
+    for b in log.batches:
+        if best is None or b.timestamp > best.timestamp:
+            best = b
+    if best is None:
+        return -1, -1, -1
+    offset, ts = record_at_or_after(best, best.timestamp)
+    if offset >= (part.lso() if isolation_level == 1 else part.hw):
+        return -1, -1, -1
+    return offset, ts, best.leader_epoch if best.leader_epoch >= 0 else -1
 
 
 def record_at_or_after(batch: Batch, timestamp: int) -> tuple[int, int]:
