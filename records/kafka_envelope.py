@@ -237,19 +237,99 @@ def unsupported_response(table: ApiTable, exc: UnsupportedRequest) -> bytes | No
     return error_response(table.schemas, exc.api_key, exc.api_version, exc.correlation_id, UNSUPPORTED_VERSION)
 
 
-def error_response(schemas: SchemaSet, api_key: int, api_version: int, correlation_id: int, code: int) -> bytes | None:
-    """A response frame carrying only a top-level error code, or None if that version has none."""
+def error_response(schemas: SchemaSet, api_key: int, api_version: int, correlation_id: int, code: int,
+                   request: Any = None) -> bytes | None:
+    """A response frame with ``code`` as its error, or None if none can be encoded.
+
+    Without ``request`` only a top-level error code can carry it (None if that version has none).
+    With the decoded request body, the response mirrors it as Kafka's getErrorResponse does: one
+    entry per topic, partition, group or resource asked about, keys copied, ``code`` in every
+    error code (``error_body``).
+    """
     resp = schemas.by_api_key(api_key, "response")
     if resp is None or api_version not in resp.versions():
         return None
-    field = next((f for f in resp.fields if f.name == "ErrorCode"), None)
-    if field is None or api_version not in field.versions:
-        return None
-    payload = schemas.codec(resp.name).encode(schemas.struct(resp.name)(error_code=code), api_version)
+    if request is not None:
+        body = error_body(schemas, api_key, api_version, request, code)
+    else:
+        field = next((f for f in resp.fields if f.name == "ErrorCode"), None)
+        if field is None or api_version not in field.versions:
+            return None
+        body = schemas.struct(resp.name)(error_code=code)
+    codec = schemas.codec(resp.name)
+    payload = codec.encode(fit_to_version(codec, body, api_version), api_version)
     flexible = resp.is_flexible(api_version) and api_key != API_VERSIONS_KEY
     if flexible:
         return _HEADER_V0.pack(len(payload) + 5, correlation_id) + b"\x00" + payload
     return _HEADER_V0.pack(len(payload) + 4, correlation_id) + payload
+
+
+def error_body(schemas: SchemaSet, api_key: int, api_version: int, request: Any, code: int) -> Any:
+    """The response struct of an error answer to ``request`` (a decoded request body).
+
+    Each array of structs in the response is filled from the request's array of the same name
+    (or its only array, e.g. Produce's topic_data -> responses), fields copied by name (topic
+    names, partition indexes, group IDs); an array of strings in the request (DeleteTopics'
+    names, DescribeGroups' IDs, AddPartitionsToTxn's partitions) fills the response struct's first
+    field of that type. Every error code gets ``code``; other fields keep their defaults.
+    """
+    req_spec = schemas.by_api_key(api_key, "request")
+    resp_spec = schemas.by_api_key(api_key, "response")
+    assert req_spec is not None and resp_spec is not None
+    classes = schemas.codec(resp_spec.name).classes
+    v = api_version
+
+    def is_error_code(f: Any) -> bool:  # ErrorCode, or e.g. AddPartitionsToTxn's PartitionErrorCode
+        return f.name.endswith("ErrorCode") and f.type.name == "int16" and not f.type.is_array
+
+    def arrays_of(spec_fields: list[Any]) -> dict[str, Any]:
+        return {f.attr: f for f in spec_fields if v in f.versions and f.type.is_array and f.tag is None}
+
+    def pairs(fields: list[Any], source_fields: list[Any]) -> dict[str, Any]:
+        """Response array -> request array: by name, else the one left on each side."""
+        mine, theirs = arrays_of(fields), arrays_of(source_fields)
+        out = {name: theirs[name] for name in mine if name in theirs}
+        left_mine = [n for n in mine if n not in out and mine[n].struct is not None]
+        left_theirs = [n for n in theirs if n not in out]
+        if len(left_mine) == 1 and len(left_theirs) == 1:
+            out[left_mine[0]] = theirs[left_theirs[0]]
+        return out
+
+    def build(fields: list[Any], cls: Any, source: Any, source_fields: list[Any]) -> Any:
+        values: dict[str, Any] = {}
+        paired = pairs(fields, source_fields)
+        for f in fields:
+            if v not in f.versions:
+                continue
+            if is_error_code(f):
+                values[f.attr] = code
+            elif f.type.is_array and f.struct is not None:
+                match = paired.get(f.attr)
+                items = getattr(source, match.attr, None) if match is not None else None
+                if items is not None:
+                    sub = classes.struct_class(f.struct)
+                    sub_source = match.struct.fields if match.struct is not None else []
+                    values[f.attr] = [build(f.struct.fields, sub, item, sub_source) if match.struct is not None
+                                      else build_from_key(f.struct.fields, sub, item, match.type.name) for item in items]
+            elif not f.type.is_array and f.struct is None and any(sf.attr == f.attr and v in sf.versions
+                                                                   for sf in source_fields):
+                values[f.attr] = getattr(source, f.attr)
+        return cls(**values)
+
+    def build_from_key(fields: list[Any], cls: Any, key: Any, key_type: str) -> Any:
+        values: dict[str, Any] = {}
+        keyed = False
+        for f in fields:
+            if v not in f.versions:
+                continue
+            if is_error_code(f):
+                values[f.attr] = code
+            elif not keyed and f.type.name == key_type and not f.type.is_array:
+                values[f.attr] = key
+                keyed = True
+        return cls(**values)
+
+    return build(resp_spec.fields, schemas.struct(resp_spec.name), request, req_spec.fields)
 
 
 def request_header(api_key: int, api_version: int, correlation_id: int, client_id: str | None,

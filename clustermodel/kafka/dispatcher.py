@@ -60,9 +60,10 @@ class Dispatcher:
                 body = await body
         except MalformedRequest:
             raise
-        except Exception as exc:  # noqa: BLE001 - a handler bug answers UNKNOWN_SERVER_ERROR, never kills the listener
+        except Exception as exc:  # noqa: BLE001 - a handler bug answers UNKNOWN_SERVER_ERROR where getErrorResponse puts it
             log.exception("%s broker %d: %s v%d failed", cluster.name, broker, req.name, req.api_version)
-            out = error_response(self.table.schemas, req.api_key, req.api_version, req.correlation_id, UNKNOWN_SERVER_ERROR)
+            out = error_response(self.table.schemas, req.api_key, req.api_version, req.correlation_id, UNKNOWN_SERVER_ERROR,
+                                 req.body)
             if out is None:
                 raise MalformedRequest(f"{req.name} failed: {exc!r}") from None
             return out

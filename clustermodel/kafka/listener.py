@@ -132,7 +132,8 @@ class ClusterListeners:
                         writer.write(out)
                 await writer.drain()
         except MalformedRequest as exc:
-            log.info("%s broker %d: closing a connection: %s", self.name, broker, exc)
+            # One line, as Kafka logs the InvalidRequestException before it closes the connection.
+            log.warning("%s broker %d: closing a connection: %s", self.name, broker, exc)
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
         finally:

@@ -103,7 +103,8 @@ async def test_api_versions_and_unsupported_versions(rig):
     c.close()
 
 
-async def test_malformed_request_closes_only_that_connection(rig):
+async def test_malformed_request_closes_only_that_connection(rig, caplog):
+    caplog.set_level("WARNING", logger="clustermodel.kafka.listener")
     model, cluster = rig
     bad = await Conn.open(cluster.ports[1])
     good = await Conn.open(cluster.ports[1])
@@ -117,6 +118,9 @@ async def test_malformed_request_closes_only_that_connection(rig):
     assert await huge.closed()
     resp = await good.call(18, 0, S.struct("ApiVersionsRequest")())
     assert resp.error_code == 0
+    # Each close is logged, one line each, at a level a default logging setup shows.
+    closes = [r for r in caplog.records if "closing a connection" in r.getMessage()]
+    assert len(closes) == 3 and all(r.levelname == "WARNING" and "\n" not in r.getMessage() for r in closes)
     again = await Conn.open(cluster.ports[1])
     assert (await again.call(18, 0, S.struct("ApiVersionsRequest")())).error_code == 0
     for conn in (good, again):
@@ -332,6 +336,29 @@ async def test_headers_timestamps_and_gzip_reach_consumers(rig):
     body = S.struct("ListOffsetsRequest")(replica_id=-1, topics=[LT(name="t", partitions=[LP(partition_index=0, timestamp=5001, current_leader_epoch=-1)])])
     r = (await c.call(2, 7, body)).topics[0].partitions[0]
     assert (r.error_code, r.offset, r.timestamp) == (0, 1, 5007)
+    c.close()
+
+
+async def test_handler_failure_without_a_top_level_error_code_keeps_the_connection(rig, monkeypatch):
+    """Produce and Metadata have no top-level error code: the error goes in every partition or
+    topic asked about, as Kafka's getErrorResponse puts it, and the connection stays open."""
+    model, cluster = rig
+
+    def broken(*_: object) -> object:
+        raise RuntimeError("a handler bug")
+
+    for key in (0, 3, 20):
+        monkeypatch.setitem(cluster.dispatcher.handlers, key, broken)
+    c = await Conn.open(cluster.ports[0])
+    r = await c.call(0, 9, _produce_body("t", _batch([b"x"])))
+    assert [(t.name, [(p.index, p.error_code) for p in t.partition_responses]) for t in r.responses] == [("t", [(0, -1)])]
+    MT = S.nested("MetadataRequest", "MetadataRequestTopic")
+    r = await c.call(3, 12, S.struct("MetadataRequest")(topics=[MT(name="t"), MT(name="u")]))
+    assert [(t.name, t.error_code) for t in r.topics] == [("t", -1), ("u", -1)]
+    r = await c.call(20, 4, S.struct("DeleteTopicsRequest")(topic_names=["t"], timeout_ms=1000))
+    assert [(t.name, t.error_code) for t in r.responses] == [("t", -1)]
+    assert (await c.call(18, 0, S.struct("ApiVersionsRequest")())).error_code == 0
+    assert model.topic("t").partitions[0].leader_log.leo == 0
     c.close()
 
 
