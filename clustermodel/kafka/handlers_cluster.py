@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import zlib
 from typing import TYPE_CHECKING
 
@@ -21,9 +22,17 @@ _Partition = S.nested("MetadataResponse", "MetadataResponsePartition")
 _FindCoordinatorResponse = S.struct("FindCoordinatorResponse")
 _Coordinator = S.nested("FindCoordinatorResponse", "Coordinator")
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+_ApiVersionsResponse = S.struct("ApiVersionsResponse")
+_SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
 def api_versions(cluster: ListenerContext, broker: int, req: Request) -> object:
+    body = req.body
+    # Kafka's ApiVersionsRequest.isValid (v3+): client software name and version must match
+    # its pattern, else INVALID_REQUEST and no API keys.
+    if req.api_version >= 3 and not (_SOFTWARE.fullmatch(body.client_software_name)
+                                     and _SOFTWARE.fullmatch(body.client_software_version)):
+        return _ApiVersionsResponse(error_code=E.INVALID_REQUEST)
     return cluster.api_table.api_versions_body()
 
 

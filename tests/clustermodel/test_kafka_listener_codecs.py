@@ -230,6 +230,39 @@ def test_zstd_needs_produce_v7(model: ClusterClient) -> None:
         conn.close()
 
 
+# ApiVersions v3 software names and versions -> (error code, API keys listed), Kafka 4.1.2's answers.
+SOFTWARE_NAMES = {
+    ("good-name", "1.0"): (0, True),
+    ("confluent-kafka-python", "2.16.1-rdkafka-2.16.1"): (0, True),
+    ("bad name!", "1"): (42, False),  # INVALID_REQUEST
+    ("", ""): (42, False),
+    ("a", "-1"): (42, False),
+}
+
+
+def api_versions_answers(address: tuple[str, int]) -> dict[tuple[str, str], tuple[int, bool]]:
+    out = {}
+    for name, version in SOFTWARE_NAMES:
+        conn = Conn(address)
+        try:
+            r = conn.call(18, 3, S.struct("ApiVersionsRequest")(client_software_name=name, client_software_version=version))
+            assert conn.alive()
+            out[(name, version)] = (r.error_code, bool(r.api_keys))
+        finally:
+            conn.close()
+    return out
+
+
+def test_api_versions_checks_software_names_on_the_model(model: ClusterClient) -> None:
+    _, _, host, port = model.kafka_listeners()[0]
+    assert api_versions_answers((host, port)) == SOFTWARE_NAMES
+
+
+def test_api_versions_checks_software_names_on_kafka(apache_kafka: Any) -> None:
+    host, port = apache_kafka.bootstrap.split(",")[0].rsplit(":", 1)
+    assert api_versions_answers((host, int(port))) == SOFTWARE_NAMES
+
+
 # ---------------------------------------------------------------- librdkafka's first calls
 
 
