@@ -10,7 +10,8 @@ A segment file is a plain concatenation of record batches. Each v2 batch is a
 
 ``batchLength`` counts the bytes after itself; the CRC32C covers ``attributes``
 through the end of the batch. Encoding writes uncompressed batches only; decoding reads
-compressed ones (gzip, snappy, lz4, zstd) when asked to (``decompress=True``).
+compressed ones (gzip, snappy, lz4, zstd) when asked to (``decompress=True``), and
+:func:`compress_records` compresses a record section for a caller that keeps a batch's codec.
 
 Every decoding problem is a :class:`SegmentError` (a ``ValueError``) carrying the
 byte ``position`` from the start of the buffer, so a reader can report exactly where
