@@ -174,10 +174,28 @@ def _check_framing(section: bytes, count: int) -> int | None:
     top: int | None = None
     try:
         for _ in range(count):
-            length, pos = read_varint(section, pos)
+            # Zig-zag varints, one- and two-byte ones inline (record lengths and timestamp deltas
+            # are almost always that short): this loop runs for every produced record.
+            b = section[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif section[pos + 1] < 0x80:
+                raw = (b & 0x7F) | (section[pos + 1] << 7)
+                length = (raw >> 1) ^ -(raw & 1)
+                pos += 2
+            else:
+                length, pos = read_varint(section, pos)
             if length <= 0 or pos + length > n:
                 raise BatchRejected(INVALID_RECORD, f"Invalid record size: expected {length} bytes, {n - pos} remain")
-            delta, _ = read_varlong(section, pos + 1)
+            b = section[pos + 1]  # after the record's attributes byte
+            if b < 0x80:
+                delta = (b >> 1) ^ -(b & 1)
+            elif section[pos + 2] < 0x80:
+                raw = (b & 0x7F) | (section[pos + 2] << 7)
+                delta = (raw >> 1) ^ -(raw & 1)
+            else:
+                delta, _ = read_varlong(section, pos + 1)
             if top is None or delta > top:
                 top = delta
             pos += length
