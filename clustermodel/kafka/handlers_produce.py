@@ -87,8 +87,6 @@ def _produce_partition(
         return _PartitionResponse(index=index, error_code=code, base_offset=-1, log_start_offset=-1,
                                   error_message=message, current_leader=leader or _LeaderIdAndEpoch()), None
 
-    if acks not in (-1, 0, 1):
-        return fail(E.INVALID_REQUEST, f"acks must be -1, 0 or 1, got {acks}")
     topic_id = model.topic_ids.get(topic)
     if topic_id is None or not 0 <= index < len(model.topics[topic_id].partitions):
         return fail(E.UNKNOWN_TOPIC_OR_PARTITION)
@@ -98,6 +96,8 @@ def _produce_partition(
         rb = exc
     if isinstance(rb, BatchRejected) and rb.request_level:  # Kafka's ProduceRequest.validateRecords, before the log
         return fail(rb.code, str(rb))
+    if acks not in (-1, 0, 1):  # ReplicaManager.appendRecords, before the leader and the batch's own checks
+        return fail(E.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, got {acks}")
     state = model.topics[topic_id]
     part = state.partitions[index]
     if part.leader != broker:

@@ -220,14 +220,52 @@ def test_kafka_gives_the_table(apache_kafka: Any) -> None:
     assert got == {name: (code, True) for name, (_, code) in KAFKA_CODES.items()}
 
 
-def test_zstd_needs_produce_v7(model: ClusterClient) -> None:
-    model.add_topic("zstd-v6", 1)
-    conn = Conn(leader_address(model, "zstd-v6"))
+# (acks, batch, Produce version, topic known) -> Kafka 4.1.2's code: request-level checks first
+# (unknown topic, one v2 batch, zstd from v7), then acks (INVALID_REQUIRED_ACKS, 21), then the
+# batch's own (CRC).
+REQUEST_LEVEL_CASES: dict[str, tuple[int, Callable[[], bytes], int, bool, int]] = {
+    "acks-2": (2, lambda: batch([b"a"]), 9, True, 21),
+    "acks--2": (-2, lambda: batch([b"a"]), 9, True, 21),
+    "acks-2-bad-crc": (2, lambda: batch([b"a"], crc_ok=False), 9, True, 21),
+    "acks-2-two-batches": (2, lambda: batch([b"a"]) + batch([b"b"]), 9, True, 87),
+    "acks-2-unknown-topic": (2, lambda: batch([b"a"]), 9, False, 3),
+    "zstd-v6": (1, lambda: batch([b"z"], 4), 6, True, 76),  # UNSUPPORTED_COMPRESSION_TYPE
+    "zstd-v7": (1, lambda: batch([b"z"], 4), 7, True, 0),
+}
+
+
+def request_level_codes(address: tuple[str, int], topic: str) -> dict[str, int]:
+    out = {}
+    for name, (acks, make, version, known, _) in REQUEST_LEVEL_CASES.items():
+        conn = Conn(address)
+        try:
+            P = S.nested("ProduceRequest", "PartitionProduceData")
+            T = S.nested("ProduceRequest", "TopicProduceData")
+            body = S.struct("ProduceRequest")(acks=acks, timeout_ms=5000, topic_data=[
+                T(name=topic if known else f"{topic}-missing", partition_data=[P(index=0, records=make())])])
+            out[name] = conn.call(0, version, body).responses[0].partition_responses[0].error_code
+            assert conn.alive()
+        finally:
+            conn.close()
+    return out
+
+
+def test_request_level_checks_on_the_model(model: ClusterClient) -> None:
+    model.add_topic("acks", 1)
+    assert request_level_codes(leader_address(model, "acks"), "acks") == {k: v[-1] for k, v in REQUEST_LEVEL_CASES.items()}
+
+
+def test_request_level_checks_on_kafka(apache_kafka: Any) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=apache_kafka.bootstrap)
     try:
-        assert conn.produce("zstd-v6", batch([b"z"], 4), version=6).error_code == 76  # UNSUPPORTED_COMPRESSION_TYPE
-        assert conn.produce("zstd-v6", batch([b"z"], 4), version=7).error_code == 0
+        admin.create_topics([NewTopic("cmwire-acks", 1, 1)])
     finally:
-        conn.close()
+        admin.close()
+    host, port = apache_kafka.bootstrap.split(",")[0].rsplit(":", 1)
+    assert request_level_codes((host, int(port)), "cmwire-acks") == {k: v[-1] for k, v in REQUEST_LEVEL_CASES.items()}
 
 
 # ApiVersions v3 software names and versions -> (error code, API keys listed), Kafka 4.1.2's answers.
