@@ -9,7 +9,7 @@ request frames back, parses each with :func:`parse_request` and writes what
   always v0 for ApiVersions (KIP-511: a client must read it before it knows what we speak);
 - an API or version outside the :class:`ApiTable` is :class:`UnsupportedRequest`: for
   ApiVersions Kafka answers v0 with UNSUPPORTED_VERSION (35) and its table
-  (:func:`api_versions_fallback`); other known APIs get error 35 in their top-level error code;
+  (:func:`api_versions_fallback`); other known APIs get error 35 where their error codes are;
 - bytes that do not parse are :class:`MalformedRequest`: the listener closes that connection
   (Kafka's InvalidRequestException) and keeps serving the others. Bytes left after a whole
   body are ignored, as Kafka ignores them.
@@ -45,12 +45,13 @@ class MalformedRequest(ValueError):
 class UnsupportedRequest(Exception):
     """A well-framed request whose API or version this listener does not serve."""
 
-    def __init__(self, api_key: int, api_version: int, correlation_id: int, known: bool) -> None:
+    def __init__(self, api_key: int, api_version: int, correlation_id: int, known: bool, body: Any = None) -> None:
         super().__init__(f"API {api_key} version {api_version} is not supported")
         self.api_key = api_key
         self.api_version = api_version
         self.correlation_id = correlation_id
         self.known = known  # a schema exists, so an error response can be encoded
+        self.body = body  # the request body, when the schema knows this version and it decoded
 
 
 class Request(msgspec.Struct, frozen=True):
@@ -130,8 +131,9 @@ def parse_request(frame: bytes, table: ApiTable) -> Request:
     """The header and decoded body of one request frame (without its size prefix)."""
     api_key, api_version, correlation_id = peek_header(frame)
     if not table.supports(api_key, api_version):
-        known = table.schemas.by_api_key(api_key, "request") is not None
-        raise UnsupportedRequest(api_key, api_version, correlation_id, known)
+        spec = table.schemas.by_api_key(api_key, "request")
+        raise UnsupportedRequest(api_key, api_version, correlation_id, spec is not None,
+                                 _decode_if_known(table.schemas, spec, api_version, frame))
     header_version = 2 if table.is_flexible_request(api_key, api_version) else 1
     s = table.schemas
     name = table.request_names[api_key]
@@ -144,6 +146,18 @@ def parse_request(frame: bytes, table: ApiTable) -> Request:
     except CodecError as exc:
         raise MalformedRequest(f"{name} v{api_version}: {exc}") from None
     return Request(api_key, api_version, correlation_id, header.client_id, name, body)
+
+
+def _decode_if_known(schemas: SchemaSet, spec: Any, api_version: int, frame: bytes) -> Any:
+    """The body of a request the table does not serve, if its schema knows the version (so the
+    error answer can name what was asked about); None otherwise."""
+    if spec is None or api_version not in spec.versions():
+        return None
+    try:
+        _, pos = schemas.codec("RequestHeader").decode_prefix(frame, 2 if spec.is_flexible(api_version) else 1, 0)
+        return schemas.codec(spec.name).decode_prefix(frame, api_version, pos)[0]
+    except CodecError:
+        return None
 
 
 def response_header_version(table: ApiTable, api_key: int, api_version: int) -> int:
@@ -227,14 +241,15 @@ def api_versions_fallback(table: ApiTable, correlation_id: int) -> bytes:
 def unsupported_response(table: ApiTable, exc: UnsupportedRequest) -> bytes | None:
     """An error response for an unsupported request, or None when none can be encoded.
 
-    ApiVersions: the v0 fallback. Another API whose response schema has a top-level error
-    code at that version: that code set to 35. Anything else (an unknown API key, a version
-    the schema cannot encode, or no top-level error code) has no answer a client could parse,
-    so the listener closes the connection, as Kafka does.
+    ApiVersions: the v0 fallback. Another API at a version its schema knows: 35 where Kafka's
+    getErrorResponse would put an error (``error_body``), or in the top-level error code if the
+    body did not decode. Anything else (an unknown API key, a version the schema does not know,
+    or no body and no top-level error code) has no answer a client could parse, so the listener
+    closes the connection, as Kafka does.
     """
     if exc.api_key == API_VERSIONS_KEY:
         return api_versions_fallback(table, exc.correlation_id)
-    return error_response(table.schemas, exc.api_key, exc.api_version, exc.correlation_id, UNSUPPORTED_VERSION)
+    return error_response(table.schemas, exc.api_key, exc.api_version, exc.correlation_id, UNSUPPORTED_VERSION, exc.body)
 
 
 def error_response(schemas: SchemaSet, api_key: int, api_version: int, correlation_id: int, code: int,

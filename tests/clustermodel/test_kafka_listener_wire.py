@@ -103,6 +103,24 @@ async def test_api_versions_and_unsupported_versions(rig):
     c.close()
 
 
+async def test_versions_beyond_the_table_answer_35_where_the_errors_are(rig):
+    """A version the model does not serve but Kafka's schema knows: UNSUPPORTED_VERSION in every
+    partition asked about (no top-level error code in Produce v12 or ListOffsets v8); the
+    connection stays open."""
+    model, cluster = rig
+    c = await Conn.open(cluster.ports[model.topic("t").partitions[0].leader])
+    r = await c.call(0, 12, _produce_body("t", _batch([b"x"])))
+    assert [(t.name, [(p.index, p.error_code) for p in t.partition_responses]) for t in r.responses] == [("t", [(0, 35)])]
+    LP = S.nested("ListOffsetsRequest", "ListOffsetsPartition")
+    LT = S.nested("ListOffsetsRequest", "ListOffsetsTopic")
+    body = S.struct("ListOffsetsRequest")(replica_id=-1, topics=[LT(name="t", partitions=[LP(partition_index=0, timestamp=-1)])])
+    r = await c.call(2, 8, body)
+    assert [(t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics] == [("t", [(0, 35)])]
+    assert (await c.call(18, 0, S.struct("ApiVersionsRequest")())).error_code == 0
+    assert model.topic("t").partitions[0].leader_log.leo == 0
+    c.close()
+
+
 async def test_malformed_request_closes_only_that_connection(rig, caplog):
     caplog.set_level("WARNING", logger="clustermodel.kafka.listener")
     model, cluster = rig
