@@ -6,8 +6,9 @@ a 0x00 marker, the batch's base timestamp (int64), its record count (int32) and 
 section as the client sent it, headers and per-record timestamps included; or, for a batch
 whose attributes say more than that (a compression codec, LogAppendTime), a 0x01 marker, those
 attributes (int16), then the same fields, the section still compressed as sent, so the batch goes
-out to consumers byte for byte. A msgpack payload starts with an array byte, never 0x00 or 0x01. Payloads are opaque to the ports (mirrors copy them byte
-for byte); only the model decodes them, to compact by key and to let demos read values back.
+out to consumers byte for byte. A msgpack payload starts with an array byte, never 0x00 or 0x01.
+Payloads are opaque to the ports (mirrors copy them byte for byte); only the model decodes them,
+to compact by key and to let demos read values back.
 Control batches hold one record whose key is Kafka's control key (version int16, type int16)
 and whose value is the marker body.
 """
