@@ -36,6 +36,7 @@ from records.segments import (  # the v2 batch layout, defined once in records/
     LOG_OVERHEAD,
     Record,
     RecordBatch,
+    decode_record_section,
     decompress_records,
     encode_batch,
 )
@@ -48,15 +49,19 @@ class BatchRejected(Exception):
     """A produced batch the broker refuses; ``code`` is the Kafka error code. ``request_level``:
     found by ProduceRequest.validateRecords, before Kafka looks for the partition's leader."""
 
-    def __init__(self, code: int, message: str, request_level: bool = False) -> None:
+    def __init__(self, code: int, message: str, request_level: bool = False,
+                 record_errors: list[tuple[int, str]] | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.request_level = request_level
+        self.record_errors = record_errors or []  # (index in the batch, why), Produce v8+'s RecordErrors
 
 
 UNKNOWN_SERVER_ERROR = -1
 CORRUPT_MESSAGE = 2
+INVALID_TIMESTAMP = 32
 INVALID_RECORD = 87
+NO_TIMESTAMP = -1
 UNSUPPORTED_COMPRESSION_TYPE = 76
 LZ4, ZSTD = 3, 4
 _LZ4_MAGIC = b"\x04\x22\x4d\x18"
@@ -115,10 +120,13 @@ def _batch_spans(data: bytes) -> list[tuple[int, int, int]]:
     return spans
 
 
-def decode_produced(data: bytes, produce_version: int) -> ProducedBatch:
+def decode_produced(data: bytes, produce_version: int, topic_partition: str = "", compacted: bool = False,
+                    timestamp_range: tuple[int, int] | None = None) -> ProducedBatch:
     """The one v2 batch of a partition's produce data, checked in Kafka's order: exactly one v2
     batch (zstd only from Produce v7), base offset 0, CRC32C, count and offsets, no control batch,
-    a sequence with a producer ID, then each record's framing in the (decompressed) section."""
+    a sequence with a producer ID, each record's framing in the (decompressed) section, then each
+    record as LogValidator.validateRecord sees it: a key on a compacted topic, and (CreateTime)
+    a timestamp inside ``timestamp_range``."""
     spans = _batch_spans(data)
     v = produce_version
     if not spans:
@@ -161,17 +169,21 @@ def decode_produced(data: bytes, produce_version: int) -> ProducedBatch:
             records = decompress_records(codec, section)
         except ValueError as exc:
             raise BatchRejected(UNKNOWN_SERVER_ERROR, f"Failed to decompress record stream: {exc}") from None
-    max_delta = _check_framing(records, count)
-    max_timestamp = base_ts + max_delta if max_delta is not None else base_ts
+    low, high = _check_framing(records, count)
+    max_timestamp = base_ts + high
+    if compacted or (timestamp_range is not None and not timestamp_range[0] <= base_ts + low <= base_ts + high <= timestamp_range[1]):
+        _check_records(records, count, base_ts, topic_partition, compacted, timestamp_range)
     return ProducedBatch(attributes & ~ATTR_CONTROL, last_delta, base_ts, max_timestamp, pid, epoch, seq, count, section)
 
 
-def _check_framing(section: bytes, count: int) -> int | None:
-    """The largest timestamp delta of ``count`` records framed as Kafka's DefaultRecord reads them:
-    each a positive length that fits, an attributes byte and a timestamp delta, nothing after."""
+def _check_framing(section: bytes, count: int) -> tuple[int, int]:
+    """The smallest and largest timestamp deltas of ``count`` (> 0) records framed as Kafka's
+    DefaultRecord reads them: each a positive length that fits, an attributes byte and a
+    timestamp delta, nothing after."""
     pos = 0
     n = len(section)
     top: int | None = None
+    bottom = 0
     try:
         for _ in range(count):
             # Zig-zag varints, one- and two-byte ones inline (record lengths and timestamp deltas
@@ -196,14 +208,40 @@ def _check_framing(section: bytes, count: int) -> int | None:
                 delta = (raw >> 1) ^ -(raw & 1)
             else:
                 delta, _ = read_varlong(section, pos + 1)
-            if top is None or delta > top:
+            if top is None:
+                top = bottom = delta
+            elif delta > top:
                 top = delta
+            elif delta < bottom:
+                bottom = delta
             pos += length
     except (IndexError, VarintError):
         raise BatchRejected(INVALID_RECORD, "Incorrect declared batch size, premature EOF reached") from None
     if pos != n:
         raise BatchRejected(INVALID_RECORD, "Incorrect declared batch size, records still remaining in file")
-    return top
+    return bottom, top if top is not None else 0
+
+
+def _check_records(section: bytes, count: int, base_ts: int, topic_partition: str, compacted: bool,
+                   timestamp_range: tuple[int, int] | None) -> None:
+    """LogValidator's per-record errors, gathered as it gathers them (a key error before a
+    timestamp error for the same record), raised as its RecordValidationException."""
+    errors: list[tuple[int, str, bool]] = []
+    for index, r in enumerate(decode_record_section(section, count)):
+        ts = base_ts + r.timestamp_delta
+        if compacted and r.key is None:
+            errors.append((index, f"Compacted topic cannot accept message without key in topic partition {topic_partition}", False))
+        elif timestamp_range is not None and ts != NO_TIMESTAMP and not timestamp_range[0] <= ts <= timestamp_range[1]:
+            errors.append((index, f"Timestamp {ts} of message with offset {r.offset_delta} is out of range. "
+                                  f"The timestamp should be within [{timestamp_range[0]}, {timestamp_range[1]}]", True))
+    if not errors:
+        return
+    listed = [(i, m) for i, m, _ in errors]
+    if any(bad_time for *_, bad_time in errors):
+        raise BatchRejected(INVALID_TIMESTAMP, "One or more records have been rejected due to invalid timestamp", record_errors=listed)
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in listed[:3])
+    raise BatchRejected(INVALID_RECORD, f"One or more records have been rejected due to {len(listed)} record errors in total, "
+                                        f"and only showing the first three errors at most: [{shown}]", record_errors=listed)
 
 
 def model_payload(batch: ProducedBatch, attributes: int | None = None) -> bytes:

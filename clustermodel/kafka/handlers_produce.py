@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -24,6 +25,9 @@ _Response = S.struct("ProduceResponse")
 _TopicResponse = S.nested("ProduceResponse", "TopicProduceResponse")
 _PartitionResponse = S.nested("ProduceResponse", "PartitionProduceResponse")
 _LeaderIdAndEpoch = S.nested("ProduceResponse", "LeaderIdAndEpoch")
+_RecordError = S.nested("ProduceResponse", "BatchIndexAndErrorMessage")
+MAX_LONG = 2**63 - 1  # message.timestamp.before.max.ms's default
+TIMESTAMP_AFTER_MAX_MS = 3_600_000  # message.timestamp.after.max.ms's default since Kafka 4.0
 
 
 def produce(cluster: ListenerContext, broker: int, req: Request) -> object:
@@ -83,15 +87,23 @@ def _produce_partition(
     """The partition's response, and the partition when the batch was written."""
     model = cluster.model
 
-    def fail(code: int, message: str | None = None, leader: object = None) -> tuple[object, None]:
-        return _PartitionResponse(index=index, error_code=code, base_offset=-1, log_start_offset=-1,
-                                  error_message=message, current_leader=leader or _LeaderIdAndEpoch()), None
+    def fail(code: int, message: str | None = None, leader: object = None,
+             record_errors: Sequence[tuple[int, str]] = ()) -> tuple[object, None]:
+        errors = [_RecordError(batch_index=i, batch_index_error_message=m) for i, m in record_errors]
+        return _PartitionResponse(index=index, error_code=code, base_offset=-1, log_start_offset=-1, error_message=message,
+                                  record_errors=errors, current_leader=leader or _LeaderIdAndEpoch()), None
 
     topic_id = model.topic_ids.get(topic)
     if topic_id is None or not 0 <= index < len(model.topics[topic_id].partitions):
         return fail(E.UNKNOWN_TOPIC_OR_PARTITION)
+    configs = model.topics[topic_id].configs
+    log_append_time = configs.get("message.timestamp.type") == "LogAppendTime"
+    now_ms = int(time.time() * 1000)
+    window = None if log_append_time else (now_ms - int(configs.get("message.timestamp.before.max.ms", MAX_LONG)),
+                                           now_ms + int(configs.get("message.timestamp.after.max.ms", TIMESTAMP_AFTER_MAX_MS)))
     try:
-        rb: ProducedBatch | BatchRejected = decode_produced(data or b"", version)
+        rb: ProducedBatch | BatchRejected = decode_produced(
+            data or b"", version, f"{topic}-{index}", "compact" in configs.get("cleanup.policy", ""), window)
     except BatchRejected as exc:
         rb = exc
     if isinstance(rb, BatchRejected) and rb.request_level:  # Kafka's ProduceRequest.validateRecords, before the log
@@ -105,7 +117,7 @@ def _produce_partition(
     if state.read_only:
         return fail(E.READ_ONLY_TOPIC, f"{topic} is a mirror topic; it accepts produce once its mirror is STOPPED")
     if isinstance(rb, BatchRejected):
-        return fail(rb.code, str(rb))
+        return fail(rb.code, str(rb), record_errors=rb.record_errors)
     if rb.is_transactional:
         txn = model.txn_state.transactions.get(transactional_id or "")
         if txn is None or not txn.ongoing or part.tp not in txn.partitions or txn.producer_id != rb.producer_id:
@@ -113,8 +125,8 @@ def _produce_partition(
     # LogAppendTime: the broker's clock stamps the batch (every record reads it), as Kafka's LogValidator does.
     append_time = -1
     attributes, timestamp = rb.attributes & ~ATTR_TIMESTAMP_TYPE, rb.max_timestamp
-    if state.configs.get("message.timestamp.type") == "LogAppendTime":
-        append_time = int(time.time() * 1000)
+    if log_append_time:
+        append_time = now_ms
         attributes, timestamp = attributes | ATTR_TIMESTAMP_TYPE, append_time
     try:
         written = model.produce_kafka_records(

@@ -432,15 +432,75 @@ def test_compaction_keeps_a_compressed_batchs_codec(model: ClusterClient) -> Non
     assert [v for _, _, v in Confluent().consume(boot, "compact_zstd", "read_committed", "g-compact", 2)] == [b"k2", b"k1-new"]
 
 
-def batch_keyed(pairs: list[tuple[bytes, bytes]], codec: int) -> bytes:
+def batch_keyed(pairs: list[tuple[bytes | None, bytes]], codec: int, ahead_ms: int = 0, ts: int | None = None) -> bytes:
+    """A batch stamped now (+ ``ahead_ms``), or at ``ts``."""
     recs = [Record(i, 0, k, v) for i, (k, v) in enumerate(pairs)]
-    plain = encode_batch(build_batch(recs, base_offset=0, base_timestamp=int(time.time() * 1000)))
+    stamp = int(time.time() * 1000) + ahead_ms if ts is None else ts
+    plain = encode_batch(build_batch(recs, base_offset=0, base_timestamp=stamp))
     payload = compress(codec, plain[61:])
     header = bytearray(plain[:61])
     struct.pack_into(">i", header, 8, 49 + len(payload))
     struct.pack_into(">h", header, 21, codec)
     struct.pack_into(">I", header, 17, crc32c(bytes(header[21:]) + payload))
     return bytes(header) + payload
+
+
+# LogValidator's per-record checks: (compacted topic, batch) -> Kafka 4.1.2's (code, indexes of
+# the records in RecordErrors). A key is required on a compacted topic (INVALID_RECORD, 87); a
+# CreateTime timestamp more than message.timestamp.after.max.ms (1 h by default) ahead is
+# INVALID_TIMESTAMP (32); NO_TIMESTAMP (-1) and old timestamps pass.
+HOUR_MS = 3_600_000
+RECORD_CASES: dict[str, tuple[bool, Callable[[], bytes], tuple[int, list[int]]]] = {
+    "compacted-one-null-key": (True, lambda: batch_keyed([(b"k", b"v"), (None, b"v2")], 0), (87, [1])),
+    "compacted-null-keys-gzip": (True, lambda: batch_keyed([(None, b"v"), (None, b"v2")], 1), (87, [0, 1])),
+    "compacted-keys-zstd": (True, lambda: batch_keyed([(b"k", b"v")], 4), (0, [])),
+    "two-hours-ahead": (False, lambda: batch_keyed([(b"k", b"v")], 0, ahead_ms=2 * HOUR_MS), (32, [0])),
+    "two-hours-ahead-gzip": (False, lambda: batch_keyed([(b"k", b"v"), (b"k", b"w")], 1, ahead_ms=2 * HOUR_MS), (32, [0, 1])),
+    "half-an-hour-ahead": (False, lambda: batch_keyed([(b"k", b"v")], 0, ahead_ms=HOUR_MS // 2), (0, [])),
+    "no-timestamp": (False, lambda: batch_keyed([(b"k", b"v")], 0, ts=-1), (0, [])),
+    "negative-timestamp": (False, lambda: batch_keyed([(b"k", b"v")], 0, ts=-5), (0, [])),
+}
+
+
+def record_codes(address: tuple[str, int], compacted_topic: str, topic: str) -> dict[str, tuple[int, list[int]]]:
+    out = {}
+    conn = Conn(address)
+    try:
+        for name, (compacted, make, _) in RECORD_CASES.items():
+            r = conn.produce(compacted_topic if compacted else topic, make())
+            out[name] = (r.error_code, [e.batch_index for e in r.record_errors])
+    finally:
+        conn.close()
+    return out
+
+
+def test_record_checks_on_the_model(server_factory: Any) -> None:
+    # One broker, so one connection reaches both leaders.
+    server = server_factory("--cluster", "A", "--seed", "12", "--brokers", "1")
+    client = ClusterClient(server.port, "A")
+    try:
+        client.add_topic("records_compacted", 1, configs={"cleanup.policy": "compact"})
+        client.add_topic("records_plain", 1)
+        got = record_codes(leader_address(client, "records_plain"), "records_compacted", "records_plain")
+    finally:
+        client.close()
+    assert got == {name: case[-1] for name, case in RECORD_CASES.items()}
+
+
+def test_record_checks_on_kafka(apache_kafka: Any) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=apache_kafka.bootstrap)
+    try:
+        admin.create_topics([NewTopic("cmwire-records-compacted", 1, 1, topic_configs={"cleanup.policy": "compact"}),
+                             NewTopic("cmwire-records-plain", 1, 1)])
+    finally:
+        admin.close()
+    time.sleep(1)
+    host, port = apache_kafka.bootstrap.split(",")[0].rsplit(":", 1)
+    got = record_codes((host, int(port)), "cmwire-records-compacted", "cmwire-records-plain")
+    assert got == {name: case[-1] for name, case in RECORD_CASES.items()}
 
 
 # ---------------------------------------------------------------- ListOffsets MAX_TIMESTAMP (KIP-734)
