@@ -17,6 +17,7 @@ from coordinator.ports import AclBinding, GroupOffset, GroupType, UNDEFINED_EPOC
 from .adapter import PortsAdapter
 from .groups import GroupState
 from .journal import Step, journaled
+from .persistence import dump_cluster, load_cluster
 from .transactions import TransactionsMixin
 
 
@@ -101,15 +102,11 @@ class ClusterModel(PortsAdapter, TransactionsMixin):
 
     def snapshot(self) -> bytes:
         """The whole model as msgpack bytes."""
-        from .persistence import dump_cluster
-
         return dump_cluster(self)
 
     @classmethod
     def from_snapshot(cls, data: bytes) -> ClusterModel:
-        from .persistence import load_cluster
-
-        return load_cluster(data)
+        return load_cluster(data, cls)
 
     def save(self, path: str | Path) -> None:
         """Write a snapshot file (atomically: temp file, then rename)."""

@@ -4,27 +4,31 @@ Logs are saved as batches, the epoch cache as saved (it is not always derivable 
 a leader assigns its epoch on election before any append), and producer state is rebuilt from
 the log on load, as Kafka rebuilds it from the log. Follower logs that share the leader's
 batches store only how many they share, so a snapshot is not three times the data.
+
+Snapshots hold a cluster's state (ClusterCore); loading one builds the model with the caller's
+class (ClusterModel), so this module does not depend on the class that offers snapshots.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 import msgspec
 
 from coordinator.ports import AclBinding, Batch, TopicPartition
 
+from .core import ClusterCore, TopicState
 from .faults import FaultState
 from .groups import GroupState
 from .log import PartitionLog
 from .replica import Partition
 from .transactions_state import TxnCoordinatorState
 
-if TYPE_CHECKING:
-    from .cluster import ClusterModel
-
 SNAPSHOT_VERSION = 1
+M = TypeVar("M", bound=ClusterCore)
+Factory = Callable[..., M]  # the model class: called with the snapshot's constructor arguments
 
 
 class LogSnapshot(msgspec.Struct, array_like=True):
@@ -118,7 +122,7 @@ def _partition_snapshot(part: Partition) -> PartitionSnapshot:
     )
 
 
-def cluster_snapshot(model: ClusterModel) -> ClusterSnapshot:
+def cluster_snapshot(model: ClusterCore) -> ClusterSnapshot:
     version, internal, gauss = model.rng.getstate()
     return ClusterSnapshot(
         version=SNAPSHOT_VERSION,
@@ -143,12 +147,10 @@ def cluster_snapshot(model: ClusterModel) -> ClusterSnapshot:
     )
 
 
-def restore_cluster(snap: ClusterSnapshot) -> ClusterModel:
-    from .cluster import ClusterModel
-
+def restore_cluster(snap: ClusterSnapshot, factory: Factory[M]) -> M:
     if snap.version != SNAPSHOT_VERSION:
         raise ValueError(f"unsupported snapshot version {snap.version}")
-    model = ClusterModel(**snap.init_args)  # type: ignore[arg-type]
+    model = factory(**snap.init_args)
     model._cluster_id = snap.cluster_id
     version, internal, gauss = snap.rng_state
     model.rng.setstate((version, tuple(internal), gauss))
@@ -158,8 +160,6 @@ def restore_cluster(snap: ClusterSnapshot) -> ClusterModel:
     model._next_retention_ms = snap.next_retention_ms
     model._lagging = set(snap.lagging)
     for ts in snap.topics:
-        from .core import TopicState
-
         topic = TopicState(ts.name, ts.topic_id, ts.configs)
         topic.read_only = ts.read_only
         topic.mirror_name = ts.mirror_name
@@ -190,18 +190,18 @@ def restore_cluster(snap: ClusterSnapshot) -> ClusterModel:
     return model
 
 
-def dump_cluster(model: ClusterModel) -> bytes:
+def dump_cluster(model: ClusterCore) -> bytes:
     return _encoder.encode(cluster_snapshot(model))
 
 
-def load_cluster(data: bytes) -> ClusterModel:
-    return restore_cluster(_decoder.decode(data))
+def load_cluster(data: bytes, factory: Factory[M]) -> M:
+    return restore_cluster(_decoder.decode(data), factory)
 
 
-def dump_clusters(models: dict[str, ClusterModel]) -> bytes:
+def dump_clusters(models: Mapping[str, ClusterCore]) -> bytes:
     """Several named clusters (the local server's state) in one snapshot."""
     return _encoder.encode({name: cluster_snapshot(m) for name, m in models.items()})
 
 
-def load_clusters(data: bytes) -> dict[str, ClusterModel]:
-    return {name: restore_cluster(s) for name, s in _multi_decoder.decode(data).items()}
+def load_clusters(data: bytes, factory: Factory[M]) -> dict[str, M]:
+    return {name: restore_cluster(s, factory) for name, s in _multi_decoder.decode(data).items()}

@@ -3,9 +3,12 @@
 A model batch's payload is a msgpack array of ``[offset_delta, key, value]`` records, or (for
 batches Kafka clients produced through the model's Kafka listener) a Kafka-records payload:
 a 0x00 marker, the batch's base timestamp (int64), its record count (int32) and the v2 record
-section as the client sent it, headers and per-record timestamps included. A msgpack payload
-starts with an array byte, never 0x00. Payloads are opaque to the ports (mirrors copy them byte
-for byte); only the model decodes them, to compact by key and to let demos read values back.
+section as the client sent it, headers and per-record timestamps included; or, for a batch
+whose attributes say more than that (a compression codec, LogAppendTime), a 0x01 marker, those
+attributes (int16), then the same fields, the section still compressed as sent, so the batch goes
+out to consumers byte for byte. A msgpack payload starts with an array byte, never 0x00 or 0x01.
+Payloads are opaque to the ports (mirrors copy them byte for byte); only the model decodes them,
+to compact by key and to let demos read values back.
 Control batches hold one record whose key is Kafka's control key (version int16, type int16)
 and whose value is the marker body.
 """
@@ -14,10 +17,20 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import msgspec
 
 from coordinator.ports import AbortedTransaction, Batch, ClusterPort, ControlType, IsolationLevel, TopicPartition
+from records.segments import (
+    ATTR_COMPRESSION_MASK,
+    ATTR_TIMESTAMP_TYPE,
+    compress_records,
+    decode_record_section,
+    decompress_records,
+    encode_record_section,
+)
+from records.segments import Record as SegmentRecord
 
 Record = tuple[int, bytes | None, bytes | None]
 
@@ -33,47 +46,83 @@ def encode_records(records: Iterable[Record]) -> bytes:
 
 
 KAFKA_PAYLOAD_MARKER = 0
+KAFKA_BATCH_MARKER = 1
 _KAFKA_PREFIX = struct.Struct(">bqi")
+_KAFKA_BATCH_PREFIX = struct.Struct(">bhqi")
+# The attribute bits a payload keeps: the batch's own (transactional, control) are the Batch's.
+PAYLOAD_ATTRIBUTES = ATTR_COMPRESSION_MASK | ATTR_TIMESTAMP_TYPE
 
 
-def kafka_payload(base_timestamp: int, record_count: int, record_section: bytes) -> bytes:
-    """A Kafka-records payload: marker, base timestamp, record count, the v2 record section."""
-    return _KAFKA_PREFIX.pack(KAFKA_PAYLOAD_MARKER, base_timestamp, record_count) + record_section
+class KafkaRecords(NamedTuple):
+    """A Kafka-records payload's fields; ``section`` as stored (compressed when ``codec`` says so)."""
+
+    attributes: int
+    base_timestamp: int
+    count: int
+    section: memoryview
+
+    @property
+    def codec(self) -> int:
+        return self.attributes & ATTR_COMPRESSION_MASK
+
+    @property
+    def log_append_time(self) -> bool:
+        return bool(self.attributes & ATTR_TIMESTAMP_TYPE)
+
+    def records_section(self) -> bytes:
+        """The uncompressed record section; ValueError if it does not decompress."""
+        if not self.codec:
+            return bytes(self.section)
+        return decompress_records(self.codec, bytes(self.section))
+
+    def records(self) -> tuple[SegmentRecord, ...]:
+        """The records; SegmentError or ValueError if they do not decode."""
+        return decode_record_section(self.records_section(), self.count)
 
 
-def kafka_payload_parts(payload: bytes) -> tuple[int, int, memoryview] | None:
-    """(base timestamp, record count, record section) of a Kafka-records payload, None for msgpack."""
-    if len(payload) < _KAFKA_PREFIX.size or payload[0] != KAFKA_PAYLOAD_MARKER:
-        return None
-    _, base_timestamp, count = _KAFKA_PREFIX.unpack_from(payload, 0)
-    return base_timestamp, count, memoryview(payload)[_KAFKA_PREFIX.size :]
+def kafka_payload(base_timestamp: int, record_count: int, record_section: bytes, attributes: int = 0) -> bytes:
+    """A Kafka-records payload: marker, [attributes,] base timestamp, record count, the v2 record section."""
+    attributes &= PAYLOAD_ATTRIBUTES
+    if not attributes:
+        return _KAFKA_PREFIX.pack(KAFKA_PAYLOAD_MARKER, base_timestamp, record_count) + record_section
+    return _KAFKA_BATCH_PREFIX.pack(KAFKA_BATCH_MARKER, attributes, base_timestamp, record_count) + record_section
+
+
+def kafka_records(payload: bytes) -> KafkaRecords | None:
+    """The fields of a Kafka-records payload, None for msgpack."""
+    if len(payload) >= _KAFKA_PREFIX.size and payload[0] == KAFKA_PAYLOAD_MARKER:
+        _, base_timestamp, count = _KAFKA_PREFIX.unpack_from(payload, 0)
+        return KafkaRecords(0, base_timestamp, count, memoryview(payload)[_KAFKA_PREFIX.size :])
+    if len(payload) >= _KAFKA_BATCH_PREFIX.size and payload[0] == KAFKA_BATCH_MARKER:
+        _, attributes, base_timestamp, count = _KAFKA_BATCH_PREFIX.unpack_from(payload, 0)
+        return KafkaRecords(attributes, base_timestamp, count, memoryview(payload)[_KAFKA_BATCH_PREFIX.size :])
+    return None
 
 
 def decode_records(payload: bytes) -> list[Record]:
     """Payload bytes back to records; raises msgspec.DecodeError for a foreign payload."""
-    parts = kafka_payload_parts(payload)
+    parts = kafka_records(payload)
     if parts is None:
         return _decoder.decode(payload)
-    from records.segments import SegmentError, decode_record_section
-
     try:
-        return [(r.offset_delta, r.key, r.value) for r in decode_record_section(bytes(parts[2]), parts[1])]
-    except SegmentError as exc:
+        return [(r.offset_delta, r.key, r.value) for r in parts.records()]
+    except ValueError as exc:  # SegmentError is one
         raise msgspec.DecodeError(f"bad Kafka-records payload: {exc}") from None
 
 
 def payload_keeping(payload: bytes, survivors: list[Record]) -> bytes:
     """The payload with only ``survivors`` (a subset of its decoded records) left, in its own format:
-    a Kafka-records payload keeps the survivors' headers and timestamps."""
-    parts = kafka_payload_parts(payload)
+    a Kafka-records payload keeps the survivors' headers and timestamps, and its codec (Kafka's
+    cleaner compresses what it retains with the batch's codec)."""
+    parts = kafka_records(payload)
     if parts is None:
         return encode_records(survivors)
-    from records.segments import decode_record_section, encode_record_section
-
-    base_timestamp, count, section = parts
     keep = {r[0] for r in survivors}
-    kept = [r for r in decode_record_section(bytes(section), count) if r.offset_delta in keep]
-    return kafka_payload(base_timestamp, len(kept), encode_record_section(kept))
+    kept = [r for r in parts.records() if r.offset_delta in keep]
+    section = encode_record_section(kept)
+    if parts.codec:
+        section = compress_records(parts.codec, section)
+    return kafka_payload(parts.base_timestamp, len(kept), section, parts.attributes)
 
 
 def keyed_payload(pairs: Sequence[tuple[bytes | None, bytes | None]]) -> bytes:

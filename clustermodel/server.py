@@ -264,7 +264,7 @@ def build_clusters(names: Sequence[str], seed: int, brokers: int, snapshot: Path
     """Clusters from the snapshot if it exists, plus fresh ones (seed + index) for names it lacks."""
     clusters: dict[str, ClusterModel] = {}
     if snapshot is not None and snapshot.exists():
-        clusters = load_clusters(snapshot.read_bytes())
+        clusters = load_clusters(snapshot.read_bytes(), ClusterModel)
     for index, name in enumerate(names):
         if name not in clusters:
             clusters[name] = ClusterModel(name, seed=seed + index, brokers=brokers, journal=False)

@@ -9,9 +9,10 @@ request frames back, parses each with :func:`parse_request` and writes what
   always v0 for ApiVersions (KIP-511: a client must read it before it knows what we speak);
 - an API or version outside the :class:`ApiTable` is :class:`UnsupportedRequest`: for
   ApiVersions Kafka answers v0 with UNSUPPORTED_VERSION (35) and its table
-  (:func:`api_versions_fallback`); other known APIs get error 35 in their top-level error code;
+  (:func:`api_versions_fallback`); other known APIs get error 35 where their error codes are;
 - bytes that do not parse are :class:`MalformedRequest`: the listener closes that connection
-  (Kafka's InvalidRequestException) and keeps serving the others.
+  (Kafka's InvalidRequestException) and keeps serving the others. Bytes left after a whole
+  body are ignored, as Kafka ignores them.
 """
 
 from __future__ import annotations
@@ -44,12 +45,13 @@ class MalformedRequest(ValueError):
 class UnsupportedRequest(Exception):
     """A well-framed request whose API or version this listener does not serve."""
 
-    def __init__(self, api_key: int, api_version: int, correlation_id: int, known: bool) -> None:
+    def __init__(self, api_key: int, api_version: int, correlation_id: int, known: bool, body: Any = None) -> None:
         super().__init__(f"API {api_key} version {api_version} is not supported")
         self.api_key = api_key
         self.api_version = api_version
         self.correlation_id = correlation_id
         self.known = known  # a schema exists, so an error response can be encoded
+        self.body = body  # the request body, when the schema knows this version and it decoded
 
 
 class Request(msgspec.Struct, frozen=True):
@@ -129,19 +131,33 @@ def parse_request(frame: bytes, table: ApiTable) -> Request:
     """The header and decoded body of one request frame (without its size prefix)."""
     api_key, api_version, correlation_id = peek_header(frame)
     if not table.supports(api_key, api_version):
-        known = table.schemas.by_api_key(api_key, "request") is not None
-        raise UnsupportedRequest(api_key, api_version, correlation_id, known)
+        spec = table.schemas.by_api_key(api_key, "request")
+        raise UnsupportedRequest(api_key, api_version, correlation_id, spec is not None,
+                                 _decode_if_known(table.schemas, spec, api_version, frame))
     header_version = 2 if table.is_flexible_request(api_key, api_version) else 1
     s = table.schemas
     name = table.request_names[api_key]
+    # Bytes after a whole body are ignored, as Kafka's RequestContext.parseRequest does (it reads
+    # the generated message from the buffer and never checks what remains): librdkafka 2.x sends
+    # 3 such bytes after a Metadata v12 body that asks for every topic.
     try:
         header, pos = s.codec("RequestHeader").decode_prefix(frame, header_version, 0)
-        body, end = s.codec(name).decode_prefix(frame, api_version, pos)
+        body, _ = s.codec(name).decode_prefix(frame, api_version, pos)
     except CodecError as exc:
         raise MalformedRequest(f"{name} v{api_version}: {exc}") from None
-    if end != len(frame):
-        raise MalformedRequest(f"{name} v{api_version}: {len(frame) - end} bytes after the body")
     return Request(api_key, api_version, correlation_id, header.client_id, name, body)
+
+
+def _decode_if_known(schemas: SchemaSet, spec: Any, api_version: int, frame: bytes) -> Any:
+    """The body of a request the table does not serve, if its schema knows the version (so the
+    error answer can name what was asked about); None otherwise."""
+    if spec is None or api_version not in spec.versions():
+        return None
+    try:
+        _, pos = schemas.codec("RequestHeader").decode_prefix(frame, 2 if spec.is_flexible(api_version) else 1, 0)
+        return schemas.codec(spec.name).decode_prefix(frame, api_version, pos)[0]
+    except CodecError:
+        return None
 
 
 def response_header_version(table: ApiTable, api_key: int, api_version: int) -> int:
@@ -225,29 +241,110 @@ def api_versions_fallback(table: ApiTable, correlation_id: int) -> bytes:
 def unsupported_response(table: ApiTable, exc: UnsupportedRequest) -> bytes | None:
     """An error response for an unsupported request, or None when none can be encoded.
 
-    ApiVersions: the v0 fallback. Another API whose response schema has a top-level error
-    code at that version: that code set to 35. Anything else (an unknown API key, a version
-    the schema cannot encode, or no top-level error code) has no answer a client could parse,
-    so the listener closes the connection, as Kafka does.
+    ApiVersions: the v0 fallback. Another API at a version its schema knows: 35 where Kafka's
+    getErrorResponse would put an error (``error_body``), or in the top-level error code if the
+    body did not decode. Anything else (an unknown API key, a version the schema does not know,
+    or no body and no top-level error code) has no answer a client could parse, so the listener
+    closes the connection, as Kafka does.
     """
     if exc.api_key == API_VERSIONS_KEY:
         return api_versions_fallback(table, exc.correlation_id)
-    return error_response(table.schemas, exc.api_key, exc.api_version, exc.correlation_id, UNSUPPORTED_VERSION)
+    return error_response(table.schemas, exc.api_key, exc.api_version, exc.correlation_id, UNSUPPORTED_VERSION, exc.body)
 
 
-def error_response(schemas: SchemaSet, api_key: int, api_version: int, correlation_id: int, code: int) -> bytes | None:
-    """A response frame carrying only a top-level error code, or None if that version has none."""
+def error_response(schemas: SchemaSet, api_key: int, api_version: int, correlation_id: int, code: int,
+                   request: Any = None) -> bytes | None:
+    """A response frame with ``code`` as its error, or None if none can be encoded.
+
+    Without ``request`` only a top-level error code can carry it (None if that version has none).
+    With the decoded request body, the response mirrors it as Kafka's getErrorResponse does: one
+    entry per topic, partition, group or resource asked about, keys copied, ``code`` in every
+    error code (``error_body``).
+    """
     resp = schemas.by_api_key(api_key, "response")
     if resp is None or api_version not in resp.versions():
         return None
-    field = next((f for f in resp.fields if f.name == "ErrorCode"), None)
-    if field is None or api_version not in field.versions:
-        return None
-    payload = schemas.codec(resp.name).encode(schemas.struct(resp.name)(error_code=code), api_version)
+    if request is not None:
+        body = error_body(schemas, api_key, api_version, request, code)
+    else:
+        field = next((f for f in resp.fields if f.name == "ErrorCode"), None)
+        if field is None or api_version not in field.versions:
+            return None
+        body = schemas.struct(resp.name)(error_code=code)
+    codec = schemas.codec(resp.name)
+    payload = codec.encode(fit_to_version(codec, body, api_version), api_version)
     flexible = resp.is_flexible(api_version) and api_key != API_VERSIONS_KEY
     if flexible:
         return _HEADER_V0.pack(len(payload) + 5, correlation_id) + b"\x00" + payload
     return _HEADER_V0.pack(len(payload) + 4, correlation_id) + payload
+
+
+def error_body(schemas: SchemaSet, api_key: int, api_version: int, request: Any, code: int) -> Any:
+    """The response struct of an error answer to ``request`` (a decoded request body).
+
+    Each array of structs in the response is filled from the request's array of the same name
+    (or its only array, e.g. Produce's topic_data -> responses), fields copied by name (topic
+    names, partition indexes, group IDs); an array of strings in the request (DeleteTopics'
+    names, DescribeGroups' IDs, AddPartitionsToTxn's partitions) fills the response struct's first
+    field of that type. Every error code gets ``code``; other fields keep their defaults.
+    """
+    req_spec = schemas.by_api_key(api_key, "request")
+    resp_spec = schemas.by_api_key(api_key, "response")
+    assert req_spec is not None and resp_spec is not None
+    classes = schemas.codec(resp_spec.name).classes
+    v = api_version
+
+    def is_error_code(f: Any) -> bool:  # ErrorCode, or e.g. AddPartitionsToTxn's PartitionErrorCode
+        return f.name.endswith("ErrorCode") and f.type.name == "int16" and not f.type.is_array
+
+    def arrays_of(spec_fields: list[Any]) -> dict[str, Any]:
+        return {f.attr: f for f in spec_fields if v in f.versions and f.type.is_array and f.tag is None}
+
+    def pairs(fields: list[Any], source_fields: list[Any]) -> dict[str, Any]:
+        """Response array -> request array: by name, else the one left on each side."""
+        mine, theirs = arrays_of(fields), arrays_of(source_fields)
+        out = {name: theirs[name] for name in mine if name in theirs}
+        left_mine = [n for n in mine if n not in out and mine[n].struct is not None]
+        left_theirs = [n for n in theirs if n not in out]
+        if len(left_mine) == 1 and len(left_theirs) == 1:
+            out[left_mine[0]] = theirs[left_theirs[0]]
+        return out
+
+    def build(fields: list[Any], cls: Any, source: Any, source_fields: list[Any]) -> Any:
+        values: dict[str, Any] = {}
+        paired = pairs(fields, source_fields)
+        for f in fields:
+            if v not in f.versions:
+                continue
+            if is_error_code(f):
+                values[f.attr] = code
+            elif f.type.is_array and f.struct is not None:
+                match = paired.get(f.attr)
+                items = getattr(source, match.attr, None) if match is not None else None
+                if items is not None:
+                    sub = classes.struct_class(f.struct)
+                    sub_source = match.struct.fields if match.struct is not None else []
+                    values[f.attr] = [build(f.struct.fields, sub, item, sub_source) if match.struct is not None
+                                      else build_from_key(f.struct.fields, sub, item, match.type.name) for item in items]
+            elif not f.type.is_array and f.struct is None and any(sf.attr == f.attr and v in sf.versions
+                                                                   for sf in source_fields):
+                values[f.attr] = getattr(source, f.attr)
+        return cls(**values)
+
+    def build_from_key(fields: list[Any], cls: Any, key: Any, key_type: str) -> Any:
+        values: dict[str, Any] = {}
+        keyed = False
+        for f in fields:
+            if v not in f.versions:
+                continue
+            if is_error_code(f):
+                values[f.attr] = code
+            elif not keyed and f.type.name == key_type and not f.type.is_array:
+                values[f.attr] = key
+                keyed = True
+        return cls(**values)
+
+    return build(resp_spec.fields, schemas.struct(resp_spec.name), request, req_spec.fields)
 
 
 def request_header(api_key: int, api_version: int, correlation_id: int, client_id: str | None,

@@ -10,7 +10,8 @@ A segment file is a plain concatenation of record batches. Each v2 batch is a
 
 ``batchLength`` counts the bytes after itself; the CRC32C covers ``attributes``
 through the end of the batch. Encoding writes uncompressed batches only; decoding reads
-compressed ones (gzip, snappy, lz4, zstd) when asked to (``decompress=True``).
+compressed ones (gzip, snappy, lz4, zstd) when asked to (``decompress=True``), and
+:func:`compress_records` compresses a record section for a caller that keeps a batch's codec.
 
 Every decoding problem is a :class:`SegmentError` (a ``ValueError``) carrying the
 byte ``position`` from the start of the buffer, so a reader can report exactly where
@@ -20,6 +21,7 @@ a segment went bad and still show every good batch before it (:func:`iter_segmen
 from __future__ import annotations
 
 import enum
+import gzip
 import os
 import struct
 import zlib
@@ -77,6 +79,7 @@ __all__ = [
     "decode_record_section",
     "encode_record_section",
     "decode_segment",
+    "compress_records",
     "decompress_records",
     "encode_batch",
     "encode_end_txn_marker",
@@ -450,6 +453,25 @@ def decompress_records(codec: int, data: bytes) -> bytes:
         return bytes(cramjam.zstd.decompress(data))
     except cramjam.DecompressionError as e:
         raise ValueError(f"{COMPRESSION_CODECS[codec]}: {e}") from None
+
+
+def compress_records(codec: int, data: bytes) -> bytes:
+    """A record section compressed with Kafka's codec 1-4 (snappy unframed, lz4 and zstd as frames:
+    what Kafka's and librdkafka's readers take). The model's compaction uses it."""
+    if codec == 1:
+        return gzip.compress(data, mtime=0)
+    if codec not in (2, 3, 4):
+        raise ValueError(f"unknown compression codec {codec}")
+    import cramjam
+
+    if codec == 2:
+        return bytes(cramjam.snappy.compress_raw(data))
+    if codec == 3:
+        # Independent blocks: Kafka's KafkaLZ4BlockInputStream decompresses each block alone.
+        lz4 = cramjam.lz4.Compressor(block_linked=False)
+        lz4.compress(data)
+        return bytes(lz4.finish())
+    return bytes(cramjam.zstd.compress(data))
 
 
 def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, decompress: bool = False) -> tuple[RecordBatch, int]:

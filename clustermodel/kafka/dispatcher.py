@@ -21,12 +21,12 @@ from records.kafka_envelope import (
 from . import handlers_admin, handlers_cluster, handlers_fetch, handlers_groups, handlers_produce, handlers_txn
 
 if TYPE_CHECKING:
-    from .listener import ClusterListeners
+    from .context import ListenerContext
 
 log = logging.getLogger(__name__)
 UNKNOWN_SERVER_ERROR = -1
 
-Handler = Callable[["ClusterListeners", int, Request], Any]
+Handler = Callable[["ListenerContext", int, Request], Any]
 
 
 def _handlers() -> dict[int, Handler]:
@@ -45,7 +45,7 @@ class Dispatcher:
         wanted = versions or MODEL_LISTENER_VERSIONS
         self.table = ApiTable({k: v for k, v in wanted.items() if k in self.handlers})
 
-    async def handle(self, cluster: "ClusterListeners", broker: int, frame: bytes) -> bytes | None:
+    async def handle(self, cluster: "ListenerContext", broker: int, frame: bytes) -> bytes | None:
         """The response frame, or None when the request has none (Produce with acks=0)."""
         try:
             req = parse_request(frame, self.table)
@@ -60,9 +60,10 @@ class Dispatcher:
                 body = await body
         except MalformedRequest:
             raise
-        except Exception as exc:  # noqa: BLE001 - a handler bug answers UNKNOWN_SERVER_ERROR, never kills the listener
+        except Exception as exc:  # noqa: BLE001 - a handler bug answers UNKNOWN_SERVER_ERROR where getErrorResponse puts it
             log.exception("%s broker %d: %s v%d failed", cluster.name, broker, req.name, req.api_version)
-            out = error_response(self.table.schemas, req.api_key, req.api_version, req.correlation_id, UNKNOWN_SERVER_ERROR)
+            out = error_response(self.table.schemas, req.api_key, req.api_version, req.correlation_id, UNKNOWN_SERVER_ERROR,
+                                 req.body)
             if out is None:
                 raise MalformedRequest(f"{req.name} failed: {exc!r}") from None
             return out

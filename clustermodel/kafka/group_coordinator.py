@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import errors as E
 
 if TYPE_CHECKING:
-    from .listener import ClusterListeners
+    from ..cluster import ClusterModel
 
 EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
 MIN_SESSION_TIMEOUT_MS = 1_000  # Kafka's group.min.session.timeout.ms is 6000; tests use shorter sessions
@@ -65,14 +65,10 @@ class Group:
 
 
 class GroupCoordinator:
-    def __init__(self, cluster: ClusterListeners) -> None:
-        self.cluster = cluster
+    def __init__(self, model: ClusterModel) -> None:
+        self.model = model
         self.groups: dict[str, Group] = {}
         self._task: asyncio.Task[None] | None = None
-
-    @property
-    def model(self) -> Any:
-        return self.cluster.model
 
     def _ensure_expiry(self) -> None:
         """Session expiry runs only while some group has members."""

@@ -18,7 +18,7 @@ from .topic_configs import DEFAULT_CONFIG, describe_topic_configs
 from .topic_views import internal_topic_configs
 
 if TYPE_CHECKING:
-    from .listener import ClusterListeners
+    from .context import ListenerContext
 
 S = default_schemas()
 CONFIG_TOPIC, CONFIG_BROKER = 2, 4
@@ -31,7 +31,7 @@ def _n(message: str, struct: str) -> type:
     return S.nested(message, struct)
 
 
-def create_topics(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def create_topics(cluster: ListenerContext, broker: int, req: Request) -> object:
     model = cluster.model
     Result = _n("CreateTopicsResponse", "CreatableTopicResult")
     Config = _n("CreateTopicsResponse", "CreatableTopicConfigs")
@@ -64,7 +64,7 @@ def create_topics(cluster: ClusterListeners, broker: int, req: Request) -> objec
     return S.struct("CreateTopicsResponse")(topics=out)
 
 
-def delete_topics(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def delete_topics(cluster: ListenerContext, broker: int, req: Request) -> object:
     model = cluster.model
     Result = _n("DeleteTopicsResponse", "DeletableTopicResult")
     if req.api_version >= 6:
@@ -85,7 +85,7 @@ def delete_topics(cluster: ClusterListeners, broker: int, req: Request) -> objec
     return S.struct("DeleteTopicsResponse")(responses=out)
 
 
-def create_partitions(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def create_partitions(cluster: ListenerContext, broker: int, req: Request) -> object:
     model = cluster.model
     Result = _n("CreatePartitionsResponse", "CreatePartitionsTopicResult")
     out = []
@@ -117,7 +117,7 @@ def _unserved_resource(model: object, r: object, Result: type) -> object | None:
     return None
 
 
-def describe_configs(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def describe_configs(cluster: ListenerContext, broker: int, req: Request) -> object:
     model = cluster.model
     Result = _n("DescribeConfigsResponse", "DescribeConfigsResult")
     Entry = _n("DescribeConfigsResponse", "DescribeConfigsResourceResult")
@@ -144,7 +144,7 @@ def describe_configs(cluster: ClusterListeners, broker: int, req: Request) -> ob
     return S.struct("DescribeConfigsResponse")(results=out)
 
 
-def incremental_alter_configs(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def incremental_alter_configs(cluster: ListenerContext, broker: int, req: Request) -> object:
     model = cluster.model
     Result = _n("IncrementalAlterConfigsResponse", "AlterConfigsResourceResponse")
     out = []
@@ -213,7 +213,7 @@ def _matches(acl: AclBinding, f: object) -> bool:
             and enum_ok(AclPermissionType, f.permission_type, acl.permission_type))
 
 
-def describe_acls(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def describe_acls(cluster: ListenerContext, broker: int, req: Request) -> object:
     Resource = _n("DescribeAclsResponse", "DescribeAclsResource")
     Description = _n("DescribeAclsResponse", "AclDescription")
     grouped: dict[tuple[str, str, str], list[AclBinding]] = {}
@@ -228,7 +228,7 @@ def describe_acls(cluster: ClusterListeners, broker: int, req: Request) -> objec
     ])
 
 
-def create_acls(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def create_acls(cluster: ListenerContext, broker: int, req: Request) -> object:
     Result = _n("CreateAclsResponse", "AclCreationResult")
     out = []
     for c in req.body.creations:
@@ -241,7 +241,7 @@ def create_acls(cluster: ClusterListeners, broker: int, req: Request) -> object:
     return S.struct("CreateAclsResponse")(results=out)
 
 
-def delete_acls(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def delete_acls(cluster: ListenerContext, broker: int, req: Request) -> object:
     FilterResult = _n("DeleteAclsResponse", "DeleteAclsFilterResult")
     Matching = _n("DeleteAclsResponse", "DeleteAclsMatchingAcl")
     out = []
@@ -260,7 +260,7 @@ def delete_acls(cluster: ClusterListeners, broker: int, req: Request) -> object:
 # ---------------------------------------------------------------- DeleteRecords
 
 
-def delete_records(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def delete_records(cluster: ListenerContext, broker: int, req: Request) -> object:
     Topic = _n("DeleteRecordsResponse", "DeleteRecordsTopicResult")
     Part = _n("DeleteRecordsResponse", "DeleteRecordsPartitionResult")
     topics = []
@@ -284,12 +284,12 @@ def delete_records(cluster: ClusterListeners, broker: int, req: Request) -> obje
 # ---------------------------------------------------------------- DescribeLogDirs
 
 
-def log_dir(cluster: ClusterListeners, broker: int) -> str:
+def log_dir(cluster: ListenerContext, broker: int) -> str:
     """The one log directory the model gives each broker (it keeps its logs in memory)."""
     return f"/clustermodel/{cluster.name}/broker-{broker}"
 
 
-def describe_log_dirs(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def describe_log_dirs(cluster: ListenerContext, broker: int, req: Request) -> object:
     """This broker's replicas: Kafka's ReplicaManager.describeLogDirs over one log directory. A
     partition's size is its batches as Fetch serves them (Kafka's segment bytes; the model stores
     gzip batches inflated); the offset lag is 0, the replica's own HW never passing its LEO. The

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 import zlib
 from typing import TYPE_CHECKING
@@ -13,7 +14,7 @@ from . import errors as E
 from .topic_views import coordinated, topic_names, topic_view
 
 if TYPE_CHECKING:
-    from .listener import ClusterListeners
+    from .context import ListenerContext
 
 S = default_schemas()
 _MetadataResponse = S.struct("MetadataResponse")
@@ -29,17 +30,25 @@ _DTPCursor = S.nested("DescribeTopicPartitionsResponse", "Cursor")
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000  # max.request.partition.size.limit
 INVALID_TOPIC_EXCEPTION = 17
+_ApiVersionsResponse = S.struct("ApiVersionsResponse")
+_SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
-def api_versions(cluster: ClusterListeners, broker: int, req: Request) -> object:
-    return cluster.dispatcher.table.api_versions_body()
+def api_versions(cluster: ListenerContext, broker: int, req: Request) -> object:
+    body = req.body
+    # Kafka's ApiVersionsRequest.isValid (v3+): client software name and version must match
+    # its pattern, else INVALID_REQUEST and no API keys.
+    if req.api_version >= 3 and not (_SOFTWARE.fullmatch(body.client_software_name)
+                                     and _SOFTWARE.fullmatch(body.client_software_version)):
+        return _ApiVersionsResponse(error_code=E.INVALID_REQUEST)
+    return cluster.api_table.api_versions_body()
 
 
-def live_brokers(cluster: ClusterListeners) -> list[int]:
+def live_brokers(cluster: ListenerContext) -> list[int]:
     return sorted(cluster.model.live)
 
 
-def metadata(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def metadata(cluster: ListenerContext, broker: int, req: Request) -> object:
     model = cluster.model
     live = live_brokers(cluster)
     brokers = [_Broker(node_id=b, host=cluster.host, port=cluster.ports[b], rack=None) for b in live]
@@ -76,7 +85,7 @@ def metadata(cluster: ClusterListeners, broker: int, req: Request) -> object:
     )
 
 
-def coordinator_for(cluster: ClusterListeners, key: str) -> int | None:
+def coordinator_for(cluster: ListenerContext, key: str) -> int | None:
     """The broker coordinating a group or transactional ID: a stable hash over the live brokers."""
     live = live_brokers(cluster)
     if not live:
@@ -84,7 +93,7 @@ def coordinator_for(cluster: ClusterListeners, key: str) -> int | None:
     return live[zlib.crc32(key.encode()) % len(live)]
 
 
-def not_coordinator(cluster: ClusterListeners, broker: int, key: str) -> int:
+def not_coordinator(cluster: ListenerContext, broker: int, key: str) -> int:
     """The error a request keyed by a group or transactional ID gets from ``broker``; NONE when it coordinates the key."""
     node = coordinator_for(cluster, key)
     if node is None:
@@ -92,7 +101,7 @@ def not_coordinator(cluster: ClusterListeners, broker: int, key: str) -> int:
     return E.NONE if node == broker else E.NOT_COORDINATOR
 
 
-def find_coordinator(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def find_coordinator(cluster: ListenerContext, broker: int, req: Request) -> object:
     body = req.body
     keys = list(body.coordinator_keys) if req.api_version >= 4 else [body.key]
     coordinated(cluster, body.key_type if req.api_version >= 1 else 0)
@@ -109,7 +118,7 @@ def find_coordinator(cluster: ClusterListeners, broker: int, req: Request) -> ob
     return _FindCoordinatorResponse(error_code=r.error_code, error_message=None, node_id=r.node_id, host=r.host, port=r.port)
 
 
-def describe_topic_partitions(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def describe_topic_partitions(cluster: ListenerContext, broker: int, req: Request) -> object:
     """Kafka's DescribeTopicPartitionsRequestHandler: topics by name from the cursor on, at most
     ResponsePartitionLimit partitions, the next cursor where it stopped. The model has no ELR
     (KIP-966): both ELR lists are empty, as Kafka gives them for a partition whose ISR never shrank

@@ -9,15 +9,14 @@ from typing import TYPE_CHECKING
 from coordinator.ports import Batch, IsolationLevel, PortError
 from records.kafka_envelope import Request
 from records.registry import default_schemas
-from records.segments import SegmentError, decode_record_section
 
-from ..records import kafka_payload_parts
+from ..records import kafka_records
 
 from . import errors as E
 
 if TYPE_CHECKING:
     from ..replica import Partition
-    from .listener import ClusterListeners
+    from .context import ListenerContext
 
 S = default_schemas()
 _FetchResponse = S.struct("FetchResponse")
@@ -36,7 +35,7 @@ _OFLEPartition = S.nested("OffsetForLeaderEpochResponse", "EpochEndOffset")
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
 
-def _leader_partition(cluster: ClusterListeners, broker: int, topic: str, index: int) -> tuple[int, Partition | None]:
+def _leader_partition(cluster: ListenerContext, broker: int, topic: str, index: int) -> tuple[int, Partition | None]:
     """(error code, partition) for a request that must reach the partition's leader."""
     model = cluster.model
     topic_id = model.topic_ids.get(topic)
@@ -57,7 +56,7 @@ def _epoch(value: int) -> int | None:
 # ---------------------------------------------------------------- Fetch
 
 
-async def fetch(cluster: ClusterListeners, broker: int, req: Request) -> object:
+async def fetch(cluster: ListenerContext, broker: int, req: Request) -> object:
     body = req.body
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0, body.max_wait_ms) / 1000
@@ -71,7 +70,7 @@ async def fetch(cluster: ClusterListeners, broker: int, req: Request) -> object:
             return response
 
 
-def _fetch_once(cluster: ClusterListeners, broker: int, req: Request) -> tuple[object, int, bool]:
+def _fetch_once(cluster: ListenerContext, broker: int, req: Request) -> tuple[object, int, bool]:
     body = req.body
     model = cluster.model
     isolation = IsolationLevel(body.isolation_level) if body.isolation_level in (0, 1) else IsolationLevel.READ_UNCOMMITTED
@@ -127,7 +126,7 @@ def _fetch_once(cluster: ClusterListeners, broker: int, req: Request) -> tuple[o
 # ---------------------------------------------------------------- ListOffsets
 
 
-def list_offsets(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def list_offsets(cluster: ListenerContext, broker: int, req: Request) -> object:
     body = req.body
     topics = []
     for t in body.topics:
@@ -154,13 +153,7 @@ def _offset_for(part: Partition, timestamp: int, isolation_level: int) -> tuple[
     elif timestamp == LATEST:
         offset = part.lso() if isolation_level == 1 else part.hw
     elif timestamp == MAX_TIMESTAMP:
-        best = None
-        for b in log.batches:
-            if not b.is_control and (best is None or b.timestamp > best.timestamp):
-                best = b
-        if best is None:
-            return -1, -1, -1
-        return best.base_offset, best.timestamp, best.leader_epoch
+        return _max_timestamp(part, isolation_level)
     else:
         # The first record stamped at or after the target: batches by their max timestamp, then,
         # for a batch a client produced, its records' own timestamps.
@@ -173,16 +166,32 @@ def _offset_for(part: Partition, timestamp: int, isolation_level: int) -> tuple[
     return offset, -1, part.leader_epoch if epoch is None else epoch
 
 
+def _max_timestamp(part: Partition, isolation_level: int) -> tuple[int, int, int]:
+    """KIP-734, as Kafka's UnifiedLog answers it: the first batch holding the log's largest max
+    timestamp (control batches count), then its first record stamped so; none past the HW (LSO)."""
+    log = part.leader_log
+    best = None
+    for b in log.batches:
+        if best is None or b.timestamp > best.timestamp:
+            best = b
+    if best is None:
+        return -1, -1, -1
+    offset, ts = record_at_or_after(best, best.timestamp)
+    if offset >= (part.lso() if isolation_level == 1 else part.hw):
+        return -1, -1, -1
+    return offset, ts, best.leader_epoch if best.leader_epoch >= 0 else -1
+
+
 def record_at_or_after(batch: Batch, timestamp: int) -> tuple[int, int]:
-    """(offset, timestamp) of the batch's first record stamped at or after ``timestamp``."""
-    parts = kafka_payload_parts(batch.payload)
-    if parts is not None:
-        base_timestamp, count, section = parts
+    """(offset, timestamp) of the batch's first record stamped at or after ``timestamp``
+    (decompressed if need be; with LogAppendTime every record carries the batch's timestamp)."""
+    parts = kafka_records(batch.payload)
+    if parts is not None and not parts.log_append_time:
         try:
-            for r in decode_record_section(bytes(section), count):
-                if base_timestamp + r.timestamp_delta >= timestamp:
-                    return batch.base_offset + r.offset_delta, base_timestamp + r.timestamp_delta
-        except SegmentError:
+            for r in parts.records():
+                if parts.base_timestamp + r.timestamp_delta >= timestamp:
+                    return batch.base_offset + r.offset_delta, parts.base_timestamp + r.timestamp_delta
+        except ValueError:  # SegmentError is one
             pass
     return batch.base_offset, batch.timestamp
 
@@ -190,7 +199,7 @@ def record_at_or_after(batch: Batch, timestamp: int) -> tuple[int, int]:
 # ---------------------------------------------------------------- OffsetForLeaderEpoch
 
 
-def offset_for_leader_epoch(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def offset_for_leader_epoch(cluster: ListenerContext, broker: int, req: Request) -> object:
     topics = []
     for t in req.body.topics:
         parts = []

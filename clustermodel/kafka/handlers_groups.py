@@ -14,7 +14,7 @@ from .group_coordinator import EMPTY, STABLE
 from .handlers_cluster import coordinator_for, not_coordinator
 
 if TYPE_CHECKING:
-    from .listener import ClusterListeners
+    from .context import ListenerContext
 
 S = default_schemas()
 _JoinResponse = S.struct("JoinGroupResponse")
@@ -39,7 +39,7 @@ _Described = S.nested("DescribeGroupsResponse", "DescribedGroup")
 _DescribedMember = S.nested("DescribeGroupsResponse", "DescribedGroupMember")
 
 
-async def join_group(cluster: ClusterListeners, broker: int, req: Request) -> object:
+async def join_group(cluster: ListenerContext, broker: int, req: Request) -> object:
     b = req.body
     code = not_coordinator(cluster, broker, b.group_id)
     if code:
@@ -56,7 +56,7 @@ async def join_group(cluster: ClusterListeners, broker: int, req: Request) -> ob
     )
 
 
-async def sync_group(cluster: ClusterListeners, broker: int, req: Request) -> object:
+async def sync_group(cluster: ListenerContext, broker: int, req: Request) -> object:
     b = req.body
     code = not_coordinator(cluster, broker, b.group_id)
     if code:
@@ -69,13 +69,13 @@ async def sync_group(cluster: ClusterListeners, broker: int, req: Request) -> ob
                          protocol_type=g.protocol_type if g else None, protocol_name=g.protocol_name if g else None)
 
 
-def heartbeat(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def heartbeat(cluster: ListenerContext, broker: int, req: Request) -> object:
     b = req.body
     code = not_coordinator(cluster, broker, b.group_id) or cluster.groups.heartbeat(b.group_id, b.generation_id, b.member_id)
     return _HeartbeatResponse(error_code=code)
 
 
-def leave_group(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def leave_group(cluster: ListenerContext, broker: int, req: Request) -> object:
     b = req.body
     code = not_coordinator(cluster, broker, b.group_id)
     if code:
@@ -91,7 +91,7 @@ def leave_group(cluster: ClusterListeners, broker: int, req: Request) -> object:
     return _LeaveResponse(error_code=c)
 
 
-def offset_commit(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def offset_commit(cluster: ListenerContext, broker: int, req: Request) -> object:
     b = req.body
     code = not_coordinator(cluster, broker, b.group_id) or cluster.groups.check_commit(
         b.group_id, b.generation_id_or_member_epoch, b.member_id)
@@ -114,7 +114,7 @@ def offset_commit(cluster: ClusterListeners, broker: int, req: Request) -> objec
     return _CommitResponse(topics=topics)
 
 
-def _committed(cluster: ClusterListeners, group_id: str) -> dict[tuple[str, int], object]:
+def _committed(cluster: ListenerContext, group_id: str) -> dict[tuple[str, int], object]:
     model = cluster.model
     group = model.groups.get(group_id)
     out: dict[tuple[str, int], object] = {}
@@ -127,7 +127,7 @@ def _committed(cluster: ClusterListeners, group_id: str) -> dict[tuple[str, int]
     return out
 
 
-def _pending(cluster: ClusterListeners, group_id: str) -> set[tuple[str, int]]:
+def _pending(cluster: ListenerContext, group_id: str) -> set[tuple[str, int]]:
     """Partitions with offsets of ``group_id`` waiting in an open transaction (TxnOffsetCommit)."""
     model = cluster.model
     out = set()
@@ -140,7 +140,7 @@ def _pending(cluster: ClusterListeners, group_id: str) -> set[tuple[str, int]]:
     return out
 
 
-def _fetch_group(cluster: ClusterListeners, group_id: str, topics: list[tuple[str, list[int]]] | None,
+def _fetch_group(cluster: ListenerContext, group_id: str, topics: list[tuple[str, list[int]]] | None,
                  require_stable: bool = False) -> list[tuple[str, list[tuple[int, int, int, str, int]]]]:
     """Rows of (partition, offset, leader epoch, metadata, error); with ``require_stable`` a partition
     whose offset waits in an open transaction answers UNSTABLE_OFFSET_COMMIT, as Kafka does."""
@@ -166,7 +166,7 @@ def _fetch_group(cluster: ClusterListeners, group_id: str, topics: list[tuple[st
     return out
 
 
-def offset_fetch(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def offset_fetch(cluster: ListenerContext, broker: int, req: Request) -> object:
     b = req.body
     if req.api_version >= 8:
         groups = []
@@ -192,7 +192,7 @@ def offset_fetch(cluster: ClusterListeners, broker: int, req: Request) -> object
         for name, parts in rows])
 
 
-def _state_of(cluster: ClusterListeners, group_id: str) -> tuple[str, str]:
+def _state_of(cluster: ListenerContext, group_id: str) -> tuple[str, str]:
     """(state, protocol type) of a group the coordinator or only the model knows (e.g. a mirrored one,
     or one whose members joined through the model's control API: Stable, as Kafka shows a group
     with members)."""
@@ -210,12 +210,12 @@ def _state_of(cluster: ClusterListeners, group_id: str) -> tuple[str, str]:
     return "Dead", ""
 
 
-def _is_share(cluster: ClusterListeners, group_id: str) -> bool:
+def _is_share(cluster: ListenerContext, group_id: str) -> bool:
     modelled = cluster.model.groups.get(group_id)
     return modelled is not None and modelled.group_type == GroupType.SHARE
 
 
-def list_groups(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def list_groups(cluster: ListenerContext, broker: int, req: Request) -> object:
     ids = sorted(set(cluster.groups.groups) | set(cluster.model.groups))
     states = set(req.body.states_filter or ()) if req.api_version >= 4 else set()
     types = {t.lower() for t in (req.body.types_filter or ())} if req.api_version >= 5 else set()
@@ -234,7 +234,7 @@ def list_groups(cluster: ClusterListeners, broker: int, req: Request) -> object:
     return _ListResponse(error_code=E.NONE, groups=out)
 
 
-def describe_groups(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def describe_groups(cluster: ListenerContext, broker: int, req: Request) -> object:
     out = []
     for gid in req.body.groups:
         code = not_coordinator(cluster, broker, gid)

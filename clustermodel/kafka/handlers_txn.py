@@ -13,7 +13,7 @@ from . import errors as E
 from .handlers_cluster import not_coordinator
 
 if TYPE_CHECKING:
-    from .listener import ClusterListeners
+    from .context import ListenerContext
 
 S = default_schemas()
 _InitResponse = S.struct("InitProducerIdResponse")
@@ -40,7 +40,7 @@ def _code(exc: Exception, req: Request) -> int:
     return E.code_of(exc)
 
 
-def init_producer_id(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def init_producer_id(cluster: ListenerContext, broker: int, req: Request) -> object:
     txn_id = req.body.transactional_id
     if txn_id is not None:
         code = not_coordinator(cluster, broker, txn_id)
@@ -54,7 +54,7 @@ def init_producer_id(cluster: ClusterListeners, broker: int, req: Request) -> ob
     return _InitResponse(error_code=E.NONE, producer_id=ident.producer_id, producer_epoch=ident.producer_epoch)
 
 
-def add_partitions_to_txn(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def add_partitions_to_txn(cluster: ListenerContext, broker: int, req: Request) -> object:
     b = req.body
     txn_id = b.v3_and_below_transactional_id
     topics = [(t.name, list(t.partitions)) for t in b.v3_and_below_topics]
@@ -76,7 +76,7 @@ def add_partitions_to_txn(cluster: ClusterListeners, broker: int, req: Request) 
     ])
 
 
-def add_offsets_to_txn(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def add_offsets_to_txn(cluster: ListenerContext, broker: int, req: Request) -> object:
     b = req.body
     code = not_coordinator(cluster, broker, b.transactional_id)
     if not code:
@@ -87,7 +87,7 @@ def add_offsets_to_txn(cluster: ClusterListeners, broker: int, req: Request) -> 
     return _AddOffsetsResponse(error_code=code)
 
 
-def txn_offset_commit(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def txn_offset_commit(cluster: ListenerContext, broker: int, req: Request) -> object:
     """Sent to the group coordinator, as in Kafka."""
     b = req.body
     code = not_coordinator(cluster, broker, b.group_id)
@@ -108,7 +108,7 @@ def txn_offset_commit(cluster: ClusterListeners, broker: int, req: Request) -> o
     ])
 
 
-def end_txn(cluster: ClusterListeners, broker: int, req: Request) -> object:
+def end_txn(cluster: ListenerContext, broker: int, req: Request) -> object:
     b = req.body
     code = not_coordinator(cluster, broker, b.transactional_id)
     if not code:

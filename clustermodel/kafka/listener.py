@@ -24,19 +24,20 @@ log = logging.getLogger(__name__)
 
 
 class ClusterListeners:
-    """The listeners of one modelled cluster, and what its handlers share."""
+    """The listeners of one modelled cluster; its handlers see it as a ListenerContext."""
 
     def __init__(self, name: str, model: ClusterModel, host: str, dispatcher: Dispatcher) -> None:
         self.name = name
         self.model = model
         self.host = host
         self.dispatcher = dispatcher
+        self.api_table = dispatcher.table
         self.ports: dict[int, int] = {}
         self._servers: dict[int, asyncio.base_events.Server] = {}
         self._sockets: dict[int, socket.socket] = {}
         self._connections: dict[int, set[asyncio.StreamWriter]] = {b: set() for b in model.brokers}
         self._waiters: set[asyncio.Future[None]] = set()
-        self.groups = GroupCoordinator(self)
+        self.groups = GroupCoordinator(model)
         self.wire = WireCache()
         self._live = set(model.live)
         self.internal_topics: set[str] = set()  # created by a FindCoordinator, as Kafka does (topic_views.py)
@@ -132,7 +133,8 @@ class ClusterListeners:
                         writer.write(out)
                 await writer.drain()
         except MalformedRequest as exc:
-            log.info("%s broker %d: closing a connection: %s", self.name, broker, exc)
+            # One line, as Kafka logs the InvalidRequestException before it closes the connection.
+            log.warning("%s broker %d: closing a connection: %s", self.name, broker, exc)
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
         finally:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from . import errors as E
 
 if TYPE_CHECKING:
-    from .listener import ClusterListeners
+    from .context import ListenerContext
 
 CONSUMER_OFFSETS, TRANSACTION_STATE = "__consumer_offsets", "__transaction_state"
 # offsets.topic.num.partitions, transaction.state.log.num.partitions; both replication factors are 3.
@@ -42,14 +42,14 @@ class TopicView(NamedTuple):
     partitions: list[PartitionView]
 
 
-def coordinated(cluster: ClusterListeners, key_type: int) -> None:
+def coordinated(cluster: ListenerContext, key_type: int) -> None:
     """A FindCoordinator for a group (0) or transactional ID (1): Kafka creates the internal topic now."""
     name = {0: CONSUMER_OFFSETS, 1: TRANSACTION_STATE}.get(key_type)
     if name is not None:
         cluster.internal_topics.add(name)
 
 
-def internal_topic_names(cluster: ClusterListeners) -> list[str]:
+def internal_topic_names(cluster: ListenerContext) -> list[str]:
     model = cluster.model
     names = set(cluster.internal_topics)
     if model.groups or cluster.groups.groups:
@@ -59,12 +59,12 @@ def internal_topic_names(cluster: ClusterListeners) -> list[str]:
     return sorted(names)
 
 
-def topic_names(cluster: ClusterListeners) -> list[str]:
+def topic_names(cluster: ListenerContext) -> list[str]:
     """Every topic a client can list, internal ones included, by name."""
     return sorted({*cluster.model.topic_ids, *internal_topic_names(cluster)})
 
 
-def topic_view(cluster: ClusterListeners, name: str) -> TopicView | None:
+def topic_view(cluster: ListenerContext, name: str) -> TopicView | None:
     """The topic named ``name`` as Metadata shows it; None when there is none."""
     model = cluster.model
     if name in model.topic_ids:
@@ -79,7 +79,7 @@ def topic_view(cluster: ClusterListeners, name: str) -> TopicView | None:
     return None
 
 
-def internal_topic_configs(cluster: ClusterListeners, name: str) -> dict[str, str] | None:
+def internal_topic_configs(cluster: ListenerContext, name: str) -> dict[str, str] | None:
     """The configs Kafka's coordinators set on their internal topic (GroupCoordinatorService and
     TransactionStateManager, at Kafka's defaults); None for any other topic."""
     if name not in internal_topic_names(cluster):
@@ -92,7 +92,7 @@ def internal_topic_configs(cluster: ClusterListeners, name: str) -> dict[str, st
             "compression.type": "uncompressed", "segment.bytes": "104857600"}
 
 
-def _internal_view(cluster: ClusterListeners, name: str) -> TopicView:
+def _internal_view(cluster: ListenerContext, name: str) -> TopicView:
     model = cluster.model
     brokers = sorted(model.brokers)
     rf = min(INTERNAL_REPLICATION, len(brokers))

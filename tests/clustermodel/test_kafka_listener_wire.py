@@ -103,7 +103,26 @@ async def test_api_versions_and_unsupported_versions(rig):
     c.close()
 
 
-async def test_malformed_request_closes_only_that_connection(rig):
+async def test_versions_beyond_the_table_answer_35_where_the_errors_are(rig):
+    """A version the model does not serve but Kafka's schema knows: UNSUPPORTED_VERSION in every
+    partition asked about (no top-level error code in Produce v12 or ListOffsets v8); the
+    connection stays open."""
+    model, cluster = rig
+    c = await Conn.open(cluster.ports[model.topic("t").partitions[0].leader])
+    r = await c.call(0, 12, _produce_body("t", _batch([b"x"])))
+    assert [(t.name, [(p.index, p.error_code) for p in t.partition_responses]) for t in r.responses] == [("t", [(0, 35)])]
+    LP = S.nested("ListOffsetsRequest", "ListOffsetsPartition")
+    LT = S.nested("ListOffsetsRequest", "ListOffsetsTopic")
+    body = S.struct("ListOffsetsRequest")(replica_id=-1, topics=[LT(name="t", partitions=[LP(partition_index=0, timestamp=-1)])])
+    r = await c.call(2, 8, body)
+    assert [(t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics] == [("t", [(0, 35)])]
+    assert (await c.call(18, 0, S.struct("ApiVersionsRequest")())).error_code == 0
+    assert model.topic("t").partitions[0].leader_log.leo == 0
+    c.close()
+
+
+async def test_malformed_request_closes_only_that_connection(rig, caplog):
+    caplog.set_level("WARNING", logger="clustermodel.kafka.listener")
     model, cluster = rig
     bad = await Conn.open(cluster.ports[1])
     good = await Conn.open(cluster.ports[1])
@@ -117,6 +136,9 @@ async def test_malformed_request_closes_only_that_connection(rig):
     assert await huge.closed()
     resp = await good.call(18, 0, S.struct("ApiVersionsRequest")())
     assert resp.error_code == 0
+    # Each close is logged, one line each, at a level a default logging setup shows.
+    closes = [r for r in caplog.records if "closing a connection" in r.getMessage()]
+    assert len(closes) == 3 and all(r.levelname == "WARNING" and "\n" not in r.getMessage() for r in closes)
     again = await Conn.open(cluster.ports[1])
     assert (await again.call(18, 0, S.struct("ApiVersionsRequest")())).error_code == 0
     for conn in (good, again):
@@ -305,7 +327,7 @@ async def test_headers_timestamps_and_gzip_reach_consumers(rig):
     plain = encode_batch(build_batch(records, base_offset=0, base_timestamp=5000))
     r = (await c.call(0, 9, _produce_body("t", plain))).responses[0].partition_responses[0]
     assert (r.error_code, r.base_offset) == (0, 0)
-    # The same records gzip-compressed (codec 1): inflated by the listener, stored uncompressed.
+    # The same records gzip-compressed (codec 1): checked inflated, stored and served as sent.
     raw = bytearray(plain)
     section = gzip.compress(bytes(raw[61:]))
     header = bytearray(raw[:61])
@@ -314,13 +336,16 @@ async def test_headers_timestamps_and_gzip_reach_consumers(rig):
     from crc32c import crc32c
 
     struct.pack_into(">I", header, 17, crc32c(bytes(header[21:]) + section))
-    r = (await c.call(0, 9, _produce_body("t", bytes(header) + section))).responses[0].partition_responses[0]
+    gzipped = bytes(header) + section
+    r = (await c.call(0, 9, _produce_body("t", gzipped))).responses[0].partition_responses[0]
     assert (r.error_code, r.base_offset) == (0, 2)
     got = (await c.call(1, 12, _fetch_body("t", 0))).responses[0].partitions[0]
     first, pos = decode_batch(got.records, 0)
-    second, _ = decode_batch(got.records, pos)
-    for batch, base in ((first, 0), (second, 2)):
-        assert batch.base_offset == base and batch.compression == 0
+    second, _ = decode_batch(got.records, pos, decompress=True)
+    # Only the broker's fields differ: base offset and partition leader epoch (outside the CRC).
+    assert got.records[pos + 16 :] == gzipped[16:] and got.records[pos : pos + 8] == struct.pack(">q", 2)
+    for batch, base, codec in ((first, 0, 0), (second, 2, 1)):
+        assert batch.base_offset == base and batch.compression == codec
         assert [(r.key, r.value, r.headers) for r in batch.records] == [(r.key, r.value, r.headers) for r in records]
         assert [batch.timestamp_of(r) for r in batch.records] == [5000, 5007]
     # ListOffsets by timestamp finds the record, not only its batch.
@@ -329,6 +354,29 @@ async def test_headers_timestamps_and_gzip_reach_consumers(rig):
     body = S.struct("ListOffsetsRequest")(replica_id=-1, topics=[LT(name="t", partitions=[LP(partition_index=0, timestamp=5001, current_leader_epoch=-1)])])
     r = (await c.call(2, 7, body)).topics[0].partitions[0]
     assert (r.error_code, r.offset, r.timestamp) == (0, 1, 5007)
+    c.close()
+
+
+async def test_handler_failure_without_a_top_level_error_code_keeps_the_connection(rig, monkeypatch):
+    """Produce and Metadata have no top-level error code: the error goes in every partition or
+    topic asked about, as Kafka's getErrorResponse puts it, and the connection stays open."""
+    model, cluster = rig
+
+    def broken(*_: object) -> object:
+        raise RuntimeError("a handler bug")
+
+    for key in (0, 3, 20):
+        monkeypatch.setitem(cluster.dispatcher.handlers, key, broken)
+    c = await Conn.open(cluster.ports[0])
+    r = await c.call(0, 9, _produce_body("t", _batch([b"x"])))
+    assert [(t.name, [(p.index, p.error_code) for p in t.partition_responses]) for t in r.responses] == [("t", [(0, -1)])]
+    MT = S.nested("MetadataRequest", "MetadataRequestTopic")
+    r = await c.call(3, 12, S.struct("MetadataRequest")(topics=[MT(name="t"), MT(name="u")]))
+    assert [(t.name, t.error_code) for t in r.topics] == [("t", -1), ("u", -1)]
+    r = await c.call(20, 4, S.struct("DeleteTopicsRequest")(topic_names=["t"], timeout_ms=1000))
+    assert [(t.name, t.error_code) for t in r.responses] == [("t", -1)]
+    assert (await c.call(18, 0, S.struct("ApiVersionsRequest")())).error_code == 0
+    assert model.topic("t").partitions[0].leader_log.leo == 0
     c.close()
 
 
