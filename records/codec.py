@@ -191,6 +191,9 @@ class _VersionCodegen:
         self.consts: dict[str, Any] = {}
         self.paths: list[str] = []
         self.counter = 0
+        # The fast decoder: no field tracking nor bounds checks; any exception, or a read
+        # past ``end``, sends the input to the checked decoder, which says what is wrong.
+        self.fast = False
 
     # -- shared helpers -------------------------------------------------------------------
 
@@ -224,6 +227,23 @@ class _VersionCodegen:
 
     # -- decode ---------------------------------------------------------------------------
 
+    def fast_decode_source(self) -> str:
+        self.fast = True
+        w = _Writer()
+        w.depth = 0
+        w("def decode(buf, pos, end):")
+        w.depth = 1
+        w("_s = pos; _e = end")
+        w("try:")
+        with w.indent():
+            result = self.dec_struct(w, self.spec.struct, "")
+            w(f"if pos <= end: return {result}, pos")
+        w("except Exception:")
+        with w.indent():
+            w("pass")
+        w("return _checked(buf, _s, _e)")
+        return "\n".join(w.lines)
+
     def decode_source(self) -> str:
         w = _Writer()
         w.depth = 0
@@ -247,11 +267,23 @@ class _VersionCodegen:
             return f"{var} = _uuid_or_none({var})"
         return f"{var} = _uuid_cached({var}) or _uuid({var})"
 
+    def at(self, w: _Writer, path: str) -> None:
+        """Notes the field being read, for errors; the fast variant leaves that to its fallback."""
+        if not self.fast:
+            w(f"_f = {self.track(path)}; _p = pos")
+
     def check(self, w: _Writer, n: str) -> None:
-        w(f"if pos + {n} > end: raise _Truncated({n}, end - pos)")
+        # The fast variant reads on: struct and indexing raise past the buffer's end, and
+        # its last test catches a read past ``end``.
+        if not self.fast:
+            w(f"if pos + {n} > end: raise _Truncated({n}, end - pos)")
+
+    def check_byte(self, w: _Writer) -> None:
+        if not self.fast:
+            w("if pos >= end: raise _Truncated(1, 0)")
 
     def read_uvarint(self, w: _Writer, var: str) -> None:
-        w("if pos >= end: raise _Truncated(1, 0)")
+        self.check_byte(w)
         w(f"{var} = buf[pos]")
         w(f"if {var} < 128: pos += 1")
         w(f"else: {var}, pos = _read_uvarint(buf, pos)")
@@ -259,7 +291,7 @@ class _VersionCodegen:
     def read_length(self, w: _Writer, var: str, width: str) -> None:
         """A length or count: compact (uvarint N+1) in flexible versions, else fixed width."""
         if self.flexible:
-            w("if pos >= end: raise _Truncated(1, 0)")
+            self.check_byte(w)
             w(f"{var} = buf[pos] - 1")
             w(f"if {var} < 127: pos += 1")  # a one-byte uvarint
             w(f"else: {var}, pos = _read_uvarint(buf, pos); {var} -= 1")
@@ -282,7 +314,7 @@ class _VersionCodegen:
                 return
             fmt = ">" + "".join(_FIXED[f.type.name] for f, _ in pending)
             size = _struct.calcsize(fmt)
-            w(f"_f = {self.track(_join(path, pending[0][0].name))}; _p = pos")
+            self.at(w, _join(path, pending[0][0].name))
             self.check(w, str(size))
             names = ", ".join(v for _, v in pending)
             w(f"{names}{',' if len(pending) == 1 else ''} = {self.const(_struct.Struct(fmt).unpack_from, 'U')}(buf, pos)")
@@ -303,7 +335,7 @@ class _VersionCodegen:
                 pending.append((f, var))
                 continue
             flush()
-            w(f"_f = {self.track(_join(path, f.name))}; _p = pos")
+            self.at(w, _join(path, f.name))
             self.dec_value(w, f, var, _join(path, f.name))
         flush()
         unknown = "()"
@@ -316,14 +348,15 @@ class _VersionCodegen:
 
     def dec_tagged_section(self, w: _Writer, struct: StructSpec, path: str, variables: dict[str, str]) -> str:
         count, tag, size, unknown, stop, saved = (self.tmp(p) for p in ("nt", "tg", "sz", "uk", "te", "se"))
-        w(f"_f = {self.track(_join(path, '(tagged fields)'))}; _p = pos")
+        self.at(w, _join(path, '(tagged fields)'))
         self.read_uvarint(w, count)
         w(f"{unknown} = ()")
         w(f"if {count}:")
         w.depth += 1
         w(f"for _ in range({count}):")
         with w.indent():
-            w("_p = pos")
+            if not self.fast:
+                w("_p = pos")
             self.read_uvarint(w, tag)
             self.read_uvarint(w, size)
             self.check(w, size)
@@ -333,7 +366,7 @@ class _VersionCodegen:
                 w(f"{'if' if first else 'elif'} {tag} == {f.tag}:")
                 first = False
                 with w.indent():
-                    w(f"_f = {self.track(_join(path, f.name))}; _p = pos")
+                    self.at(w, _join(path, f.name))
                     w(f"{saved} = end; end = {stop}")
                     self.dec_value(w, f, variables[f.name], _join(path, f.name))
                     w(f"if pos != end: raise _Invalid('tagged field size ' + str({size}) + ' does not match its value')")
@@ -379,7 +412,20 @@ class _VersionCodegen:
             w("else:")
             with w.indent():
                 too_many = f"raise _Invalid('array of ' + str({n}) + ' elements, but only ' + str(end - pos) + ' bytes remain')"
-                if not t.is_struct and t.name in _FIXED:
+                if not t.is_struct and t.name in _FIXED and self.fast:
+                    # An empty array costs no call; more than _ARRAY_TABLE - 1 elements raise
+                    # IndexError, for the checked decoder.
+                    code = _FIXED[t.name]
+                    table = self.const(_array_table("unpack", code), "A")
+                    if code == "16s":
+                        raw = self.tmp("r")
+                        w(f"{raw} = {table}[{n}](buf, pos)")
+                        w(f"{var} = tuple(map(_uuid_cached, {raw}))")
+                        w(f"if not all({var}): {var} = tuple(map(_uuid, {raw}))")
+                    else:
+                        w(f"{var} = {table}[{n}](buf, pos) if {n} else ()")
+                    w(f"pos += {_FIXED_SIZE[code]} * {n}")
+                elif not t.is_struct and t.name in _FIXED:
                     code = _FIXED[t.name]
                     size = _FIXED_SIZE[code]
                     stop = self.tmp("e")
@@ -722,16 +768,26 @@ _BASE_NAMESPACE: dict[str, Any] = {
 
 
 class VersionCodec:
-    """The compiled decode and encode functions of one message version."""
+    """The compiled decode and encode functions of one message version.
 
-    __slots__ = ("version", "decode_at", "encode", "decode_source", "encode_source")
+    ``decode_at`` is the fast decoder, which hands anything it cannot read to
+    ``decode_checked`` (the same result, or the error naming field and byte).
+    """
+
+    __slots__ = ("version", "decode_at", "decode_checked", "encode", "decode_source", "fast_decode_source", "encode_source")
 
     def __init__(self, spec: MessageSpec, version: int, classes: MessageClasses) -> None:
         self.version = version
         dec = _VersionCodegen(spec, version, classes)
         self.decode_source = dec.decode_source()
-        self.decode_at: Callable[[Any, int, int], tuple[Any, int]] = _compile(
+        self.decode_checked: Callable[[Any, int, int], tuple[Any, int]] = _compile(
             self.decode_source, "decode", dec, f"<decode {spec.name} v{version}>"
+        )
+        fast = _VersionCodegen(spec, version, classes)
+        self.fast_decode_source = fast.fast_decode_source()
+        fast.consts["_checked"] = self.decode_checked
+        self.decode_at: Callable[[Any, int, int], tuple[Any, int]] = _compile(
+            self.fast_decode_source, "decode", fast, f"<fast decode {spec.name} v{version}>"
         )
         enc = _VersionCodegen(spec, version, classes)
         self.encode_source = enc.encode_source()

@@ -18,6 +18,7 @@ from records.varint import VarintError, read_uvarint, uvarint_bytes
 
 FRAME_VERSION = 1
 _INT16_MAX = 0x7FFF
+_tuple_new = tuple.__new__
 
 
 class FrameError(ValueError):
@@ -52,8 +53,19 @@ class MetadataRecordSerde:
         self.schemas = schemas
         self.message_type = message_type
         self._headers: dict[tuple[int, int], bytes] = {}
+        # Hot paths, filled as records are seen: (Struct type, version) -> (header, body
+        # encoder), and a 3-byte header (frame 1, one-byte apiKey and version) -> (body
+        # decoder, (version, apiKey)).
+        self._encoders: dict[tuple[type, int], tuple[bytes, Any]] = {}
+        self._decoders: dict[bytes, tuple[Any, tuple[int, int]]] = {}
 
     def encode(self, message: msgspec.Struct, version: int) -> bytes:
+        fast = self._encoders.get((type(message), version))
+        if fast is not None:
+            return fast[0] + fast[1](message)
+        return self._encode(message, version)
+
+    def _encode(self, message: msgspec.Struct, version: int) -> bytes:
         name = self.schemas.name_of(message)
         spec = self.schemas.spec(name)
         if spec.type != self.message_type or spec.api_key is None:
@@ -63,7 +75,10 @@ class MetadataRecordSerde:
             header = self._headers[(spec.api_key, version)] = (
                 uvarint_bytes(FRAME_VERSION) + uvarint_bytes(spec.api_key) + uvarint_bytes(version)
             )
-        return header + self.schemas.codec(name).encode(message, version)
+        codec = self.schemas.codec(name)
+        body = codec.encode(message, version)
+        self._encoders[(type(message), version)] = (header, codec.version_codec(version).encode)
+        return header + body
 
     def read_header(self, data: bytes | bytearray | memoryview) -> tuple[int, int, int]:
         """Returns (apiKey, version, body position)."""
@@ -86,8 +101,20 @@ class MetadataRecordSerde:
         return api_key, version, pos
 
     def decode(self, data: bytes | bytearray | memoryview) -> ApiMessageAndVersion:
-        if isinstance(data, memoryview):
+        if type(data) is not bytes:
             data = bytes(data)
+        fast = self._decoders.get(data[:3])
+        if fast is not None:
+            try:
+                message, end = fast[0](data, 3, len(data))
+            except CodecError:
+                pass  # reported by the full path, as a FrameError
+            else:
+                if end == len(data):
+                    return _tuple_new(ApiMessageAndVersion, (message, *fast[1]))
+        return self._decode(data)
+
+    def _decode(self, data: bytes) -> ApiMessageAndVersion:
         api_key, version, pos = self.read_header(data)
         spec = self.schemas.by_api_key(api_key, self.message_type)
         if spec is None:
@@ -101,6 +128,8 @@ class MetadataRecordSerde:
             raise FrameError(f"{spec.name} v{version}: {e.detail}", e.position, e.field, field_in_message=True) from None
         if end != len(data):
             raise FrameError(f"{len(data) - end} bytes of garbage after the {spec.name} body", end)
+        if pos == 3:
+            self._decoders[data[:3]] = (codec.version_codec(version).decode_at, (version, api_key))
         return ApiMessageAndVersion(message, version, api_key)
 
     def to_json(self, record: ApiMessageAndVersion) -> dict[str, Any]:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from record_strategies import message_values
 from records.codec import CodecError, UnsupportedVersionError
@@ -284,3 +286,39 @@ def test_start_response_skipped_topics_are_tagged_so_old_clients_read_it() -> No
     seen_by_old = old.decode("StartMirrorTopicsResponse", wire, 0)
     assert seen_by_old.topics == () and [tag for tag, _ in seen_by_old.unknown_tagged_fields] == [0]
     assert PROJECT.encode(cls(), 0) == old.encode(old.struct("StartMirrorTopicsResponse")(), 0)  # nothing skipped: same bytes
+
+
+# -- the fast paths against the checked code --------------------------------------------------
+
+PROJECT_CASES = [(msg, version) for msg, spec in sorted(PROJECT.specs.items()) for version in spec.versions()]
+
+
+def _outcome(fn: Any, *args: Any) -> tuple[str, Any]:
+    try:
+        return "ok", fn(*args)
+    except CodecError as e:
+        return type(e).__name__, (str(e), e.field, e.position)
+
+
+# One @given function per case, as in test_round_trip.
+@pytest.mark.parametrize(("message", "version"), PROJECT_CASES, ids=[f"{m}-v{v}" for m, v in PROJECT_CASES])
+def test_fast_decoder_agrees_with_the_checked_one_on_damaged_input(message: str, version: int) -> None:
+    """Truncated, altered or over-long input: the fast decoder returns what the checked one
+    returns, or raises the same error (it hands what it cannot read to the checked one)."""
+    codec = PROJECT.codec(message)
+    vc = codec.version_codec(version)
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(value=message_values(codec, version), data=st.data())
+    def agrees(value: object, data: st.DataObject) -> None:
+        wire = codec.encode(value, version)
+        assert vc.decode_at(wire, 0, len(wire)) == vc.decode_checked(wire, 0, len(wire)) == (value, len(wire))
+        cut = data.draw(st.integers(0, len(wire)), label="cut")
+        at = data.draw(st.integers(0, max(len(wire) - 1, 0)), label="at")
+        byte = data.draw(st.integers(0, 255), label="byte")
+        altered = wire[:at] + bytes([byte]) + wire[at + 1:] if wire else wire
+        tail = data.draw(st.binary(min_size=1, max_size=40), label="tail")
+        for buf, end in ((wire[:cut], cut), (altered, len(altered)), (altered + tail, len(altered)), (wire[:cut] + tail, cut)):
+            assert _outcome(vc.decode_at, buf, 0, end) == _outcome(vc.decode_checked, buf, 0, end)
+
+    agrees()
