@@ -155,6 +155,73 @@ def _pack_array(code: str, n: int) -> Callable[..., bytes]:
     return _struct.Struct(">" + _array_format(code, n)).pack
 
 
+class _Slow(Exception):
+    """The fast encoder's way to the general one."""
+
+
+_SHAPES_MAX = 4096
+
+
+class _Shapes:
+    """The ``struct`` pack of each shape a message version takes, built on first use.
+
+    A shape is the tuple the fast encoder computes: the length of each variable part of the
+    body (-1 for null), then, when a tagged field is present, the bitmask of those present
+    and the lengths of the ones that vary. A shape that needs a varint longer than one byte
+    (a compact length of 127 or more, a tag or tagged size of 128 or more) or an oversized
+    string maps to False, and the general encoder takes the value. Bounded: cleared when full.
+    """
+
+    def __init__(self, body: list[tuple[str, str, str]], tagged: list[tuple[int, tuple[str, str, str]]] | None, keys: int) -> None:
+        self.body = body
+        self.tagged = tagged  # None: not a flexible version
+        self.keys = keys
+        self.cache: dict[tuple[int, ...], Any] = {}
+
+    def __call__(self, key: tuple[int, ...]) -> Any:
+        fmt = self.format(key)
+        pack = False if fmt is None else _struct.Struct(fmt).pack
+        if len(self.cache) >= _SHAPES_MAX:
+            self.cache.clear()
+        self.cache[key] = pack
+        return pack
+
+    @staticmethod
+    def piece(piece: tuple[str, str, str], key: Iterator[int]) -> str | None:
+        kind, code, length = piece
+        if kind == "fixed":
+            return code
+        n = next(key)
+        if length == "B" and n >= 127 or length == "h" and n > 0x7FFF:
+            return None
+        if kind == "str":
+            return f"{length}{max(n, 0)}s"
+        if code == "16s":  # one bytes argument
+            return f"{length}{16 * max(n, 0)}s"
+        return length + (f"{n}{code}" if n > 0 else "")
+
+    def format(self, key: tuple[int, ...]) -> str | None:
+        values = iter(key)
+        parts = [">"]
+        for piece in self.body:
+            part = self.piece(piece, values)
+            if part is None:
+                return None
+            parts.append(part)
+        if self.tagged is not None:
+            present = next(values, 0)
+            if present.bit_count() >= 128:
+                return None
+            parts.append("B")
+            for bit, (tag, piece) in enumerate(self.tagged):
+                if present >> bit & 1:
+                    part = self.piece(piece, values)
+                    if part is None or tag >= 128 or _struct.calcsize(">" + part) >= 128:
+                        return None
+                    parts.append("BB" + part)
+        return "".join(parts)
+
+
 class _Writer:
     """Indented Python source."""
 
@@ -227,21 +294,32 @@ class _VersionCodegen:
 
     # -- decode ---------------------------------------------------------------------------
 
-    def fast_decode_source(self) -> str:
+    def fast_decode_source(self, record: tuple[int, tuple[int, ...]] | None = None) -> str:
+        """``decode(buf, pos, end)``; with ``record`` = (start, extra), ``decode(buf)``, which
+        reads the whole buffer from ``start`` and returns ``_R((value, *extra))``, or None
+        for anything else."""
         self.fast = True
         w = _Writer()
         w.depth = 0
-        w("def decode(buf, pos, end):")
-        w.depth = 1
-        w("_s = pos; _e = end")
+        if record is None:
+            w("def decode(buf, pos, end):")
+            w.depth = 1
+            w("_s = pos; _e = end")
+        else:
+            w("def decode(buf):")
+            w.depth = 1
+            w(f"pos = {record[0]}; end = len(buf)")
         w("try:")
         with w.indent():
             result = self.dec_struct(w, self.spec.struct, "")
-            w(f"if pos <= end: return {result}, pos")
+            if record is None:
+                w(f"if pos <= end: return {result}, pos")
+            else:
+                w(f"if pos == end: return _new_tuple(_R, ({result}, {''.join(f'{x!r}, ' for x in record[1])}))")
         w("except Exception:")
         with w.indent():
             w("pass")
-        w("return _checked(buf, _s, _e)")
+        w("return _checked(buf, _s, _e)" if record is None else "return None")
         return "\n".join(w.lines)
 
     def decode_source(self) -> str:
@@ -328,7 +406,8 @@ class _VersionCodegen:
             var = self.tmp()
             values.append(var)
             if not self.present(f) or self.tagged(f):
-                flush()
+                if not self.fast:  # the checked decoder names each run by its first field
+                    flush()
                 w(f"{var} = {self.default_expr(f)}")
                 continue
             if not f.type.is_array and not f.type.is_struct and f.type.name in _FIXED:
@@ -710,6 +789,171 @@ class _VersionCodegen:
                 self.write_length(w, f"len({val})", "int32")
                 w(f"ap(bytes({val}))")
 
+    # -- fast encode ----------------------------------------------------------------------
+
+    def fast_encode_source(self, prefix: bytes = b"") -> str | None:
+        """One ``struct`` pack for the whole message, chosen by its shape (see ``_Shapes``),
+        after ``prefix`` (a record's frame header).
+
+        For versions whose fields are primitives and arrays of fixed-width ones; None for the
+        others (structs, arrays of strings). Anything the shape cannot say (an unknown tagged
+        field, a length that needs a multi-byte varint, a wrong value) goes to the general
+        encoder, ``_general``.
+        """
+        struct = self.spec.struct
+        if any(f.type.is_struct or f.type.is_array and f.type.name not in _FIXED for f in struct.fields if self.present(f)):
+            return None
+        w = _Writer()
+        w.depth = 0
+        w("def encode(o):")
+        w.depth = 1
+        w("try:")
+        w.depth += 1
+        if self.flexible:
+            w(f"if o.{UNKNOWN_TAGGED_FIELDS}: raise _Slow")
+        body: list[tuple[str, str, str]] = []  # pieces for _Shapes
+        keys: list[str] = []
+        args: list[str] = []
+        if prefix:
+            body.append(("fixed", f"{len(prefix)}s", ""))
+            args.append(self.const(prefix, "H"))
+        tagged: list[FieldSpec] = []
+        for f in struct.fields:
+            expr = f"o.{f.attr}"
+            if not self.present(f):
+                if not f.ignorable:
+                    test = f"{expr} is not None" if self.classes.field_default(f) is None else f"{expr} != {self.default_expr(f)}"
+                    w(f"if {test}: raise _Slow")
+                continue
+            if self.tagged(f):
+                tagged.append(f)
+                continue
+            with self.lengths_of(f):
+                piece, key, field_args = self.fast_field(w, f, expr)
+            body.append(piece)
+            if key is not None:
+                keys.append(key)
+            args.extend(field_args)
+        tagged.sort(key=lambda f: f.tag or 0)
+        tagged_pieces: list[tuple[int, tuple[str, str, str]]] | None = [] if self.flexible else None
+        if not self.flexible:
+            self.fast_pack(w, body, keys, args)
+        elif not tagged:
+            self.fast_pack(w, body, keys, args + ["0"])
+        else:
+            presence = []
+            for bit, f in enumerate(tagged):
+                x = self.tmp("x")
+                w(f"{x} = o.{f.attr}")
+                default = self.classes.field_default(f)
+                if default is None:
+                    presence.append((bit, f, x, f"{x} is not None", f"{x} is None"))
+                else:
+                    d = self.default_expr(f)
+                    presence.append((bit, f, x, f"{x} != {d}", f"{x} == {d}"))
+            w(f"if {' and '.join(p[4] for p in presence)}:")  # no tagged field to write
+            with w.indent():
+                self.fast_pack(w, body, keys, args + ["0"])
+            w("else:")
+            with w.indent():
+                w("t = 0")
+                for bit, _, _, test, _ in presence:
+                    w(f"if {test}: t |= {1 << bit}")
+                w(f"a = [{', '.join(args + ['t.bit_count()'])}]")
+                w(f"tl = [{', '.join(keys + ['t'])}]")
+                for bit, f, x, _, _ in presence:
+                    w(f"if t & {1 << bit}:")
+                    with w.indent():
+                        piece, key, field_args = self.fast_field(w, f, x)
+                        size = {"fixed": str(_struct.calcsize(">" + piece[1])), "arr": f"{_FIXED_SIZE.get(piece[1], 0)} * {key} + 1 if {key} > 0 else 1", "str": f"{key} + 1 if {key} > 0 else 1"}[piece[0]]
+                        stars = [a for a in field_args if a.startswith("*")]
+                        plain = [a for a in field_args if not a.startswith("*")]
+                        w(f"a += ({f.tag}, {size}, {', '.join(plain)},)")
+                        for s in stars:
+                            w(f"a += {s[1:]}")
+                        if key is not None:
+                            w(f"tl.append({key})")
+                    tagged_pieces.append((f.tag or 0, piece))  # type: ignore[union-attr]
+                w("k = tuple(tl)")
+                w("p = _SH.get(k)")
+                w("if p is None: p = _shape(k)")
+                w("if p: return p(*a)")
+        self.consts["_shape"] = shapes = _Shapes(body, tagged_pieces, len(keys))
+        self.consts["_SH"] = shapes.cache
+        w.depth -= 1
+        w("except Exception:")
+        with w.indent():
+            w("pass")
+        w(f"return {self.const(prefix, 'H')} + _general(o)" if prefix else "return _general(o)")
+        return "\n".join(w.lines)
+
+    def fast_pack(self, w: _Writer, body: list[tuple[str, str, str]], keys: list[str], args: list[str]) -> None:
+        """The pack call of a value with no tagged field: precompiled when no length varies,
+        else looked up by shape."""
+        if not keys:
+            fmt = _Shapes(body, [] if self.flexible else None, 0).format(())
+            assert fmt is not None
+            w(f"return {self.const(_struct.Struct(fmt).pack, 'P')}({', '.join(args)})")
+            return
+        w(f"k = ({''.join(k + ', ' for k in keys)})")
+        w("p = _SH.get(k)")
+        w("if p is None: p = _shape(k)")
+        w(f"if p: return p({', '.join(args)})")
+
+    def fast_field(self, w: _Writer, f: FieldSpec, expr: str) -> tuple[tuple[str, str, str], str | None, list[str]]:
+        """Emits what a field needs before the pack; returns its piece, its shape variable
+        (None when its size is fixed) and its pack arguments."""
+        t = f.type
+        nullable = self.nullable(f)
+        length = "B" if self.flexible else ("h" if t.name == "string" else "i")
+        if not t.is_array and t.name in _FIXED:
+            if t.name == "uuid":
+                return ("fixed", "16s", ""), None, [f"_uuid_bytes({expr})" if nullable else f"{expr}.int.to_bytes(16, 'big')"]
+            return ("fixed", _FIXED[t.name], ""), None, [expr]
+        v, n = self.tmp(), self.tmp("n")
+        w(f"{v} = {expr}")
+        count = f"{n} + 1" if self.flexible else n
+        if t.is_array:
+            length = "B" if self.flexible else "i"
+            empty, measure = "()", f"{n} = len({v})"
+            piece = ("arr", _FIXED[t.name], length)
+            if t.name == "uuid":
+                # The UUIDs' bytes as one argument, unrolled up to 3 (to_bytes refuses what is
+                # not a UUID's int, as the general encoder does).
+                raw = self.tmp("u")
+                if nullable:
+                    w(f"if {v} is None: {n} = -1; {v} = ()")
+                    w(f"else: {measure}")
+                else:
+                    w(measure)
+                w(f"if {n} <= 0: {raw} = b''")
+                w(f"elif {n} == 1: {raw} = {v}[0].int.to_bytes(16)")
+                w(f"elif {n} == 2: {raw} = {v}[0].int.to_bytes(16) + {v}[1].int.to_bytes(16)")
+                w(f"elif {n} == 3: {raw} = {v}[0].int.to_bytes(16) + {v}[1].int.to_bytes(16) + {v}[2].int.to_bytes(16)")
+                w(f"else: {raw} = b''.join([e.int.to_bytes(16) for e in {v}])")
+                return piece, n, [count, raw]
+            result = [count, f"*{v}"]
+        elif t.name == "string":
+            raw = self.tmp("b")
+            empty, measure = "b''", f"{raw} = {v}.encode('utf-8'); {n} = len({raw})"
+            piece, result = ("str", "s", length), [count, raw]
+            if nullable:
+                w(f"if {v} is None: {n} = -1; {raw} = b''")
+                w(f"else: {measure}")
+            else:
+                w(measure)
+            return piece, n, result
+        else:  # bytes, records: other bytes-like values take the general path, which copies them
+            empty, measure = "b''", f"{n} = len({v})"
+            w(f"if type({v}) is not bytes and {v} is not None: raise _Slow")
+            piece, result = ("str", "s", length), [count, v]
+        if nullable:
+            w(f"if {v} is None: {n} = -1; {v} = {empty}")
+            w(f"else: {measure}")
+        else:
+            w(measure)
+        return piece, n, result
+
 
 def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
@@ -762,6 +1006,8 @@ _BASE_NAMESPACE: dict[str, Any] = {
     "_pack_array": _pack_array,
     "_uuid_or_none": _uuid_or_none,
     "_uuid_bytes": _uuid_bytes,
+    "_new_tuple": tuple.__new__,
+    "_Slow": _Slow,
     "_decode_error": _decode_error,
     "_encode_error": _encode_error,
 }
@@ -774,9 +1020,13 @@ class VersionCodec:
     ``decode_checked`` (the same result, or the error naming field and byte).
     """
 
-    __slots__ = ("version", "decode_at", "decode_checked", "encode", "decode_source", "fast_decode_source", "encode_source")
+    __slots__ = (
+        "version", "decode_at", "decode_checked", "encode", "encode_general",
+        "decode_source", "fast_decode_source", "encode_source", "fast_encode_source", "_make",
+    )
 
     def __init__(self, spec: MessageSpec, version: int, classes: MessageClasses) -> None:
+        self._make = (spec, version, classes)
         self.version = version
         dec = _VersionCodegen(spec, version, classes)
         self.decode_source = dec.decode_source()
@@ -791,7 +1041,36 @@ class VersionCodec:
         )
         enc = _VersionCodegen(spec, version, classes)
         self.encode_source = enc.encode_source()
-        self.encode: Callable[[Any], bytes] = _compile(self.encode_source, "encode", enc, f"<encode {spec.name} v{version}>")
+        self.encode_general: Callable[[Any], bytes] = _compile(
+            self.encode_source, "encode", enc, f"<encode {spec.name} v{version}>"
+        )
+        fast = _VersionCodegen(spec, version, classes)
+        self.fast_encode_source = fast.fast_encode_source()
+        self.encode: Callable[[Any], bytes] = self.encode_general
+        if self.fast_encode_source is not None:
+            fast.consts["_general"] = self.encode_general
+            self.encode = _compile(self.fast_encode_source, "encode", fast, f"<fast encode {spec.name} v{version}>")
+
+
+    def record_encoder(self, prefix: bytes) -> Callable[[Any], bytes]:
+        """``prefix`` (a frame header) and the encoded value, in one pack when it can."""
+        spec, version, classes = self._make
+        gen = _VersionCodegen(spec, version, classes)
+        source = gen.fast_encode_source(prefix)
+        if source is None:
+            general = self.encode_general
+            return lambda value: prefix + general(value)
+        gen.consts["_general"] = self.encode_general
+        return _compile(source, "encode", gen, f"<record encode {spec.name} v{version}>")
+
+    def record_decoder(self, start: int, cls: type[tuple[Any, ...]], extra: tuple[int, ...]) -> Callable[[bytes], Any]:
+        """A fast decoder of whole records: the body from byte ``start`` to the end, returned
+        as ``cls((value, *extra))`` (a NamedTuple), or None when the checked path is needed."""
+        spec, version, classes = self._make
+        gen = _VersionCodegen(spec, version, classes)
+        source = gen.fast_decode_source((start, extra))
+        gen.consts["_R"] = cls
+        return _compile(source, "decode", gen, f"<record decode {spec.name} v{version}>")
 
 
 def _compile(source: str, name: str, gen: _VersionCodegen, filename: str) -> Callable[..., Any]:

@@ -18,7 +18,6 @@ from records.varint import VarintError, read_uvarint, uvarint_bytes
 
 FRAME_VERSION = 1
 _INT16_MAX = 0x7FFF
-_tuple_new = tuple.__new__
 
 
 class FrameError(ValueError):
@@ -53,16 +52,16 @@ class MetadataRecordSerde:
         self.schemas = schemas
         self.message_type = message_type
         self._headers: dict[tuple[int, int], bytes] = {}
-        # Hot paths, filled as records are seen: (Struct type, version) -> (header, body
-        # encoder), and a 3-byte header (frame 1, one-byte apiKey and version) -> (body
-        # decoder, (version, apiKey)).
-        self._encoders: dict[tuple[type, int], tuple[bytes, Any]] = {}
-        self._decoders: dict[bytes, tuple[Any, tuple[int, int]]] = {}
+        # Hot paths, filled as records are seen: (Struct type, version) -> the encoder of
+        # header and body, and a 3-byte header (frame 1, one-byte apiKey and version) -> a decoder
+        # of the whole record, which returns None for anything that needs the full path.
+        self._encoders: dict[tuple[type, int], Any] = {}
+        self._decoders: dict[bytes, Any] = {}
 
     def encode(self, message: msgspec.Struct, version: int) -> bytes:
         fast = self._encoders.get((type(message), version))
         if fast is not None:
-            return fast[0] + fast[1](message)
+            return fast(message)  # type: ignore[no-any-return]
         return self._encode(message, version)
 
     def _encode(self, message: msgspec.Struct, version: int) -> bytes:
@@ -77,7 +76,7 @@ class MetadataRecordSerde:
             )
         codec = self.schemas.codec(name)
         body = codec.encode(message, version)
-        self._encoders[(type(message), version)] = (header, codec.version_codec(version).encode)
+        self._encoders[(type(message), version)] = codec.version_codec(version).record_encoder(header)
         return header + body
 
     def read_header(self, data: bytes | bytearray | memoryview) -> tuple[int, int, int]:
@@ -105,13 +104,9 @@ class MetadataRecordSerde:
             data = bytes(data)
         fast = self._decoders.get(data[:3])
         if fast is not None:
-            try:
-                message, end = fast[0](data, 3, len(data))
-            except CodecError:
-                pass  # reported by the full path, as a FrameError
-            else:
-                if end == len(data):
-                    return _tuple_new(ApiMessageAndVersion, (message, *fast[1]))
+            record = fast(data)
+            if record is not None:
+                return record  # type: ignore[no-any-return]
         return self._decode(data)
 
     def _decode(self, data: bytes) -> ApiMessageAndVersion:
@@ -129,7 +124,7 @@ class MetadataRecordSerde:
         if end != len(data):
             raise FrameError(f"{len(data) - end} bytes of garbage after the {spec.name} body", end)
         if pos == 3:
-            self._decoders[data[:3]] = (codec.version_codec(version).decode_at, (version, api_key))
+            self._decoders[data[:3]] = codec.version_codec(version).record_decoder(3, ApiMessageAndVersion, (version, api_key))
         return ApiMessageAndVersion(message, version, api_key)
 
     def to_json(self, record: ApiMessageAndVersion) -> dict[str, Any]:
