@@ -445,6 +445,10 @@ class _VersionCodegen:
                 w(f"{'if' if first else 'elif'} {tag} == {f.tag}:")
                 first = False
                 with w.indent():
+                    if self.fast:  # reads past the field's end fail the size test, or the last one
+                        self.dec_value(w, f, variables[f.name], _join(path, f.name))
+                        w(f"if pos != {stop}: raise _Invalid('tagged field size')")
+                        continue
                     self.at(w, _join(path, f.name))
                     w(f"{saved} = end; end = {stop}")
                     self.dec_value(w, f, variables[f.name], _join(path, f.name))
@@ -822,7 +826,8 @@ class _VersionCodegen:
             expr = f"o.{f.attr}"
             if not self.present(f):
                 if not f.ignorable:
-                    test = f"{expr} is not None" if self.classes.field_default(f) is None else f"{expr} != {self.default_expr(f)}"
+                    default = self.classes.field_default(f)
+                    test = f"{expr} is not None" if default is None else expr if default == () else f"{expr} != {self.default_expr(f)}"
                     w(f"if {test}: raise _Slow")
                 continue
             if self.tagged(f):

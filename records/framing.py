@@ -100,16 +100,19 @@ class MetadataRecordSerde:
         return api_key, version, pos
 
     def decode(self, data: bytes | bytearray | memoryview) -> ApiMessageAndVersion:
-        if type(data) is not bytes:
-            data = bytes(data)
-        fast = self._decoders.get(data[:3])
+        try:
+            fast = self._decoders.get(data[:3])
+        except (TypeError, ValueError):  # unhashable (a bytearray, a writable memoryview): the full path copies it
+            fast = None
         if fast is not None:
             record = fast(data)
             if record is not None:
                 return record  # type: ignore[no-any-return]
         return self._decode(data)
 
-    def _decode(self, data: bytes) -> ApiMessageAndVersion:
+    def _decode(self, data: bytes | bytearray | memoryview) -> ApiMessageAndVersion:
+        if type(data) is not bytes:
+            data = bytes(data)
         api_key, version, pos = self.read_header(data)
         spec = self.schemas.by_api_key(api_key, self.message_type)
         if spec is None:
