@@ -132,13 +132,16 @@ _ARRAY_TABLES: dict[tuple[str, str], list[Callable[..., Any]]] = {}
 def _array_table(kind: str, code: str) -> list[Callable[..., Any]]:
     """Built on first use by the code generator, indexed by element count.
 
-    ``unpack``: the elements; ``pack_compact``: a one-byte compact length (N + 1 < 128) then
+    ``unpack``: the elements (``unpack_by_byte``: indexed by N + 1); ``pack_compact``: a one-byte compact length (N + 1 < 128) then
     the elements, for flexible versions; ``pack``: an int32 length then the elements.
     """
     table = _ARRAY_TABLES.get((kind, code))
     if table is None:
         if kind == "unpack":
             table = [_struct.Struct(">" + _array_format(code, n)).unpack_from for n in range(_ARRAY_TABLE)]
+        elif kind == "unpack_by_byte":  # indexed by the compact length byte, N + 1
+            # Bytes 128 and up start a longer varint: past the table's end (IndexError).
+            table = [None, *_array_table("unpack", code)[:127]]  # type: ignore[list-item]
         elif kind == "pack_compact":
             table = [_struct.Struct(f">B{n}{code}").pack for n in range(_ARRAY_TABLE - 1)]
         else:
@@ -428,8 +431,14 @@ class _VersionCodegen:
     def dec_tagged_section(self, w: _Writer, struct: StructSpec, path: str, variables: dict[str, str]) -> str:
         count, tag, size, unknown, stop, saved = (self.tmp(p) for p in ("nt", "tg", "sz", "uk", "te", "se"))
         self.at(w, _join(path, '(tagged fields)'))
+        if self.fast:  # mostly none: one test
+            w(f"{unknown} = ()")
+            w("if buf[pos] == 0: pos += 1")
+            w("else:")
+            w.depth += 1
         self.read_uvarint(w, count)
-        w(f"{unknown} = ()")
+        if not self.fast:
+            w(f"{unknown} = ()")
         w(f"if {count}:")
         w.depth += 1
         w(f"for _ in range({count}):")
@@ -461,7 +470,7 @@ class _VersionCodegen:
             with w.indent():
                 w(f"{unknown} += (({tag}, bytes(buf[pos:{stop}])),)")
                 w(f"pos = {stop}")
-        w.depth -= 1
+        w.depth -= 2 if self.fast else 1
         return unknown
 
     @contextmanager
@@ -486,6 +495,9 @@ class _VersionCodegen:
     def _dec_value(self, w: _Writer, f: FieldSpec, var: str, path: str) -> None:
         t = f.type
         nullable = self.nullable(f)
+        if self.fast and self.flexible and t.is_array and not t.is_struct and t.name in _FIXED:
+            self.fast_compact_array(w, t.name, var, nullable)
+            return
         if t.is_array:
             n = self.tmp("n")
             self.read_length(w, n, "int32")
@@ -567,6 +579,18 @@ class _VersionCodegen:
                 w(self.uuid_from_bytes(var, nullable_elem))
             return
         n = self.tmp("n")
+        if self.fast and self.flexible:
+            # One byte of compact length (1 to 127: N + 1) read once; else the general form.
+            w(f"{n} = buf[pos]")
+            w(f"if 0 < {n} < 128:")
+            with w.indent():
+                if t.name == "string":
+                    w(f"{var} = str(buf[pos + 1:pos + {n}], 'utf-8')")
+                else:
+                    w(f"{var} = bytes(buf[pos + 1:pos + {n}])")
+                w(f"pos += {n}")
+            w("else:")
+            w.depth += 1
         self.read_length(w, n, "int16" if t.name == "string" else "int32")
         w(f"if {n} < 0:")
         with w.indent():
@@ -579,6 +603,32 @@ class _VersionCodegen:
             else:
                 w(f"{var} = bytes(buf[pos:pos + {n}])")
             w(f"pos += {n}")
+        if self.fast and self.flexible:
+            w.depth -= 1
+
+    def fast_compact_array(self, w: _Writer, name: str, var: str, nullable: bool) -> None:
+        """An array of fixed-width values after a one-byte compact length (N + 1 from 1 to
+        127): the table is indexed by that byte. A null, a longer varint or too many elements
+        for the table go to the checked decoder (nullable null: None)."""
+        code = _FIXED[name]
+        size = _FIXED_SIZE[code]
+        table = self.const(_array_table("unpack_by_byte", code), "B")
+        b = self.tmp("n")
+        w(f"{b} = buf[pos]")
+        w(f"if {b} == 1: {var} = (); pos += 1")
+        w(f"elif {b}:")
+        with w.indent():
+            if code == "16s":
+                raw = self.tmp("r")
+                w(f"{raw} = {table}[{b}](buf, pos + 1)")
+                w(f"{var} = tuple(map(_uuid_cached, {raw}))")
+                w(f"if not all({var}): {var} = tuple(map(_uuid, {raw}))")
+            else:
+                w(f"{var} = {table}[{b}](buf, pos + 1)")
+            w(f"pos += {size} * {b} - {size - 1}")
+        w("else:")
+        with w.indent():
+            w(f"{var} = None; pos += 1" if nullable else "raise _Invalid('non-nullable array was null')")
 
     # -- encode ---------------------------------------------------------------------------
 
