@@ -863,8 +863,7 @@ class _VersionCodegen:
         w.depth = 1
         w("try:")
         w.depth += 1
-        if self.flexible:
-            w(f"if o.{UNKNOWN_TAGGED_FIELDS}: raise _Slow")
+        slow = [f"o.{UNKNOWN_TAGGED_FIELDS}"] if self.flexible else []  # tests for the general encoder
         body: list[tuple[str, str, str]] = []  # pieces for _Shapes
         keys: list[str] = []
         args: list[str] = []
@@ -877,8 +876,7 @@ class _VersionCodegen:
             if not self.present(f):
                 if not f.ignorable:
                     default = self.classes.field_default(f)
-                    test = f"{expr} is not None" if default is None else expr if default == () else f"{expr} != {self.default_expr(f)}"
-                    w(f"if {test}: raise _Slow")
+                    slow.append(f"{expr} is not None" if default is None else expr if default == () else f"{expr} != {self.default_expr(f)}")
                 continue
             if self.tagged(f):
                 tagged.append(f)
@@ -889,6 +887,8 @@ class _VersionCodegen:
             if key is not None:
                 keys.append(key)
             args.extend(field_args)
+        if slow:
+            w(f"if {' or '.join(slow)}: raise _Slow")
         tagged.sort(key=lambda f: f.tag or 0)
         tagged_pieces: list[tuple[int, tuple[str, str, str]]] | None = [] if self.flexible else None
         if not self.flexible:
@@ -963,7 +963,7 @@ class _VersionCodegen:
         length = "B" if self.flexible else ("h" if t.name == "string" else "i")
         if not t.is_array and t.name in _FIXED:
             if t.name == "uuid":
-                return ("fixed", "16s", ""), None, [f"_uuid_bytes({expr})" if nullable else f"{expr}.int.to_bytes(16, 'big')"]
+                return ("fixed", "16s", ""), None, [f"_uuid_bytes({expr})" if nullable else f"{expr}.int.to_bytes(16)"]
             return ("fixed", _FIXED[t.name], ""), None, [expr]
         v, n = self.tmp(), self.tmp("n")
         w(f"{v} = {expr}")
