@@ -443,10 +443,17 @@ class _VersionCodegen:
         w.depth += 1
         w(f"for _ in range({count}):")
         with w.indent():
-            if not self.fast:
+            if self.fast:  # tag and size mostly one byte each: read together
+                w(f"{tag} = buf[pos]; {size} = buf[pos + 1]")
+                w(f"if {tag} < 128 and {size} < 128: pos += 2")
+                w("else:")
+                with w.indent():
+                    w(f"{tag}, pos = _read_uvarint(buf, pos)")
+                    w(f"{size}, pos = _read_uvarint(buf, pos)")
+            else:
                 w("_p = pos")
-            self.read_uvarint(w, tag)
-            self.read_uvarint(w, size)
+                self.read_uvarint(w, tag)
+                self.read_uvarint(w, size)
             self.check(w, size)
             w(f"{stop} = pos + {size}")
             first = True
