@@ -1,12 +1,21 @@
 """Kafka wire codec for generated Structs, byte-compatible with Kafka's generated Java code.
 
-For every message version the codec generates one specialised Python function for decoding
-and one for encoding, then compiles them once. Consecutive fixed-width fields are read and
-written with a single precompiled ``struct.Struct``, arrays of fixed-width primitives in one
-precompiled call (with their length, on encode), and small varints inline. Decoded UUIDs are
-shared through a bounded cache keyed by their bytes (metadata records repeat a few ids).
-Generated functions keep the index of the field they are in, so any failure is reported
-with the field path and the byte offset.
+For every message version the codec generates specialised Python functions, compiled once:
+
+- a checked decoder and a general encoder, which keep the index of the field they are in,
+  so any failure is reported with the field path and the byte offset;
+- a fast decoder without that bookkeeping nor bounds checks: any exception, or a read past
+  the end, hands the input to the checked decoder, which returns the same value or says
+  what is wrong;
+- for versions of primitives and arrays of fixed-width ones, a fast encoder: one
+  ``struct.Struct`` pack for the whole message, chosen by its shape (lengths, tagged fields
+  present); any other value goes to the general encoder.
+
+``record_decoder`` and ``record_encoder`` are the same fast paths for whole KRaft records,
+frame header included (``records.framing``). Consecutive fixed-width fields are read with a
+single precompiled ``struct.Struct``, arrays of fixed-width primitives in one precompiled
+call, and small varints inline. Decoded UUIDs are shared through a bounded cache keyed by
+their bytes (metadata records repeat a few ids).
 
 Wire rules:
 - big-endian fixed-width values, UUIDs as 16 bytes, bool as one byte;
