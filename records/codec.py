@@ -113,9 +113,26 @@ def _uuid_or_none(b: bytes) -> uuid.UUID | None:
     return None if b == _ZERO16 else _uuid(b)
 
 
+# Decoded UUID arrays by their bytes, for the same reason: a partition's log directories
+# are one of the few lists its replicas' brokers have. Bounded: cleared when full.
+_UUID_TUPLES: dict[bytes, tuple[uuid.UUID, ...]] = {}
+
+
+def _uuid_tuple(raw: bytes, n: int) -> tuple[uuid.UUID, ...]:
+    """The ``n`` UUIDs of ``raw``, kept for next time. A slice cut short by the buffer's end
+    raises here, or matches a shorter array in the cache: the fast decoder's end test then
+    fails, and the checked decoder reports it."""
+    ids = tuple(map(_uuid, _array_table("unpack", "16s")[n](raw)))
+    if len(_UUID_TUPLES) >= _UUID_CACHE_MAX:
+        _UUID_TUPLES.clear()
+    _UUID_TUPLES[raw] = ids
+    return ids
+
+
 def clear_uuid_cache() -> None:
     """Forgets the UUIDs decoded so far (benchmarks use it to measure a cold replay)."""
     _UUID_CACHE.clear()
+    _UUID_TUPLES.clear()
 
 
 def _uuid_bytes(u: Any) -> bytes:
@@ -636,9 +653,8 @@ class _VersionCodegen:
         with w.indent():
             if code == "16s":
                 raw = self.tmp("r")
-                w(f"{raw} = {table}[{b}](buf, pos + 1)")
-                w(f"{var} = tuple(map(_uuid_cached, {raw}))")
-                w(f"if not all({var}): {var} = tuple(map(_uuid, {raw}))")
+                w(f"{raw} = buf[pos + 1:pos + 16 * {b} - 15]")
+                w(f"{var} = _uuid_tuples({raw}) or _uuid_tuple({raw}, {b} - 1)")
             else:
                 w(f"{var} = {table}[{b}](buf, pos + 1)")
             w(f"pos += {size} * {b} - {size - 1}")
@@ -1073,6 +1089,8 @@ _BASE_NAMESPACE: dict[str, Any] = {
     "_uvb": _uvb,
     "_uuid": _uuid,
     "_uuid_cached": _UUID_CACHE.get,
+    "_uuid_tuples": _UUID_TUPLES.get,
+    "_uuid_tuple": _uuid_tuple,
     "_unpack_array": _unpack_array,
     "_pack_array": _pack_array,
     "_uuid_or_none": _uuid_or_none,

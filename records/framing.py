@@ -126,7 +126,7 @@ class MetadataRecordSerde:
             raise FrameError(f"{spec.name} v{version}: {e.detail}", e.position, e.field, field_in_message=True) from None
         if end != len(data):
             raise FrameError(f"{len(data) - end} bytes of garbage after the {spec.name} body", end)
-        if pos == 3:
+        if pos == 3 and data[:3] not in self._decoders:  # once: a record the fast path passes on comes here each time
             self._decoders[data[:3]] = codec.version_codec(version).record_decoder(3, ApiMessageAndVersion, (version, api_key))
         return ApiMessageAndVersion(message, version, api_key)
 

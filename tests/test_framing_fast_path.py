@@ -3,12 +3,14 @@ its full path: the same records, the same bytes, the same errors."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from record_strategies import message_values
-from records.framing import FrameError, MetadataRecordSerde
+from records.framing import ApiMessageAndVersion, FrameError, MetadataRecordSerde
 from records.registry import default_schemas
 
 SCHEMAS = default_schemas()
@@ -50,3 +52,36 @@ def test_hot_paths_agree_with_the_full_path(message: str, version: int) -> None:
             assert _outcome(warm.decode, damaged) == _outcome(MetadataRecordSerde(SCHEMAS).decode, damaged)
 
     agrees()
+
+
+def test_typical_records_take_the_fast_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fast path that always gave up would still pass the tests above: here the checked
+    decoder and the general encoder must not be called for everyday records."""
+    topic_id, dirs = uuid.UUID(int=7), (uuid.UUID(int=8), uuid.UUID(int=9), uuid.UUID(int=10))
+    partition, change = SCHEMAS.struct("PartitionRecord"), SCHEMAS.struct("PartitionChangeRecord")
+    values = [
+        (SCHEMAS.struct("TopicRecord")(name="orders", topic_id=topic_id), 0),
+        (partition(partition_id=1, topic_id=topic_id, replicas=(1, 2, 3), isr=(1, 2, 3), leader=1), 0),
+        (partition(partition_id=1, topic_id=topic_id, replicas=(1, 2, 3), isr=(1, 2), directories=dirs), 1),
+        (partition(partition_id=1, topic_id=topic_id, replicas=(1,), isr=(1,), leader_recovery_state=1), 0),
+        (change(partition_id=1, topic_id=topic_id, isr=(1, 2), leader=2), 0),
+        (change(partition_id=1, topic_id=topic_id, replicas=(1, 2, 4), isr=(1, 2), directories=dirs), 1),
+        (SCHEMAS.struct("MirrorTopicStateChangeRecord")(topic_id=topic_id, mirror_name="a-to-b", desired_state=1), 0),
+    ]
+
+    def never(*args: object) -> None:
+        raise AssertionError("the fast path gave up")
+
+    for value, version in values:
+        name = type(value).__name__
+        api_key = SCHEMAS.spec(name).api_key
+        wire = MetadataRecordSerde(SCHEMAS).encode(value, version)
+        vc = SCHEMAS.codec(name).version_codec(version)
+        encode = vc.record_encoder(wire[:3])
+        decode = vc.record_decoder(3, ApiMessageAndVersion, (version, api_key))
+        monkeypatch.setitem(encode.__globals__, "_general", never)
+        monkeypatch.setitem(vc.encode.__globals__, "_general", never)
+        monkeypatch.setitem(vc.decode_at.__globals__, "_checked", never)
+        assert encode(value) == wire and vc.encode(value) == wire[3:], name
+        assert decode(wire) == (value, version, api_key), name  # None: it gave up
+        assert vc.decode_at(wire, 3, len(wire)) == (value, len(wire)), name
