@@ -1,12 +1,21 @@
 """Kafka wire codec for generated Structs, byte-compatible with Kafka's generated Java code.
 
-For every message version the codec generates one specialised Python function for decoding
-and one for encoding, then compiles them once. Consecutive fixed-width fields are read and
-written with a single precompiled ``struct.Struct``, arrays of fixed-width primitives in one
-precompiled call (with their length, on encode), and small varints inline. Decoded UUIDs are
-shared through a bounded cache keyed by their bytes (metadata records repeat a few ids).
-Generated functions keep the index of the field they are in, so any failure is reported
-with the field path and the byte offset.
+For every message version the codec generates specialised Python functions, compiled once:
+
+- a checked decoder and a general encoder, which keep the index of the field they are in,
+  so any failure is reported with the field path and the byte offset;
+- a fast decoder without that bookkeeping nor bounds checks: any exception, or a read past
+  the end, hands the input to the checked decoder, which returns the same value or says
+  what is wrong;
+- for versions of primitives and arrays of fixed-width ones, a fast encoder: one
+  ``struct.Struct`` pack for the whole message, chosen by its shape (lengths, tagged fields
+  present); any other value goes to the general encoder.
+
+``record_decoder`` and ``record_encoder`` are the same fast paths for whole KRaft records,
+frame header included (``records.framing``). Consecutive fixed-width fields are read with a
+single precompiled ``struct.Struct``, arrays of fixed-width primitives in one precompiled
+call, and small varints inline. Decoded UUIDs are shared through a bounded cache keyed by
+their bytes (metadata records repeat a few ids).
 
 Wire rules:
 - big-endian fixed-width values, UUIDs as 16 bytes, bool as one byte;
@@ -104,9 +113,26 @@ def _uuid_or_none(b: bytes) -> uuid.UUID | None:
     return None if b == _ZERO16 else _uuid(b)
 
 
+# Decoded UUID arrays by their bytes, for the same reason: a partition's log directories
+# are one of the few lists its replicas' brokers have. Bounded: cleared when full.
+_UUID_TUPLES: dict[bytes, tuple[uuid.UUID, ...]] = {}
+
+
+def _uuid_tuple(raw: bytes, n: int) -> tuple[uuid.UUID, ...]:
+    """The ``n`` UUIDs of ``raw``, kept for next time. A slice cut short by the buffer's end
+    raises here, or matches a shorter array in the cache: the fast decoder's end test then
+    fails, and the checked decoder reports it."""
+    ids = tuple(map(_uuid, _array_table("unpack", "16s")[n](raw)))
+    if len(_UUID_TUPLES) >= _UUID_CACHE_MAX:
+        _UUID_TUPLES.clear()
+    _UUID_TUPLES[raw] = ids
+    return ids
+
+
 def clear_uuid_cache() -> None:
     """Forgets the UUIDs decoded so far (benchmarks use it to measure a cold replay)."""
     _UUID_CACHE.clear()
+    _UUID_TUPLES.clear()
 
 
 def _uuid_bytes(u: Any) -> bytes:
@@ -132,13 +158,16 @@ _ARRAY_TABLES: dict[tuple[str, str], list[Callable[..., Any]]] = {}
 def _array_table(kind: str, code: str) -> list[Callable[..., Any]]:
     """Built on first use by the code generator, indexed by element count.
 
-    ``unpack``: the elements; ``pack_compact``: a one-byte compact length (N + 1 < 128) then
+    ``unpack``: the elements (``unpack_by_byte``: indexed by N + 1); ``pack_compact``: a one-byte compact length (N + 1 < 128) then
     the elements, for flexible versions; ``pack``: an int32 length then the elements.
     """
     table = _ARRAY_TABLES.get((kind, code))
     if table is None:
         if kind == "unpack":
             table = [_struct.Struct(">" + _array_format(code, n)).unpack_from for n in range(_ARRAY_TABLE)]
+        elif kind == "unpack_by_byte":  # indexed by the compact length byte, N + 1
+            # Bytes 128 and up start a longer varint: past the table's end (IndexError).
+            table = [None, *_array_table("unpack", code)[:127]]  # type: ignore[list-item]
         elif kind == "pack_compact":
             table = [_struct.Struct(f">B{n}{code}").pack for n in range(_ARRAY_TABLE - 1)]
         else:
@@ -153,6 +182,73 @@ def _unpack_array(code: str, n: int) -> Callable[..., tuple[Any, ...]]:
 
 def _pack_array(code: str, n: int) -> Callable[..., bytes]:
     return _struct.Struct(">" + _array_format(code, n)).pack
+
+
+class _Slow(Exception):
+    """The fast encoder's way to the general one."""
+
+
+_SHAPES_MAX = 4096
+
+
+class _Shapes:
+    """The ``struct`` pack of each shape a message version takes, built on first use.
+
+    A shape is the tuple the fast encoder computes: the length of each variable part of the
+    body (-1 for null), then, when a tagged field is present, the bitmask of those present
+    and the lengths of the ones that vary. A shape that needs a varint longer than one byte
+    (a compact length of 127 or more, a tag or tagged size of 128 or more) or an oversized
+    string maps to False, and the general encoder takes the value. Bounded: cleared when full.
+    """
+
+    def __init__(self, body: list[tuple[str, str, str]], tagged: list[tuple[int, tuple[str, str, str]]] | None, keys: int) -> None:
+        self.body = body
+        self.tagged = tagged  # None: not a flexible version
+        self.keys = keys
+        self.cache: dict[tuple[int, ...], Any] = {}
+
+    def __call__(self, key: tuple[int, ...]) -> Any:
+        fmt = self.format(key)
+        pack = False if fmt is None else _struct.Struct(fmt).pack
+        if len(self.cache) >= _SHAPES_MAX:
+            self.cache.clear()
+        self.cache[key] = pack
+        return pack
+
+    @staticmethod
+    def piece(piece: tuple[str, str, str], key: Iterator[int]) -> str | None:
+        kind, code, length = piece
+        if kind == "fixed":
+            return code
+        n = next(key)
+        if length == "B" and n >= 127 or length == "h" and n > 0x7FFF:
+            return None
+        if kind == "str":
+            return f"{length}{max(n, 0)}s"
+        if code == "16s":  # one bytes argument
+            return f"{length}{16 * max(n, 0)}s"
+        return length + (f"{n}{code}" if n > 0 else "")
+
+    def format(self, key: tuple[int, ...]) -> str | None:
+        values = iter(key)
+        parts = [">"]
+        for piece in self.body:
+            part = self.piece(piece, values)
+            if part is None:
+                return None
+            parts.append(part)
+        if self.tagged is not None:
+            present = next(values, 0)
+            if present.bit_count() >= 128:
+                return None
+            parts.append("B")
+            for bit, (tag, piece) in enumerate(self.tagged):
+                if present >> bit & 1:
+                    part = self.piece(piece, values)
+                    if part is None or tag >= 128 or _struct.calcsize(">" + part) >= 128:
+                        return None
+                    parts.append("BB" + part)
+        return "".join(parts)
 
 
 class _Writer:
@@ -191,6 +287,9 @@ class _VersionCodegen:
         self.consts: dict[str, Any] = {}
         self.paths: list[str] = []
         self.counter = 0
+        # The fast decoder: no field tracking nor bounds checks; any exception, or a read
+        # past ``end``, sends the input to the checked decoder, which says what is wrong.
+        self.fast = False
 
     # -- shared helpers -------------------------------------------------------------------
 
@@ -224,6 +323,34 @@ class _VersionCodegen:
 
     # -- decode ---------------------------------------------------------------------------
 
+    def fast_decode_source(self, record: tuple[int, tuple[int, ...]] | None = None) -> str:
+        """``decode(buf, pos, end)``; with ``record`` = (start, extra), ``decode(buf)``, which
+        reads the whole buffer from ``start`` and returns ``_R((value, *extra))``, or None
+        for anything else."""
+        self.fast = True
+        w = _Writer()
+        w.depth = 0
+        if record is None:
+            w("def decode(buf, pos, end):")
+            w.depth = 1
+            w("_s = pos; _e = end")
+        else:
+            w("def decode(buf):")
+            w.depth = 1
+            w(f"pos = {record[0]}; end = len(buf)")
+        w("try:")
+        with w.indent():
+            result = self.dec_struct(w, self.spec.struct, "")
+            if record is None:
+                w(f"if pos <= end: return {result}, pos")
+            else:
+                w(f"if pos == end: return _new_tuple(_R, ({result}, {''.join(f'{x!r}, ' for x in record[1])}))")
+        w("except Exception:")
+        with w.indent():
+            w("pass")
+        w("return _checked(buf, _s, _e)" if record is None else "return None")
+        return "\n".join(w.lines)
+
     def decode_source(self) -> str:
         w = _Writer()
         w.depth = 0
@@ -247,11 +374,23 @@ class _VersionCodegen:
             return f"{var} = _uuid_or_none({var})"
         return f"{var} = _uuid_cached({var}) or _uuid({var})"
 
+    def at(self, w: _Writer, path: str) -> None:
+        """Notes the field being read, for errors; the fast variant leaves that to its fallback."""
+        if not self.fast:
+            w(f"_f = {self.track(path)}; _p = pos")
+
     def check(self, w: _Writer, n: str) -> None:
-        w(f"if pos + {n} > end: raise _Truncated({n}, end - pos)")
+        # The fast variant reads on: struct and indexing raise past the buffer's end, and
+        # its last test catches a read past ``end``.
+        if not self.fast:
+            w(f"if pos + {n} > end: raise _Truncated({n}, end - pos)")
+
+    def check_byte(self, w: _Writer) -> None:
+        if not self.fast:
+            w("if pos >= end: raise _Truncated(1, 0)")
 
     def read_uvarint(self, w: _Writer, var: str) -> None:
-        w("if pos >= end: raise _Truncated(1, 0)")
+        self.check_byte(w)
         w(f"{var} = buf[pos]")
         w(f"if {var} < 128: pos += 1")
         w(f"else: {var}, pos = _read_uvarint(buf, pos)")
@@ -259,7 +398,7 @@ class _VersionCodegen:
     def read_length(self, w: _Writer, var: str, width: str) -> None:
         """A length or count: compact (uvarint N+1) in flexible versions, else fixed width."""
         if self.flexible:
-            w("if pos >= end: raise _Truncated(1, 0)")
+            self.check_byte(w)
             w(f"{var} = buf[pos] - 1")
             w(f"if {var} < 127: pos += 1")  # a one-byte uvarint
             w(f"else: {var}, pos = _read_uvarint(buf, pos); {var} -= 1")
@@ -282,7 +421,7 @@ class _VersionCodegen:
                 return
             fmt = ">" + "".join(_FIXED[f.type.name] for f, _ in pending)
             size = _struct.calcsize(fmt)
-            w(f"_f = {self.track(_join(path, pending[0][0].name))}; _p = pos")
+            self.at(w, _join(path, pending[0][0].name))
             self.check(w, str(size))
             names = ", ".join(v for _, v in pending)
             w(f"{names}{',' if len(pending) == 1 else ''} = {self.const(_struct.Struct(fmt).unpack_from, 'U')}(buf, pos)")
@@ -296,14 +435,15 @@ class _VersionCodegen:
             var = self.tmp()
             values.append(var)
             if not self.present(f) or self.tagged(f):
-                flush()
+                if not self.fast:  # the checked decoder names each run by its first field
+                    flush()
                 w(f"{var} = {self.default_expr(f)}")
                 continue
             if not f.type.is_array and not f.type.is_struct and f.type.name in _FIXED:
                 pending.append((f, var))
                 continue
             flush()
-            w(f"_f = {self.track(_join(path, f.name))}; _p = pos")
+            self.at(w, _join(path, f.name))
             self.dec_value(w, f, var, _join(path, f.name))
         flush()
         unknown = "()"
@@ -316,16 +456,30 @@ class _VersionCodegen:
 
     def dec_tagged_section(self, w: _Writer, struct: StructSpec, path: str, variables: dict[str, str]) -> str:
         count, tag, size, unknown, stop, saved = (self.tmp(p) for p in ("nt", "tg", "sz", "uk", "te", "se"))
-        w(f"_f = {self.track(_join(path, '(tagged fields)'))}; _p = pos")
+        self.at(w, _join(path, '(tagged fields)'))
+        if self.fast:  # mostly none: one test
+            w(f"{unknown} = ()")
+            w("if buf[pos] == 0: pos += 1")
+            w("else:")
+            w.depth += 1
         self.read_uvarint(w, count)
-        w(f"{unknown} = ()")
+        if not self.fast:
+            w(f"{unknown} = ()")
         w(f"if {count}:")
         w.depth += 1
         w(f"for _ in range({count}):")
         with w.indent():
-            w("_p = pos")
-            self.read_uvarint(w, tag)
-            self.read_uvarint(w, size)
+            if self.fast:  # tag and size mostly one byte each: read together
+                w(f"{tag} = buf[pos]; {size} = buf[pos + 1]")
+                w(f"if {tag} < 128 and {size} < 128: pos += 2")
+                w("else:")
+                with w.indent():
+                    w(f"{tag}, pos = _read_uvarint(buf, pos)")
+                    w(f"{size}, pos = _read_uvarint(buf, pos)")
+            else:
+                w("_p = pos")
+                self.read_uvarint(w, tag)
+                self.read_uvarint(w, size)
             self.check(w, size)
             w(f"{stop} = pos + {size}")
             first = True
@@ -333,7 +487,11 @@ class _VersionCodegen:
                 w(f"{'if' if first else 'elif'} {tag} == {f.tag}:")
                 first = False
                 with w.indent():
-                    w(f"_f = {self.track(_join(path, f.name))}; _p = pos")
+                    if self.fast:  # reads past the field's end fail the size test, or the last one
+                        self.dec_value(w, f, variables[f.name], _join(path, f.name))
+                        w(f"if pos != {stop}: raise _Invalid('tagged field size')")
+                        continue
+                    self.at(w, _join(path, f.name))
                     w(f"{saved} = end; end = {stop}")
                     self.dec_value(w, f, variables[f.name], _join(path, f.name))
                     w(f"if pos != end: raise _Invalid('tagged field size ' + str({size}) + ' does not match its value')")
@@ -345,7 +503,7 @@ class _VersionCodegen:
             with w.indent():
                 w(f"{unknown} += (({tag}, bytes(buf[pos:{stop}])),)")
                 w(f"pos = {stop}")
-        w.depth -= 1
+        w.depth -= 2 if self.fast else 1
         return unknown
 
     @contextmanager
@@ -370,6 +528,9 @@ class _VersionCodegen:
     def _dec_value(self, w: _Writer, f: FieldSpec, var: str, path: str) -> None:
         t = f.type
         nullable = self.nullable(f)
+        if self.fast and self.flexible and t.is_array and not t.is_struct and t.name in _FIXED:
+            self.fast_compact_array(w, t.name, var, nullable)
+            return
         if t.is_array:
             n = self.tmp("n")
             self.read_length(w, n, "int32")
@@ -379,7 +540,20 @@ class _VersionCodegen:
             w("else:")
             with w.indent():
                 too_many = f"raise _Invalid('array of ' + str({n}) + ' elements, but only ' + str(end - pos) + ' bytes remain')"
-                if not t.is_struct and t.name in _FIXED:
+                if not t.is_struct and t.name in _FIXED and self.fast:
+                    # An empty array costs no call; more than _ARRAY_TABLE - 1 elements raise
+                    # IndexError, for the checked decoder.
+                    code = _FIXED[t.name]
+                    table = self.const(_array_table("unpack", code), "A")
+                    if code == "16s":
+                        raw = self.tmp("r")
+                        w(f"{raw} = {table}[{n}](buf, pos)")
+                        w(f"{var} = tuple(map(_uuid_cached, {raw}))")
+                        w(f"if not all({var}): {var} = tuple(map(_uuid, {raw}))")
+                    else:
+                        w(f"{var} = {table}[{n}](buf, pos) if {n} else ()")
+                    w(f"pos += {_FIXED_SIZE[code]} * {n}")
+                elif not t.is_struct and t.name in _FIXED:
                     code = _FIXED[t.name]
                     size = _FIXED_SIZE[code]
                     stop = self.tmp("e")
@@ -438,6 +612,18 @@ class _VersionCodegen:
                 w(self.uuid_from_bytes(var, nullable_elem))
             return
         n = self.tmp("n")
+        if self.fast and self.flexible:
+            # One byte of compact length (1 to 127: N + 1) read once; else the general form.
+            w(f"{n} = buf[pos]")
+            w(f"if 0 < {n} < 128:")
+            with w.indent():
+                if t.name == "string":
+                    w(f"{var} = str(buf[pos + 1:pos + {n}], 'utf-8')")
+                else:
+                    w(f"{var} = bytes(buf[pos + 1:pos + {n}])")
+                w(f"pos += {n}")
+            w("else:")
+            w.depth += 1
         self.read_length(w, n, "int16" if t.name == "string" else "int32")
         w(f"if {n} < 0:")
         with w.indent():
@@ -450,6 +636,31 @@ class _VersionCodegen:
             else:
                 w(f"{var} = bytes(buf[pos:pos + {n}])")
             w(f"pos += {n}")
+        if self.fast and self.flexible:
+            w.depth -= 1
+
+    def fast_compact_array(self, w: _Writer, name: str, var: str, nullable: bool) -> None:
+        """An array of fixed-width values after a one-byte compact length (N + 1 from 1 to
+        127): the table is indexed by that byte. A null, a longer varint or too many elements
+        for the table go to the checked decoder (nullable null: None)."""
+        code = _FIXED[name]
+        size = _FIXED_SIZE[code]
+        table = self.const(_array_table("unpack_by_byte", code), "B")
+        b = self.tmp("n")
+        w(f"{b} = buf[pos]")
+        w(f"if {b} == 1: {var} = (); pos += 1")
+        w(f"elif {b}:")
+        with w.indent():
+            if code == "16s":
+                raw = self.tmp("r")
+                w(f"{raw} = buf[pos + 1:pos + 16 * {b} - 15]")
+                w(f"{var} = _uuid_tuples({raw}) or _uuid_tuple({raw}, {b} - 1)")
+            else:
+                w(f"{var} = {table}[{b}](buf, pos + 1)")
+            w(f"pos += {size} * {b} - {size - 1}")
+        w("else:")
+        with w.indent():
+            w(f"{var} = None; pos += 1" if nullable else "raise _Invalid('non-nullable array was null')")
 
     # -- encode ---------------------------------------------------------------------------
 
@@ -664,6 +875,172 @@ class _VersionCodegen:
                 self.write_length(w, f"len({val})", "int32")
                 w(f"ap(bytes({val}))")
 
+    # -- fast encode ----------------------------------------------------------------------
+
+    def fast_encode_source(self, prefix: bytes = b"") -> str | None:
+        """One ``struct`` pack for the whole message, chosen by its shape (see ``_Shapes``),
+        after ``prefix`` (a record's frame header).
+
+        For versions whose fields are primitives and arrays of fixed-width ones; None for the
+        others (structs, arrays of strings). Anything the shape cannot say (an unknown tagged
+        field, a length that needs a multi-byte varint, a wrong value) goes to the general
+        encoder, ``_general``.
+        """
+        struct = self.spec.struct
+        if any(f.type.is_struct or f.type.is_array and f.type.name not in _FIXED for f in struct.fields if self.present(f)):
+            return None
+        w = _Writer()
+        w.depth = 0
+        w("def encode(o):")
+        w.depth = 1
+        w("try:")
+        w.depth += 1
+        slow = [f"o.{UNKNOWN_TAGGED_FIELDS}"] if self.flexible else []  # tests for the general encoder
+        body: list[tuple[str, str, str]] = []  # pieces for _Shapes
+        keys: list[str] = []
+        args: list[str] = []
+        if prefix:
+            body.append(("fixed", f"{len(prefix)}s", ""))
+            args.append(self.const(prefix, "H"))
+        tagged: list[FieldSpec] = []
+        for f in struct.fields:
+            expr = f"o.{f.attr}"
+            if not self.present(f):
+                if not f.ignorable:
+                    default = self.classes.field_default(f)
+                    slow.append(f"{expr} is not None" if default is None else expr if default == () else f"{expr} != {self.default_expr(f)}")
+                continue
+            if self.tagged(f):
+                tagged.append(f)
+                continue
+            with self.lengths_of(f):
+                piece, key, field_args = self.fast_field(w, f, expr)
+            body.append(piece)
+            if key is not None:
+                keys.append(key)
+            args.extend(field_args)
+        if slow:
+            w(f"if {' or '.join(slow)}: raise _Slow")
+        tagged.sort(key=lambda f: f.tag or 0)
+        tagged_pieces: list[tuple[int, tuple[str, str, str]]] | None = [] if self.flexible else None
+        if not self.flexible:
+            self.fast_pack(w, body, keys, args)
+        elif not tagged:
+            self.fast_pack(w, body, keys, args + ["0"])
+        else:
+            presence = []
+            for bit, f in enumerate(tagged):
+                x = self.tmp("x")
+                w(f"{x} = o.{f.attr}")
+                default = self.classes.field_default(f)
+                if default is None:
+                    presence.append((bit, f, x, f"{x} is not None", f"{x} is None"))
+                else:
+                    d = self.default_expr(f)
+                    presence.append((bit, f, x, f"{x} != {d}", f"{x} == {d}"))
+            w(f"if {' and '.join(p[4] for p in presence)}:")  # no tagged field to write
+            with w.indent():
+                self.fast_pack(w, body, keys, args + ["0"])
+            w("else:")
+            with w.indent():
+                w("t = 0")
+                for bit, _, _, test, _ in presence:
+                    w(f"if {test}: t |= {1 << bit}")
+                w(f"a = [{', '.join(args + ['t.bit_count()'])}]")
+                w(f"tl = [{', '.join(keys + ['t'])}]")
+                for bit, f, x, _, _ in presence:
+                    w(f"if t & {1 << bit}:")
+                    with w.indent():
+                        piece, key, field_args = self.fast_field(w, f, x)
+                        size = {"fixed": str(_struct.calcsize(">" + piece[1])), "arr": f"{_FIXED_SIZE.get(piece[1], 0)} * {key} + 1 if {key} > 0 else 1", "str": f"{key} + 1 if {key} > 0 else 1"}[piece[0]]
+                        stars = [a for a in field_args if a.startswith("*")]
+                        plain = [a for a in field_args if not a.startswith("*")]
+                        w(f"a += ({f.tag}, {size}, {', '.join(plain)},)")
+                        for s in stars:
+                            w(f"a += {s[1:]}")
+                        if key is not None:
+                            w(f"tl.append({key})")
+                    tagged_pieces.append((f.tag or 0, piece))  # type: ignore[union-attr]
+                w("k = tuple(tl)")
+                w("p = _SH.get(k)")
+                w("if p is None: p = _shape(k)")
+                w("if p: return p(*a)")
+        self.consts["_shape"] = shapes = _Shapes(body, tagged_pieces, len(keys))
+        self.consts["_SH"] = shapes.cache
+        w.depth -= 1
+        w("except Exception:")
+        with w.indent():
+            w("pass")
+        w(f"return {self.const(prefix, 'H')} + _general(o)" if prefix else "return _general(o)")
+        return "\n".join(w.lines)
+
+    def fast_pack(self, w: _Writer, body: list[tuple[str, str, str]], keys: list[str], args: list[str]) -> None:
+        """The pack call of a value with no tagged field: precompiled when no length varies,
+        else looked up by shape."""
+        if not keys:
+            fmt = _Shapes(body, [] if self.flexible else None, 0).format(())
+            assert fmt is not None
+            w(f"return {self.const(_struct.Struct(fmt).pack, 'P')}({', '.join(args)})")
+            return
+        w(f"k = ({''.join(k + ', ' for k in keys)})")
+        w("p = _SH.get(k)")
+        w("if p is None: p = _shape(k)")
+        w(f"if p: return p({', '.join(args)})")
+
+    def fast_field(self, w: _Writer, f: FieldSpec, expr: str) -> tuple[tuple[str, str, str], str | None, list[str]]:
+        """Emits what a field needs before the pack; returns its piece, its shape variable
+        (None when its size is fixed) and its pack arguments."""
+        t = f.type
+        nullable = self.nullable(f)
+        length = "B" if self.flexible else ("h" if t.name == "string" else "i")
+        if not t.is_array and t.name in _FIXED:
+            if t.name == "uuid":
+                return ("fixed", "16s", ""), None, [f"_uuid_bytes({expr})" if nullable else f"{expr}.int.to_bytes(16)"]
+            return ("fixed", _FIXED[t.name], ""), None, [expr]
+        v, n = self.tmp(), self.tmp("n")
+        w(f"{v} = {expr}")
+        count = f"{n} + 1" if self.flexible else n
+        if t.is_array:
+            length = "B" if self.flexible else "i"
+            empty, measure = "()", f"{n} = len({v})"
+            piece = ("arr", _FIXED[t.name], length)
+            if t.name == "uuid":
+                # The UUIDs' bytes as one argument, unrolled up to 3 (to_bytes refuses what is
+                # not a UUID's int, as the general encoder does).
+                raw = self.tmp("u")
+                if nullable:
+                    w(f"if {v} is None: {n} = -1; {v} = ()")
+                    w(f"else: {measure}")
+                else:
+                    w(measure)
+                w(f"if {n} <= 0: {raw} = b''")
+                w(f"elif {n} == 1: {raw} = {v}[0].int.to_bytes(16)")
+                w(f"elif {n} == 2: {raw} = {v}[0].int.to_bytes(16) + {v}[1].int.to_bytes(16)")
+                w(f"elif {n} == 3: {raw} = {v}[0].int.to_bytes(16) + {v}[1].int.to_bytes(16) + {v}[2].int.to_bytes(16)")
+                w(f"else: {raw} = b''.join([e.int.to_bytes(16) for e in {v}])")
+                return piece, n, [count, raw]
+            result = [count, f"*{v}"]
+        elif t.name == "string":
+            raw = self.tmp("b")
+            empty, measure = "b''", f"{raw} = {v}.encode('utf-8'); {n} = len({raw})"
+            piece, result = ("str", "s", length), [count, raw]
+            if nullable:
+                w(f"if {v} is None: {n} = -1; {raw} = b''")
+                w(f"else: {measure}")
+            else:
+                w(measure)
+            return piece, n, result
+        else:  # bytes, records: other bytes-like values take the general path, which copies them
+            empty, measure = "b''", f"{n} = len({v})"
+            w(f"if type({v}) is not bytes and {v} is not None: raise _Slow")
+            piece, result = ("str", "s", length), [count, v]
+        if nullable:
+            w(f"if {v} is None: {n} = -1; {v} = {empty}")
+            w(f"else: {measure}")
+        else:
+            w(measure)
+        return piece, n, result
+
 
 def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
@@ -712,30 +1089,77 @@ _BASE_NAMESPACE: dict[str, Any] = {
     "_uvb": _uvb,
     "_uuid": _uuid,
     "_uuid_cached": _UUID_CACHE.get,
+    "_uuid_tuples": _UUID_TUPLES.get,
+    "_uuid_tuple": _uuid_tuple,
     "_unpack_array": _unpack_array,
     "_pack_array": _pack_array,
     "_uuid_or_none": _uuid_or_none,
     "_uuid_bytes": _uuid_bytes,
+    "_new_tuple": tuple.__new__,
+    "_Slow": _Slow,
     "_decode_error": _decode_error,
     "_encode_error": _encode_error,
 }
 
 
 class VersionCodec:
-    """The compiled decode and encode functions of one message version."""
+    """The compiled decode and encode functions of one message version.
 
-    __slots__ = ("version", "decode_at", "encode", "decode_source", "encode_source")
+    ``decode_at`` is the fast decoder, which hands anything it cannot read to
+    ``decode_checked`` (the same result, or the error naming field and byte).
+    """
+
+    __slots__ = (
+        "version", "decode_at", "decode_checked", "encode", "encode_general",
+        "decode_source", "fast_decode_source", "encode_source", "fast_encode_source", "_make",
+    )
 
     def __init__(self, spec: MessageSpec, version: int, classes: MessageClasses) -> None:
+        self._make = (spec, version, classes)
         self.version = version
         dec = _VersionCodegen(spec, version, classes)
         self.decode_source = dec.decode_source()
-        self.decode_at: Callable[[Any, int, int], tuple[Any, int]] = _compile(
+        self.decode_checked: Callable[[Any, int, int], tuple[Any, int]] = _compile(
             self.decode_source, "decode", dec, f"<decode {spec.name} v{version}>"
+        )
+        fast = _VersionCodegen(spec, version, classes)
+        self.fast_decode_source = fast.fast_decode_source()
+        fast.consts["_checked"] = self.decode_checked
+        self.decode_at: Callable[[Any, int, int], tuple[Any, int]] = _compile(
+            self.fast_decode_source, "decode", fast, f"<fast decode {spec.name} v{version}>"
         )
         enc = _VersionCodegen(spec, version, classes)
         self.encode_source = enc.encode_source()
-        self.encode: Callable[[Any], bytes] = _compile(self.encode_source, "encode", enc, f"<encode {spec.name} v{version}>")
+        self.encode_general: Callable[[Any], bytes] = _compile(
+            self.encode_source, "encode", enc, f"<encode {spec.name} v{version}>"
+        )
+        fast = _VersionCodegen(spec, version, classes)
+        self.fast_encode_source = fast.fast_encode_source()
+        self.encode: Callable[[Any], bytes] = self.encode_general
+        if self.fast_encode_source is not None:
+            fast.consts["_general"] = self.encode_general
+            self.encode = _compile(self.fast_encode_source, "encode", fast, f"<fast encode {spec.name} v{version}>")
+
+
+    def record_encoder(self, prefix: bytes) -> Callable[[Any], bytes]:
+        """``prefix`` (a frame header) and the encoded value, in one pack when it can."""
+        spec, version, classes = self._make
+        gen = _VersionCodegen(spec, version, classes)
+        source = gen.fast_encode_source(prefix)
+        if source is None:
+            general = self.encode_general
+            return lambda value: prefix + general(value)
+        gen.consts["_general"] = self.encode_general
+        return _compile(source, "encode", gen, f"<record encode {spec.name} v{version}>")
+
+    def record_decoder(self, start: int, cls: type[tuple[Any, ...]], extra: tuple[int, ...]) -> Callable[[bytes], Any]:
+        """A fast decoder of whole records: the body from byte ``start`` to the end, returned
+        as ``cls((value, *extra))`` (a NamedTuple), or None when the checked path is needed."""
+        spec, version, classes = self._make
+        gen = _VersionCodegen(spec, version, classes)
+        source = gen.fast_decode_source((start, extra))
+        gen.consts["_R"] = cls
+        return _compile(source, "decode", gen, f"<record decode {spec.name} v{version}>")
 
 
 def _compile(source: str, name: str, gen: _VersionCodegen, filename: str) -> Callable[..., Any]:

@@ -52,8 +52,19 @@ class MetadataRecordSerde:
         self.schemas = schemas
         self.message_type = message_type
         self._headers: dict[tuple[int, int], bytes] = {}
+        # Hot paths, filled as records are seen: (Struct type, version) -> the encoder of
+        # header and body, and a 3-byte header (frame 1, one-byte apiKey and version) -> a decoder
+        # of the whole record, which returns None for anything that needs the full path.
+        self._encoders: dict[tuple[type, int], Any] = {}
+        self._decoders: dict[bytes, Any] = {}
 
     def encode(self, message: msgspec.Struct, version: int) -> bytes:
+        fast = self._encoders.get((type(message), version))
+        if fast is not None:
+            return fast(message)  # type: ignore[no-any-return]
+        return self._encode(message, version)
+
+    def _encode(self, message: msgspec.Struct, version: int) -> bytes:
         name = self.schemas.name_of(message)
         spec = self.schemas.spec(name)
         if spec.type != self.message_type or spec.api_key is None:
@@ -63,7 +74,10 @@ class MetadataRecordSerde:
             header = self._headers[(spec.api_key, version)] = (
                 uvarint_bytes(FRAME_VERSION) + uvarint_bytes(spec.api_key) + uvarint_bytes(version)
             )
-        return header + self.schemas.codec(name).encode(message, version)
+        codec = self.schemas.codec(name)
+        body = codec.encode(message, version)
+        self._encoders[(type(message), version)] = codec.version_codec(version).record_encoder(header)
+        return header + body
 
     def read_header(self, data: bytes | bytearray | memoryview) -> tuple[int, int, int]:
         """Returns (apiKey, version, body position)."""
@@ -86,7 +100,18 @@ class MetadataRecordSerde:
         return api_key, version, pos
 
     def decode(self, data: bytes | bytearray | memoryview) -> ApiMessageAndVersion:
-        if isinstance(data, memoryview):
+        try:
+            fast = self._decoders.get(data[:3])
+        except (TypeError, ValueError):  # unhashable (a bytearray, a writable memoryview): the full path copies it
+            fast = None
+        if fast is not None:
+            record = fast(data)
+            if record is not None:
+                return record  # type: ignore[no-any-return]
+        return self._decode(data)
+
+    def _decode(self, data: bytes | bytearray | memoryview) -> ApiMessageAndVersion:
+        if type(data) is not bytes:
             data = bytes(data)
         api_key, version, pos = self.read_header(data)
         spec = self.schemas.by_api_key(api_key, self.message_type)
@@ -101,6 +126,8 @@ class MetadataRecordSerde:
             raise FrameError(f"{spec.name} v{version}: {e.detail}", e.position, e.field, field_in_message=True) from None
         if end != len(data):
             raise FrameError(f"{len(data) - end} bytes of garbage after the {spec.name} body", end)
+        if pos == 3 and data[:3] not in self._decoders:  # once: a record the fast path passes on comes here each time
+            self._decoders[data[:3]] = codec.version_codec(version).record_decoder(3, ApiMessageAndVersion, (version, api_key))
         return ApiMessageAndVersion(message, version, api_key)
 
     def to_json(self, record: ApiMessageAndVersion) -> dict[str, Any]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import uuid
+from typing import Any
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from record_strategies import message_values
 from records.codec import CodecError, UnsupportedVersionError
@@ -54,11 +57,13 @@ def test_every_reference_file_loads() -> None:
 def test_round_trip(set_name: str, message: str, version: int) -> None:
     schemas = SETS[set_name]
     codec = schemas.codec(message)
+    vc = codec.version_codec(version)
 
     @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(value=message_values(codec, version))
     def round_trips(value: object) -> None:
         encoded = codec.encode(value, version)
+        assert encoded == vc.encode_general(value)  # the fast encoder, if any, writes the same bytes
         decoded = codec.decode(encoded, version)
         assert decoded == value
         assert codec.encode(decoded, version) == encoded
@@ -284,3 +289,69 @@ def test_start_response_skipped_topics_are_tagged_so_old_clients_read_it() -> No
     seen_by_old = old.decode("StartMirrorTopicsResponse", wire, 0)
     assert seen_by_old.topics == () and [tag for tag, _ in seen_by_old.unknown_tagged_fields] == [0]
     assert PROJECT.encode(cls(), 0) == old.encode(old.struct("StartMirrorTopicsResponse")(), 0)  # nothing skipped: same bytes
+
+
+# -- the fast paths against the checked code --------------------------------------------------
+
+PROJECT_CASES = [(msg, version) for msg, spec in sorted(PROJECT.specs.items()) for version in spec.versions()]
+
+
+def _outcome(fn: Any, *args: Any) -> tuple[str, Any]:
+    try:
+        return "ok", fn(*args)
+    except CodecError as e:
+        return type(e).__name__, (str(e), e.field, e.position)
+
+
+# One @given function per case, as in test_round_trip.
+@pytest.mark.parametrize(("message", "version"), PROJECT_CASES, ids=[f"{m}-v{v}" for m, v in PROJECT_CASES])
+def test_fast_decoder_agrees_with_the_checked_one_on_damaged_input(message: str, version: int) -> None:
+    """Truncated, altered or over-long input: the fast decoder returns what the checked one
+    returns, or raises the same error (it hands what it cannot read to the checked one)."""
+    codec = PROJECT.codec(message)
+    vc = codec.version_codec(version)
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(value=message_values(codec, version), data=st.data())
+    def agrees(value: object, data: st.DataObject) -> None:
+        wire = codec.encode(value, version)
+        assert vc.decode_at(wire, 0, len(wire)) == vc.decode_checked(wire, 0, len(wire)) == (value, len(wire))
+        cut = data.draw(st.integers(0, len(wire)), label="cut")
+        at = data.draw(st.integers(0, max(len(wire) - 1, 0)), label="at")
+        byte = data.draw(st.integers(0, 255), label="byte")
+        altered = wire[:at] + bytes([byte]) + wire[at + 1:] if wire else wire
+        tail = data.draw(st.binary(min_size=1, max_size=40), label="tail")
+        for buf, end in ((wire[:cut], cut), (altered, len(altered)), (altered + tail, len(altered)), (wire[:cut] + tail, cut)):
+            assert _outcome(vc.decode_at, buf, 0, end) == _outcome(vc.decode_checked, buf, 0, end)
+
+    agrees()
+
+
+@pytest.mark.parametrize("n", [0, 1, 31, 32, 126, 127, 128, 200, 40000])
+def test_fast_encoder_at_varint_and_size_boundaries(n: int) -> None:
+    """Around the lengths where a compact length or a tagged size needs a second varint byte,
+    and past an int16 string length: the fast encoder's bytes are the general encoder's, or
+    it leaves the value to it."""
+    ints = tuple(range(n))
+    text = "x" * n
+    values = [
+        ("PartitionRecord", 0, PROJECT.struct("PartitionRecord")(topic_id=TOPIC_ID, replicas=ints, isr=ints[:3])),
+        ("PartitionRecord", 1, PROJECT.struct("PartitionRecord")(topic_id=TOPIC_ID, directories=(TOPIC_ID,) * n)),
+        ("PartitionChangeRecord", 0, PROJECT.struct("PartitionChangeRecord")(topic_id=TOPIC_ID, isr=ints, leader=n)),
+        ("TopicRecord", 0, PROJECT.struct("TopicRecord")(name=text, topic_id=TOPIC_ID)),
+        ("ConfigRecord", 0, PROJECT.struct("ConfigRecord")(resource_name=text, name="a", value=None)),
+    ]
+    handshake = RPC.struct("SaslHandshakeRequest")  # v1: a non-flexible int16 string
+    values_rpc = [("SaslHandshakeRequest", 1, handshake(mechanism=text))]
+    for schemas, cases in ((PROJECT, values), (RPC, values_rpc)):
+        for name, version, value in cases:
+            vc = schemas.codec(name).version_codec(version)
+            assert vc.fast_encode_source is not None, name
+            try:
+                expected = vc.encode_general(value)
+            except CodecError as e:
+                with pytest.raises(type(e), match=re.escape(str(e))):
+                    vc.encode(value)
+                continue
+            assert vc.encode(value) == expected, (name, version, n)
+            assert schemas.codec(name).decode(expected, version) == value
