@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.mass_failover import Bench, _cpu_s
+from clustermodel.client import ClusterClient
 from streams.demo.harness import DemoError
 
 _STAMP = struct.Struct(">d")  # the produce call's wall-clock time, in the record's value
@@ -74,8 +75,9 @@ class IdleBench(Bench):
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
         from aiokafka import TopicPartition as KTP
 
-        model = self.demo.clock.clients["A"]  # type: ignore[union-attr]
-        boot_a, boot_b = model.bootstrap_servers("A"), model.bootstrap_servers("B")
+        port = self.demo.clock.clients["A"].address[1]  # type: ignore[union-attr]
+        with ClusterClient(port, "A") as model:  # its own connection: the clock's is busy on its thread
+            boot_a, boot_b = model.bootstrap_servers("A"), model.bootstrap_servers("B")
         parts = self.trickle_partitions()
         tps = [KTP(t, p) for t, p in parts]
         producer = AIOKafkaProducer(bootstrap_servers=boot_a, linger_ms=0, acks="all", client_id="idle-bench")
