@@ -370,7 +370,7 @@ class CoordinatorWorker:
             runner = MirrorRunner(name, ports[0], ports[1], MirrorConfig.from_properties(dict(image.configs)),
                                   store=self.store, metadata=_DesiredView(self, name),  # type: ignore[arg-type]
                                   stats=self.stats.setdefault(name, MirrorStats()),
-                                  jitter=full_jitter)  # fmt: skip
+                                  jitter=full_jitter, long_poll=True)  # fmt: skip
             return MirrorJob(runner, ports, image.configs)
 
         m = self.mirrors[name] = await loop.run_in_executor(self.pool, build)
@@ -455,6 +455,11 @@ class CoordinatorWorker:
         except PortError as e:
             r._note(f"topic level: {e}")
         t1 = time.perf_counter()
+        if partition is not None:
+            # Only what changed: the partitions whose desired state, state or source moved (hot).
+            r.interest.wake()
+            r.interest.desired(desired, r.partitions)
+            keys = r.interest.select(partition, keys, self.table_partitions.key_set(partition))
         r.step_partitions(now_ms, keys, desired)
         t2 = time.perf_counter()
         if partition is None:
@@ -475,6 +480,8 @@ class CoordinatorWorker:
             if time.perf_counter() - t2 >= self.tick_interval:
                 break
         t3 = time.perf_counter()
+        if partition is not None:
+            r.interest.cool(keys, r.quiet)
         synced = r.sync_if_due(now_ms, desired)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("mirror %s, %d key(s): topics %.3fs, steps %.3fs, fetch %.3fs (%d partitions, %d rounds), sync %s %.3fs",
