@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import pstats
 import shutil
 import signal
 import struct
@@ -135,6 +136,35 @@ class IdleBench(Bench):
             await consumer.stop()
 
 
+def _profile_snapshot(workdir: Path) -> dict[str, dict[Any, tuple[float, float]]]:
+    """Each worker profile (``KIP1279_PROFILE_DIR``) as it is now: function -> (tottime, cumtime)."""
+    out: dict[str, dict[Any, tuple[float, float]]] = {}
+    for f in sorted(workdir.glob("worker-*.prof")):
+        try:
+            stats = pstats.Stats(str(f)).stats  # type: ignore[attr-defined]
+        except (OSError, EOFError, ValueError, TypeError):
+            continue
+        out[f.name.split("-")[1]] = {fn: (tt, ct) for fn, (_, _, tt, ct, _) in stats.items()}
+    return out
+
+
+def _profile_diff(before: dict[str, dict[Any, tuple[float, float]]], after: dict[str, dict[Any, tuple[float, float]]],
+                  top: int = 25) -> str:
+    """The functions that took the most time between two snapshots, per profile (loop, jobs)."""
+    lines = []
+    for kind, now in after.items():
+        was = before.get(kind, {})
+        rows = [(tt - was.get(fn, (0.0, 0.0))[0], ct - was.get(fn, (0.0, 0.0))[1], fn) for fn, (tt, ct) in now.items()]
+        total = sum(r[0] for r in rows)
+        lines.append(f"--- worker {kind} thread(s): {total:.2f} s of CPU in profiled code; top by own time (own s, cumulative s)")
+        for tt, ct, (file, line, name) in sorted(rows, key=lambda r: -r[0])[:top]:
+            lines.append(f"{tt:8.3f} {ct:8.3f}  {Path(file).name}:{line}({name})")
+        lines.append(f"--- top by cumulative time")
+        for tt, ct, (file, line, name) in sorted(rows, key=lambda r: -r[1])[:top]:
+            lines.append(f"{tt:8.3f} {ct:8.3f}  {Path(file).name}:{line}({name})")
+    return "\n".join(lines)
+
+
 def _percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -155,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tick-interval", type=float, default=0.2, help="worker tick interval (demo: 0.2)")
     p.add_argument("--metadata-refresh-ms", type=int, default=30000)
     p.add_argument("--worker-loglevel", default="warning")
+    p.add_argument("--profile", action="store_true",
+                   help="cProfile the worker (KIP1279_PROFILE_DIR) and print where its idle window's time went")
     p.add_argument("--workdir")
     p.add_argument("--keep", action="store_true")
     args = p.parse_args(argv)
@@ -162,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     args.partitions, args.no_offsets = args.per_topic, True  # Bench's names: partitions per topic
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="kip1279-idle-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    if args.profile:
+        os.environ["KIP1279_PROFILE_DIR"] = str(workdir)
     bench = IdleBench(args, workdir)
     bench.result = {"partitions": args.topics * args.per_topic, "topics": args.topics, "window_s": args.window,
                     "trickle_partitions": len(bench.trickle_partitions())}  # fmt: skip
@@ -171,7 +205,13 @@ def main(argv: list[str] | None = None) -> int:
         bench.setup()
         bench.say(f"all MIRRORING; settling {args.settle:.0f}s (worker pid {bench.pid('worker-B')})")
         time.sleep(args.settle)
+        before = _profile_snapshot(workdir) if args.profile else {}
         idle = bench.measure("idle", args.window)
+        if args.profile:
+            time.sleep(6.0)  # the next dump of the profiles (every 5 s)
+            report = _profile_diff(before, _profile_snapshot(workdir))
+            (workdir / "profile-idle.txt").write_text(report + "\n")
+            sys.stdout.write(report + "\n")
         latencies, trickle = asyncio.run(bench.trickle(args.window, warmup=min(10.0, args.window / 3)))
         all_idle = round(sum(idle.values()), 3)
         bench.result.update(

@@ -83,6 +83,7 @@ from streams.worker.table import OtherWorkersStates, WorkerTable
 from streams.worker.ports import PortFactory, model_server_ports
 from streams.worker.state_store import WorkerStateStore
 from streams.worker.mirror_jobs import MirrorJob, cyclic_gc_paused, full_jitter
+from streams.worker.profiling import profiled_job
 from streams.worker.table import tick_topic_name, worker_topic_specs
 
 log = logging.getLogger(__name__)
@@ -437,7 +438,7 @@ class CoordinatorWorker:
         m.close()
 
     def _paused_job(self, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: int, partition: int | None = None) -> None:
-        with cyclic_gc_paused():
+        with cyclic_gc_paused(), profiled_job():
             self._job(m, keys, now_ms, partition)
 
     def _job(self, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: int, partition: int | None = None) -> None:
