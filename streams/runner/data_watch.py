@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -91,9 +92,12 @@ class DataWatch:
                     client = self._open()
                     session = 0
                     continue  # the next pass sends a full request
+                t0 = time.monotonic()
                 session, moved = client.fetch_wait(session, [(tp, o, e) for tp, (o, e) in add.items()],
                                                    list(remove), self.max_wait_ms)  # fmt: skip
                 self.polls += 1
+                if not moved and (left := self.max_wait_ms / 1000 - (time.monotonic() - t0)) > 0.01:
+                    self._stop.wait(left)  # a source that answers an empty long poll at once: no busy loop
             except Exception as e:  # noqa: BLE001 - any failure: reset, and let the runner fetch
                 if not isinstance(e, FetchSessionIdNotFound):
                     log.info("data watch: %s; its partitions are fetched", e)
