@@ -28,7 +28,7 @@ class Interest:
         self.watch = watch
         self.hot: set[MirrorPartitionKey] = set()
         self.parked: set[TopicPartition] = set()  # not fetched until the watch reports them moved
-        self._lists: dict[int, Sequence[MirrorPartitionKey]] = {}  # per table partition: its key list last seen
+        self._versions: dict[int, object] = {}  # per table partition: its key list's version last seen
         self._desired: dict[uuid.UUID, tuple[DesiredState, int]] = {}
 
     def mark(self, key: MirrorPartitionKey, mirroring: bool = True) -> None:
@@ -83,12 +83,13 @@ class Interest:
             self.hot.update(MirrorPartitionKey(self.mirror_name, t, p) for p in partitions.get(t, ()))
         self._desired = dict(desired)
 
-    def select(self, table_partition: int, keys: Sequence[MirrorPartitionKey],
+    def select(self, table_partition: int, version: object, keys: Sequence[MirrorPartitionKey],
                key_set: Collection[MirrorPartitionKey]) -> list[MirrorPartitionKey]:
-        """The hot keys of one table partition, in key order. A key list not seen before (keys
-        added or dropped) makes every key of it hot once."""
-        if self._lists.get(table_partition) is not keys:
-            self._lists[table_partition] = keys
+        """The hot ones of ``keys`` (this mirror's share of a table partition whose keys are
+        ``key_set``), in key order. A new ``version`` of the table partition's keys (an object
+        that changes when keys are added or dropped) makes every one of ``keys`` hot once."""
+        if self._versions.get(table_partition) is not version:
+            self._versions[table_partition] = version
             self.hot.update(keys)
             return list(keys)
         if len(self.hot) < len(key_set):

@@ -460,7 +460,8 @@ class CoordinatorWorker:
             # Only what changed: the partitions whose desired state, state or source moved (hot).
             r.interest.wake()
             r.interest.desired(desired, r.partitions)
-            keys = r.interest.select(partition, keys, self.table_partitions.key_set(partition))
+            keys = r.interest.select(partition, self.table_partitions.keys_of(partition), keys,
+                                     self.table_partitions.key_set(partition))  # fmt: skip
         r.step_partitions(now_ms, keys, desired)
         t2 = time.perf_counter()
         if partition is None:

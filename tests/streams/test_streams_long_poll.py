@@ -12,6 +12,8 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+from types import SimpleNamespace
+
 import pytest
 from model_server import ServerProcess
 
@@ -23,6 +25,7 @@ from coordinator.states import DesiredState, MirrorState
 from coordinator.workflows.config import MirrorConfig
 from streams.runner.data_watch import DataWatch
 from streams.runner.runner import MirrorRunner
+from streams.worker.app import CoordinatorWorker
 
 
 @pytest.fixture
@@ -83,9 +86,10 @@ def test_caught_up_partitions_are_not_fetched_until_their_source_moves(port: int
         assert all(r.state(tp).state is MirrorState.MIRRORING for tp in tps)
         assert r.interest.parked == set(tps) and b.list_offsets(tps[0]).leo == 1
         # The worker's view: every key seen once, then quiet ones leave the hot set.
-        assert r.interest.select(0, keys, set(keys)) == keys
+        version = object()  # the table partition's key list, unchanged from here on
+        assert r.interest.select(0, version, keys, set(keys)) == keys
         r.interest.cool(keys, r.quiet)
-        assert r.interest.hot == set() and r.interest.select(0, keys, set(keys)) == []
+        assert r.interest.hot == set() and r.interest.select(0, version, list(keys), set(keys)) == []
 
         src.fetched.clear()
         for _ in range(10):  # idle: the source is not asked about any of them
@@ -95,12 +99,28 @@ def test_caught_up_partitions_are_not_fetched_until_their_source_moves(port: int
 
         a.produce("orders", 2, [(b"k", b"v1"), (b"k", b"v2")])
         _until("partition 2 reported moved", lambda: (r.interest.wake(), tps[2] not in r.interest.parked)[1])
-        assert r.interest.select(0, keys, set(keys)) == [keys[2]]
+        assert r.interest.select(0, version, keys, set(keys)) == [keys[2]]
+        assert r.interest.select(0, object(), keys, set(keys)) == keys  # keys added or dropped: all looked at
         tick()
         assert set(src.fetched) == {tps[2]}
         assert b.list_offsets(tps[2]).leo == 2 and b.list_offsets(tps[1]).leo == 0
         tick()  # an empty fetch at the new HW parks it again
         assert r.interest.parked == set(tps)
+
+        # The worker's job over the table partition: each step builds a new list of this
+        # mirror's keys; once quiet, none of them is stepped or fetched.
+        stepped: list[list[MirrorPartitionKey]] = []
+        step = r.step_partitions
+        r.step_partitions = lambda now_ms, keys, desired=None: (stepped.append(list(keys)), step(now_ms, keys, desired))[1]  # type: ignore[method-assign]
+        store = SimpleNamespace(remote=None, owned={0}, pending_keys=lambda p: set(), has_pending=lambda k: False)
+        table = SimpleNamespace(keys_of=lambda p: keys, key_set=lambda p: set(keys))
+        w = SimpleNamespace(store=store, config=SimpleNamespace(state_partitions=1), tick_interval=10.0,
+                            desired_for=r.metadata.latest, table_partitions=table)  # fmt: skip
+        src.fetched.clear()
+        for _ in range(3):
+            now += 100
+            CoordinatorWorker._job(w, SimpleNamespace(runner=r), list(keys), now, 0)  # type: ignore[arg-type]
+        assert stepped[-1] == [] and src.fetched == []
     finally:
         r.close()
         a.close()
