@@ -239,14 +239,9 @@ class ClusterClient:
     def ping(self) -> str:
         return self.call("ping")  # type: ignore[no-any-return]
 
-    # ---------------------------------------------------------------- fetch sessions (long polls)
-
     def fetch_wait(self, session_id: int, add: Sequence[tuple[TopicPartition, int, int]],
                    remove: Sequence[TopicPartition], max_wait_ms: int) -> tuple[int, list[TopicPartition]]:
-        """A fetch session's long poll (``clustermodel.fetch_sessions``): watch ``add`` (partition,
-        fetch offset, leader epoch), stop watching ``remove``; returns the session ID (0 starts a
-        new one) and the watched partitions that moved, once some did or ``max_wait_ms`` passed.
-        It parks the connection: use a client of its own (``open_watch``)."""
+        """A fetch session's long poll (``clustermodel.fetch_sessions``) on a client of its own (``open_watch``)."""
         request_id = next(self._ids)
         args = [session_id, [(tp.topic_id, tp.partition, o, e) for tp, o, e in add],
                 [(tp.topic_id, tp.partition) for tp in remove], max_wait_ms]  # fmt: skip

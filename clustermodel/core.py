@@ -215,9 +215,8 @@ class ClusterCore:
         topic = self.topic(name)
         del self.topics[topic.topic_id]
         del self.topic_ids[name]
-        if self.changed is not None:
-            for p in range(len(topic.partitions)):
-                self.changed(TopicPartition(topic.topic_id, p))
+        for p in range(len(topic.partitions)):
+            self._touch(TopicPartition(topic.topic_id, p))
         self._lagging = {tp for tp in self._lagging if tp.topic_id != topic.topic_id}
         self.lme = {k: v for k, v in self.lme.items() if k[1].topic_id != topic.topic_id}
 
@@ -337,14 +336,17 @@ class ClusterCore:
         control = ControlType.COMMIT if commit else ControlType.ABORT
         return self._append_marker(part, control, producer_id, producer_epoch, end_txn_marker_value())
 
+    def _touch(self, tp: TopicPartition) -> None:
+        if self.changed is not None:
+            self.changed(tp)
+
     def _after_append(self, part: Partition) -> None:
         if len(part.replicas) > 1:
             if self.auto_replicate:
                 part.replicate(self.live, self.now_ms, self.stalled)
             if part.needs_replication(self.live):
                 self._lagging.add(part.tp)
-        if self.changed is not None:
-            self.changed(part.tp)
+        self._touch(part.tp)
 
     # ---------------------------------------------------------------- time, replication, retention
 
@@ -371,8 +373,7 @@ class ClusterCore:
             part = topic.partitions[tp.partition]
             part.replicate(self.live, self.now_ms, self.stalled)
             part.shrink_isr(self.live, self.now_ms, self.replica_lag_time_max_ms)
-            if self.changed is not None:
-                self.changed(tp)
+            self._touch(tp)
             if not part.needs_replication(self.live) and all(b in self.live for b in part.isr):
                 self._lagging.discard(tp)
 
@@ -391,8 +392,7 @@ class ClusterCore:
                 target = part.leader_log.retention_target(self.now_ms, retention_ms, retention_bytes, part.hw)
                 if part.advance_log_start(target):
                     moved += 1
-                    if self.changed is not None:
-                        self.changed(part.tp)
+                    self._touch(part.tp)
         return moved
 
     @journaled
@@ -403,8 +403,7 @@ class ClusterCore:
         if offset > part.hw:
             raise OffsetOutOfRange(tp, offset, part.leader_log.log_start, part.hw)
         part.advance_log_start(offset)
-        if self.changed is not None:
-            self.changed(tp)
+        self._touch(tp)
         return part.leader_log.log_start
 
     @journaled
@@ -451,8 +450,7 @@ class ClusterCore:
         self._lagging.add(part.tp)
         if self.auto_replicate:
             part.replicate(self.live, self.now_ms, self.stalled)
-        if self.changed is not None:
-            self.changed(part.tp)
+        self._touch(part.tp)
 
     @journaled
     def crash_broker(self, broker: int) -> None:

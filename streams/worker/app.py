@@ -456,12 +456,11 @@ class CoordinatorWorker:
         except PortError as e:
             r._note(f"topic level: {e}")
         t1 = time.perf_counter()
-        if partition is not None:
-            # Only what changed: the partitions whose desired state, state or source moved (hot).
+        if partition is not None:  # only what changed: partitions whose desired state, state or source moved
             r.interest.wake()
             r.interest.desired(desired, r.partitions)
-            keys = r.interest.select(partition, self.table_partitions.keys_of(partition), keys,
-                                     self.table_partitions.key_set(partition))  # fmt: skip
+            t = self.table_partitions
+            keys = r.interest.select(partition, t.keys_of(partition), keys, t.key_set(partition))
         r.step_partitions(now_ms, keys, desired)
         t2 = time.perf_counter()
         if partition is None:
