@@ -140,6 +140,9 @@ class CoordinatorWorker:
         self.store = WorkerStateStore(config.state_partitions)
         self.image: MetadataImage = EMPTY_IMAGE
         self.event_desired: dict[tuple[str, uuid.UUID], tuple[DesiredState, int]] = {}
+        self._desired_version = 0  # moves with every change of event_desired: desired_for's cache
+        self._desired_cache: dict[str, tuple[tuple[Any, int], Desired]] = {}
+        self._by_mirror: dict[int, tuple[list[MirrorPartitionKey], dict[str, list[MirrorPartitionKey]]]] = {}
         self.mirrors: dict[str, MirrorJob] = {}
         self.stats: dict[str, MirrorStats] = {}  # per mirror, across its runners (``streams.worker.metrics``)
         self.on_changelog_write: Callable[[float], None] = lambda seconds: None
@@ -258,6 +261,7 @@ class CoordinatorWorker:
             got = self.event_desired.get((name, tid))
             if got is not None and got[1] <= offset:
                 del self.event_desired[(name, tid)]
+                self._desired_version += 1
             m = self.mirrors.get(name)
             if m is not None:
                 m.retired = True
@@ -265,6 +269,11 @@ class CoordinatorWorker:
                     self._close_mirror(name, m)
 
     def desired_for(self, mirror_name: str) -> Desired:
+        """The newest desired state per topic of a mirror (read only: one dict until the image or an event moves it)."""
+        image, version = self.image, self._desired_version
+        got = self._desired_cache.get(mirror_name)
+        if got is not None and got[0][0] is image and got[0][1] == version:
+            return got[1]
         out: Desired = {}
         mirrors = self.image.mirrors
         for m in mirrors.topics.values():
@@ -273,6 +282,7 @@ class CoordinatorWorker:
         for (name, tid), (want, offset) in list(self.event_desired.items()):
             if name == mirror_name and (tid not in out or out[tid][1] < offset):
                 out[tid] = (want, offset)
+        self._desired_cache[mirror_name] = ((image, version), out)
         return out
 
     # ------------------------------------------------------------------------- ticks
@@ -313,6 +323,7 @@ class CoordinatorWorker:
                     k = (change.mirror_name, change.topic_id)
                     if k not in self.event_desired or self.event_desired[k][1] < change.metadata_offset:
                         self.event_desired[k] = (DesiredState(change.desired_state), change.metadata_offset)
+                        self._desired_version += 1
                     self.table_partitions.add_key(p, MirrorPartitionKey(change.mirror_name, change.topic_id, change.partition))
                 if time.monotonic() - self._last_step.get(p, 0.0) < 0.05:
                     continue  # a burst of events: the next tick (or event) steps the partition
@@ -387,9 +398,13 @@ class CoordinatorWorker:
         await self._read_other_workers_states()
         await self.table_partitions.persist(partition)
         keys = self.table_partitions.keys_of(partition)
-        by_mirror: dict[str, list[MirrorPartitionKey]] = defaultdict(list)
-        for k in keys:
-            by_mirror[k.mirror_name].append(k)
+        cached = self._by_mirror.get(partition)
+        if cached is None or cached[0] is not keys:  # grouped again only when keys come or go
+            grouped: dict[str, list[MirrorPartitionKey]] = defaultdict(list)
+            for k in keys:
+                grouped[k.mirror_name].append(k)
+            cached = self._by_mirror[partition] = (keys, grouped)
+        by_mirror = dict(cached[1])
         for name in self.image.mirrors.mirrors:
             by_mirror.setdefault(name, [])
         loop = asyncio.get_running_loop()
