@@ -39,6 +39,7 @@ from coordinator.ports import (
     TopicPartition,
 )
 
+from .fetch_sessions import FETCH_WAIT, watch_result_decoder
 from .protocol import (
     BATCH,
     CONTROL_METHODS,
@@ -237,6 +238,30 @@ class ClusterClient:
 
     def ping(self) -> str:
         return self.call("ping")  # type: ignore[no-any-return]
+
+    def fetch_wait(self, session_id: int, add: Sequence[tuple[TopicPartition, int, int]],
+                   remove: Sequence[TopicPartition], max_wait_ms: int) -> tuple[int, list[TopicPartition]]:
+        """A fetch session's long poll (``clustermodel.fetch_sessions``) on a client of its own (``open_watch``)."""
+        request_id = next(self._ids)
+        args = [session_id, [(tp.topic_id, tp.partition, o, e) for tp, o, e in add],
+                [(tp.topic_id, tp.partition) for tp in remove], max_wait_ms]  # fmt: skip
+        self._send(encode_request(request_id, self.cluster, FETCH_WAIT, args))
+        timeout = self._sock.gettimeout()
+        self._sock.settimeout(None if timeout is None else timeout + max_wait_ms / 1000)
+        try:
+            resp = response_decoder.decode(self._read_frame())
+        finally:
+            self._sock.settimeout(timeout)
+        if resp.id != request_id:
+            raise SourceUnavailable(self.cluster, f"reply {resp.id} for request {request_id}")
+        if not resp.ok:
+            raise decode_error(resp.result)
+        sid, moved = watch_result_decoder.decode(resp.result)
+        return sid, [TopicPartition(t, p) for t, p in moved]
+
+    def open_watch(self) -> ClusterClient:
+        """A client of its own for ``fetch_wait`` (a long poll must not hold up other calls)."""
+        return ClusterClient(self.address[1], self.cluster, self.address[0], timeout=self._sock.gettimeout() or 30.0)
 
     def add_cluster(self, name: str, seed: int = 0, brokers: int = 3) -> str:
         """Create another named cluster on the server."""

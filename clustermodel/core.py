@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import uuid
+from collections.abc import Callable
 from coordinator.ports import (
     NO_LEADER,
     AclBinding,
@@ -110,6 +111,9 @@ class ClusterCore:
             auto_replicate=auto_replicate, replica_lag_time_max_ms=replica_lag_time_max_ms,
         )
         self._journal: list[Step] | None = [] if journal else None
+        # Told of every partition whose fetch answer may have changed (data, HW, leader, log
+        # start): the model server's fetch sessions wake their long polls from it.
+        self.changed: Callable[[TopicPartition], None] | None = None
         self._journal_depth = 0
 
     # ---------------------------------------------------------------- journal
@@ -211,6 +215,8 @@ class ClusterCore:
         topic = self.topic(name)
         del self.topics[topic.topic_id]
         del self.topic_ids[name]
+        for p in range(len(topic.partitions)):
+            self._touch(TopicPartition(topic.topic_id, p))
         self._lagging = {tp for tp in self._lagging if tp.topic_id != topic.topic_id}
         self.lme = {k: v for k, v in self.lme.items() if k[1].topic_id != topic.topic_id}
 
@@ -330,13 +336,17 @@ class ClusterCore:
         control = ControlType.COMMIT if commit else ControlType.ABORT
         return self._append_marker(part, control, producer_id, producer_epoch, end_txn_marker_value())
 
+    def _touch(self, tp: TopicPartition) -> None:
+        if self.changed is not None:
+            self.changed(tp)
+
     def _after_append(self, part: Partition) -> None:
-        if len(part.replicas) == 1:
-            return
-        if self.auto_replicate:
-            part.replicate(self.live, self.now_ms, self.stalled)
-        if part.needs_replication(self.live):
-            self._lagging.add(part.tp)
+        if len(part.replicas) > 1:
+            if self.auto_replicate:
+                part.replicate(self.live, self.now_ms, self.stalled)
+            if part.needs_replication(self.live):
+                self._lagging.add(part.tp)
+        self._touch(part.tp)
 
     # ---------------------------------------------------------------- time, replication, retention
 
@@ -363,6 +373,7 @@ class ClusterCore:
             part = topic.partitions[tp.partition]
             part.replicate(self.live, self.now_ms, self.stalled)
             part.shrink_isr(self.live, self.now_ms, self.replica_lag_time_max_ms)
+            self._touch(tp)
             if not part.needs_replication(self.live) and all(b in self.live for b in part.isr):
                 self._lagging.discard(tp)
 
@@ -381,6 +392,7 @@ class ClusterCore:
                 target = part.leader_log.retention_target(self.now_ms, retention_ms, retention_bytes, part.hw)
                 if part.advance_log_start(target):
                     moved += 1
+                    self._touch(part.tp)
         return moved
 
     @journaled
@@ -391,6 +403,7 @@ class ClusterCore:
         if offset > part.hw:
             raise OffsetOutOfRange(tp, offset, part.leader_log.log_start, part.hw)
         part.advance_log_start(offset)
+        self._touch(tp)
         return part.leader_log.log_start
 
     @journaled
@@ -437,6 +450,7 @@ class ClusterCore:
         self._lagging.add(part.tp)
         if self.auto_replicate:
             part.replicate(self.live, self.now_ms, self.stalled)
+        self._touch(part.tp)
 
     @journaled
     def crash_broker(self, broker: int) -> None:

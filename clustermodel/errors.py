@@ -33,6 +33,10 @@ class TransactionError(ModelError):
     """A transactional call out of order (commit without begin, unknown transactional id)."""
 
 
+class FetchSessionIdNotFound(ModelError):
+    """A long poll named a fetch session the server does not know (Kafka's FETCH_SESSION_ID_NOT_FOUND, 70)."""
+
+
 MODEL_ERRORS: dict[str, type[Exception]] = {
     cls.__name__: cls
     for cls in (
@@ -42,6 +46,7 @@ MODEL_ERRORS: dict[str, type[Exception]] = {
         NotEnoughReplicas,
         BrokerError,
         TransactionError,
+        FetchSessionIdNotFound,
         ProducerError,
         InvalidProducerEpoch,
         OutOfOrderSequence,

@@ -27,6 +27,7 @@ from coordinator.ports import InvalidRequest, PortError
 
 from .cluster import ClusterModel
 from .errors import ModelError
+from .fetch_sessions import FETCH_WAIT, FetchSessions, watch_args_decoder
 from .persistence import dump_clusters, load_clusters
 from .producers import ProducerError
 from .protocol import (
@@ -76,10 +77,11 @@ class ModelServer:
         # The clusters' Kafka listeners (clustermodel.kafka), when the server runs them.
         self.kafka: Any = None
         self._pending: set[asyncio.Task[None]] = set()
+        self.fetch_sessions = FetchSessions(clusters)
 
     # ---------------------------------------------------------------- dispatch
 
-    def dispatch(self, payload: bytes) -> tuple[bytes, int]:
+    def dispatch(self, payload: bytes) -> tuple[bytes | _Parked, int]:
         """Answer one request frame; returns the reply frame and the real delay (ms) a slow cluster adds."""
         try:
             return self._dispatch(payload)
@@ -88,7 +90,7 @@ class ModelServer:
                 # A control call may have crashed a broker or appended data: listeners catch up.
                 self.kafka.sync()
 
-    def _dispatch(self, payload: bytes) -> tuple[bytes, int]:
+    def _dispatch(self, payload: bytes) -> tuple[bytes | _Parked, int]:
         try:
             req = request_decoder.decode(payload)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -101,6 +103,8 @@ class ModelServer:
             return encode_error(req.id, InvalidRequest(f"unknown cluster {req.cluster!r}")), 0
         if req.method == BATCH:
             return self._batch(req.id, cluster, req.args), cluster.faults.state.slow_ms
+        if req.method == FETCH_WAIT:
+            return _Parked(req.id, req.cluster, req.args), 0
         spec = METHODS.get(req.method)
         if spec is None:
             return encode_error(req.id, InvalidRequest(f"unknown method {req.method!r}")), 0
@@ -154,6 +158,7 @@ class ModelServer:
             if not 1 <= args.brokers <= 64:
                 return encode_error(request_id, InvalidRequest(f"bad broker count {args.brokers}"))
             self.clusters[args.name] = ClusterModel(args.name, seed=args.seed, brokers=args.brokers, journal=False)
+            self.fetch_sessions.attach(args.name, self.clusters[args.name])
             if self.kafka is not None:
                 listeners = self.kafka.add_cluster(args.name, self.clusters[args.name])
                 task = asyncio.get_running_loop().create_task(listeners.start())
@@ -196,6 +201,12 @@ class ModelServer:
                     payload = bytes(buf[pos + HEADER : pos + HEADER + size])
                     pos += HEADER + size
                     reply, slow = self.dispatch(payload)
+                    if isinstance(reply, _Parked):
+                        # A long poll: the replies before it go first, in order.
+                        if replies:
+                            writer.write(b"".join(replies))
+                            replies.clear()
+                        reply = await self._fetch_wait(reply, writer)
                     replies.append(reply)
                     delay_ms += slow
                 del buf[:pos]
@@ -210,11 +221,25 @@ class ModelServer:
             pass
         finally:
             self._connections.discard(writer)
+            self.fetch_sessions.close_owner(writer)
             writer.close()
             try:
                 await writer.wait_closed()
             except (ConnectionError, OSError):
                 pass
+
+    async def _fetch_wait(self, parked: _Parked, owner: object) -> bytes:
+        """A fetch session's long poll (``clustermodel.fetch_sessions``): parks this connection only."""
+        if parked.cluster not in self.clusters:
+            return encode_error(parked.id, InvalidRequest(f"unknown cluster {parked.cluster!r}"))
+        try:
+            args = watch_args_decoder.decode(parked.args)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return encode_error(parked.id, InvalidRequest(f"bad arguments for {FETCH_WAIT}: {exc}"))
+        try:
+            return encode_ok(parked.id, await self.fetch_sessions.watch(parked.cluster, args, owner))
+        except (PortError, ModelError) as exc:
+            return encode_error(parked.id, exc)
 
     async def start(self, host: str, port: int) -> int:
         if not is_loopback(host):
@@ -248,6 +273,14 @@ class ModelServer:
             tmp = self.snapshot_path.with_suffix(self.snapshot_path.suffix + ".tmp")
             tmp.write_bytes(dump_clusters(self.clusters))
             tmp.replace(self.snapshot_path)
+
+
+class _Parked(msgspec.Struct):
+    """A request that waits (a fetch session's long poll): answered by ``ModelServer._fetch_wait``."""
+
+    id: int
+    cluster: str
+    args: msgspec.Raw
 
 
 def _salvage_id(payload: bytes) -> int:

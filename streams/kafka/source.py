@@ -64,6 +64,7 @@ from coordinator.ports import (
 from streams.config import ConfigError
 from streams.kafka.cluster_reads import ClusterReads
 from streams.kafka.connection import KafkaConnection
+from streams.kafka.fetch_session import KafkaFetchSessions
 from streams.kafka.partition_reads import PartitionReads
 from streams.kafka.read_ahead import READ_AHEAD_MAX_BYTES, READ_AHEAD_TTL_S, ReadAhead
 from streams.kafka.wire import (
@@ -250,6 +251,12 @@ class KafkaSourceCluster:
 
         await asyncio.gather(run_fetches(), run_offsets(), *(run_other(i) for i in others))
         return out
+
+    def open_watch(self) -> KafkaFetchSessions:
+        """The long poll over caught-up partitions (``streams.kafka.fetch_session``), on its own connection."""
+        c = self.conn
+        return KafkaFetchSessions(KafkaConnection(c.cluster, c.settings, c.config_error, request_timeout_ms=c.request_timeout_ms,
+                                                  metadata_max_age_ms=c.metadata_max_age_ms))  # fmt: skip
 
     def close(self) -> None:
         """Closes the connections and stops the loop thread."""

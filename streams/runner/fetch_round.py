@@ -22,6 +22,7 @@ from streams.runner.driver import drive_all
 if TYPE_CHECKING:
     from coordinator.workflows.config import MirrorConfig
     from streams.runner.executor import Executor
+    from streams.runner.interest import Interest
     from streams.runner.observers import MirrorObservers
     from streams.runner.syncer import MirrorStats
 
@@ -45,6 +46,7 @@ class FetchHost(Protocol):
     progress: dict[TopicPartition, tuple[int, int]]
     source_errors: dict[TopicPartition, tuple[int, int]]  # (first failure ms, failures in a row)
     peak_round_bytes: int
+    interest: Interest  # parked partitions: caught up, waiting on the source's long poll
 
     def key(self, tp: TopicPartition) -> MirrorPartitionKey: ...
 
@@ -59,14 +61,16 @@ def fetch_round(r: FetchHost, desired: dict[uuid.UUID, tuple[DesiredState, int]]
                 only: set[TopicPartition] | None = None) -> None:
     """One round per fetcher: its partitions in rotation order, in pipelined waves, until the
     response byte budget is spent (as a broker fills a fetch response partition by partition).
-    A partition caught up with an empty fetch waits ``fetch_max_wait_ms`` before the next one,
-    the broker-side long poll of a real replica fetcher."""
+    A partition caught up with an empty fetch parks on the source's long poll (``Interest.park``)
+    until the source moves, or without one waits ``fetch_max_wait_ms`` before the next fetch."""
     now = r.now_ms
     for i, members in enumerate(r.sessions):
         # A topic being stopped or paused is not fetched: its partitions leave MIRRORING at their next step.
         # From the smaller side: ``only`` is one table partition's share of every fetcher's members.
         candidates = members if only is None or len(only) >= len(members) else [tp for tp in only if tp in members]
+        parked = r.interest.parked
         eligible = [tp for tp in candidates if (only is None or tp in only)
+                    and tp not in parked
                     and r.backoff_until.get(tp, -1) <= now and r.idle_until.get(tp, -1) <= now
                     and desired.get(tp.topic_id, STARTED)[0] is DesiredState.START
                     and r.state(tp).state is MirrorState.MIRRORING]  # fmt: skip
@@ -116,7 +120,9 @@ def fetch_round(r: FetchHost, desired: dict[uuid.UUID, tuple[DesiredState, int]]
                     leo = appended[-1].next_offset if appended else pos.fetch_offset
                     r.progress[tp] = (result.hw, leo)
                     if not appended and size == 0 and leo >= result.hw and decision.state is state:
-                        r.idle_until[tp] = now + r.config.fetch_max_wait_ms
+                        # Caught up: on the source's long poll if it has one, else not fetched for a while.
+                        if not r.interest.park(tp, leo, result.leader_epoch):
+                            r.idle_until[tp] = now + r.config.fetch_max_wait_ms
                 if decision.state is not state:
                     r.persist(r.key(tp), stamp_applied(decision.state, offset))
         r.rotation[i] += served

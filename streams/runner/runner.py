@@ -60,7 +60,9 @@ from coordinator.workflows.fetcher import fetcher_of, lag
 from coordinator.workflows.stop import FinalSync
 from coordinator.workflows.sync_groups import SYNCED_STATES
 from coordinator.workflows.topic import TopicDecision, decide_topic
+from streams.runner.data_watch import DEFAULT_MAX_WAIT_MS, DataWatch
 from streams.runner.fetch_round import STARTED, fetch_round
+from streams.runner.interest import Interest
 from streams.runner.observers import MirrorObservers, SourceCallFailed
 from streams.runner.driver import drive_all
 from streams.runner.syncer import MirrorStats, MirrorSyncer
@@ -103,6 +105,7 @@ class MirrorRunner:
         jitter: Callable[[], float] | None = None,
         settle_steps: int = _SETTLE_STEPS,
         stats: MirrorStats | None = None,
+        long_poll: bool = False,
     ) -> None:
         self.mirror_name = mirror_name
         self.stats = stats if stats is not None else MirrorStats()
@@ -146,6 +149,11 @@ class MirrorRunner:
         # epoch stamped) is a new object, and the round after a mass stop re-stepped them all.
         self._settled: dict[MirrorPartitionKey, tuple[MirrorState, DesiredState, int]] = {}
         self._topics_checked_ms: dict[uuid.UUID, int] = {}
+        # Caught-up partitions park on the source's long poll (with ``long_poll`` and a source
+        # that offers one): only what changed is stepped and fetched (``streams.runner.interest``).
+        opener = getattr(source, "open_watch", None) if long_poll else None
+        self.interest = Interest(mirror_name, None if opener is None else DataWatch(
+            opener, self.config.fetch_max_wait_ms or DEFAULT_MAX_WAIT_MS, mirror_name))
         # Rebuild from persisted state only: partitions known, fetchers for those that mirror.
         for key in self.store.keys(mirror_name):
             self.adopt(key)
@@ -155,6 +163,7 @@ class MirrorRunner:
     def adopt(self, key: MirrorPartitionKey) -> None:
         """Take a persisted partition on (at start, or when its state partition is assigned)."""
         self.partitions.setdefault(key.topic_id, set()).add(key.partition)
+        self.interest.mark(key)
         state = self.store.get(key)
         if state is not None and state.state in (MirrorState.MIRRORING, MirrorState.EPOCH_FENCING):
             self.executor.run_one(c.AddFetcher(key.topic_partition))
@@ -162,6 +171,7 @@ class MirrorRunner:
     def release(self, key: MirrorPartitionKey) -> None:
         """Forget a partition whose state moved to another worker (no port call, no write)."""
         self._settled.pop(key, None)
+        self.interest.forget(key)
         tp = key.topic_partition
         parts = self.partitions.get(key.topic_id)
         if parts is not None:
@@ -436,6 +446,7 @@ class MirrorRunner:
             active = nxt
 
     def persist(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> bool:
+        self.interest.mark(key, state.state is MirrorState.MIRRORING)
         try:
             self.store.put(key, state)
             return True
@@ -470,5 +481,20 @@ class MirrorRunner:
         self.persist(key, stamp_applied(failed, offset))
 
     # ------------------------------------------------------------------ fetching
+
+    def quiet(self, key: MirrorPartitionKey) -> bool:
+        """Settled, and when MIRRORING parked in its fetcher: nothing to do until something changes."""
+        was = self._settled.get(key)
+        if was is None:
+            return False
+        s = self.store.get(key)
+        if s is None or s.state is not was[0]:
+            return False
+        tp = key.topic_partition
+        return s.state is not MirrorState.MIRRORING or (
+            tp in self.interest.parked and tp in self.sessions[fetcher_of(tp, len(self.sessions))])
+
+    def close(self) -> None:
+        self.interest.close()
 
     # ------------------------------------------------------------------ metadata sync

@@ -83,6 +83,7 @@ from streams.worker.table import OtherWorkersStates, WorkerTable
 from streams.worker.ports import PortFactory, model_server_ports
 from streams.worker.state_store import WorkerStateStore
 from streams.worker.mirror_jobs import MirrorJob, cyclic_gc_paused, full_jitter
+from streams.worker.profiling import profiled_job
 from streams.worker.table import tick_topic_name, worker_topic_specs
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,9 @@ class CoordinatorWorker:
         self.store = WorkerStateStore(config.state_partitions)
         self.image: MetadataImage = EMPTY_IMAGE
         self.event_desired: dict[tuple[str, uuid.UUID], tuple[DesiredState, int]] = {}
+        self._desired_version = 0  # moves with every change of event_desired: desired_for's cache
+        self._desired_cache: dict[str, tuple[tuple[Any, int], Desired]] = {}
+        self._by_mirror: dict[int, tuple[list[MirrorPartitionKey], dict[str, list[MirrorPartitionKey]]]] = {}
         self.mirrors: dict[str, MirrorJob] = {}
         self.stats: dict[str, MirrorStats] = {}  # per mirror, across its runners (``streams.worker.metrics``)
         self.on_changelog_write: Callable[[float], None] = lambda seconds: None
@@ -257,6 +261,7 @@ class CoordinatorWorker:
             got = self.event_desired.get((name, tid))
             if got is not None and got[1] <= offset:
                 del self.event_desired[(name, tid)]
+                self._desired_version += 1
             m = self.mirrors.get(name)
             if m is not None:
                 m.retired = True
@@ -264,6 +269,11 @@ class CoordinatorWorker:
                     self._close_mirror(name, m)
 
     def desired_for(self, mirror_name: str) -> Desired:
+        """The newest desired state per topic of a mirror (read only: one dict until the image or an event moves it)."""
+        image, version = self.image, self._desired_version
+        got = self._desired_cache.get(mirror_name)
+        if got is not None and got[0][0] is image and got[0][1] == version:
+            return got[1]
         out: Desired = {}
         mirrors = self.image.mirrors
         for m in mirrors.topics.values():
@@ -272,6 +282,7 @@ class CoordinatorWorker:
         for (name, tid), (want, offset) in list(self.event_desired.items()):
             if name == mirror_name and (tid not in out or out[tid][1] < offset):
                 out[tid] = (want, offset)
+        self._desired_cache[mirror_name] = ((image, version), out)
         return out
 
     # ------------------------------------------------------------------------- ticks
@@ -312,6 +323,7 @@ class CoordinatorWorker:
                     k = (change.mirror_name, change.topic_id)
                     if k not in self.event_desired or self.event_desired[k][1] < change.metadata_offset:
                         self.event_desired[k] = (DesiredState(change.desired_state), change.metadata_offset)
+                        self._desired_version += 1
                     self.table_partitions.add_key(p, MirrorPartitionKey(change.mirror_name, change.topic_id, change.partition))
                 if time.monotonic() - self._last_step.get(p, 0.0) < 0.05:
                     continue  # a burst of events: the next tick (or event) steps the partition
@@ -370,7 +382,7 @@ class CoordinatorWorker:
             runner = MirrorRunner(name, ports[0], ports[1], MirrorConfig.from_properties(dict(image.configs)),
                                   store=self.store, metadata=_DesiredView(self, name),  # type: ignore[arg-type]
                                   stats=self.stats.setdefault(name, MirrorStats()),
-                                  jitter=full_jitter)  # fmt: skip
+                                  jitter=full_jitter, long_poll=True)  # fmt: skip
             return MirrorJob(runner, ports, image.configs)
 
         m = self.mirrors[name] = await loop.run_in_executor(self.pool, build)
@@ -386,9 +398,13 @@ class CoordinatorWorker:
         await self._read_other_workers_states()
         await self.table_partitions.persist(partition)
         keys = self.table_partitions.keys_of(partition)
-        by_mirror: dict[str, list[MirrorPartitionKey]] = defaultdict(list)
-        for k in keys:
-            by_mirror[k.mirror_name].append(k)
+        cached = self._by_mirror.get(partition)
+        if cached is None or cached[0] is not keys:  # grouped again only when keys come or go
+            grouped: dict[str, list[MirrorPartitionKey]] = defaultdict(list)
+            for k in keys:
+                grouped[k.mirror_name].append(k)
+            cached = self._by_mirror[partition] = (keys, grouped)
+        by_mirror = dict(cached[1])
         for name in self.image.mirrors.mirrors:
             by_mirror.setdefault(name, [])
         loop = asyncio.get_running_loop()
@@ -437,7 +453,7 @@ class CoordinatorWorker:
         m.close()
 
     def _paused_job(self, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: int, partition: int | None = None) -> None:
-        with cyclic_gc_paused():
+        with cyclic_gc_paused(), profiled_job():
             self._job(m, keys, now_ms, partition)
 
     def _job(self, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: int, partition: int | None = None) -> None:
@@ -455,6 +471,11 @@ class CoordinatorWorker:
         except PortError as e:
             r._note(f"topic level: {e}")
         t1 = time.perf_counter()
+        if partition is not None:  # only what changed: partitions whose desired state, state or source moved
+            r.interest.wake()
+            r.interest.desired(desired, r.partitions)
+            t = self.table_partitions
+            keys = r.interest.select(partition, t.keys_of(partition), keys, t.key_set(partition))
         r.step_partitions(now_ms, keys, desired)
         t2 = time.perf_counter()
         if partition is None:
@@ -475,6 +496,8 @@ class CoordinatorWorker:
             if time.perf_counter() - t2 >= self.tick_interval:
                 break
         t3 = time.perf_counter()
+        if partition is not None:
+            r.interest.cool(keys, r.quiet)
         synced = r.sync_if_due(now_ms, desired)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("mirror %s, %d key(s): topics %.3fs, steps %.3fs, fetch %.3fs (%d partitions, %d rounds), sync %s %.3fs",

@@ -50,7 +50,7 @@ from records.registry import default_schemas
 from streams import tls
 from streams.runner import backoff as fetch_backoff
 from streams import config as worker_config
-from streams.worker import membership
+from streams.worker import membership, profiling
 from streams.worker.app import CoordinatorWorker
 from streams.worker.table import worker_topic_specs
 from streams.worker.ports import ReconnectingClient, model_cluster_of, open_source, source_key
@@ -133,6 +133,7 @@ def run_worker(cfg: WorkerConfig, args: argparse.Namespace) -> int:
         cfg = replace(cfg, group_instance_id=membership.instance_id(cfg.cluster_data_dir, cfg.cluster_name))
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
+    profiling.profile_loop(loop)
     loop.run_until_complete(ensure_topics(cfg.bootstrap_servers, worker_topic_specs(cfg)))
     presence = PresencePublisher(cfg, cfg.group_instance_id).start()  # before it joins the group
     coordinator = CoordinatorWorker(cfg, tick_interval=args.tick_interval, threads=args.threads)

@@ -26,6 +26,7 @@ class MirrorJob:
         self.retired = False  # topics left the mirror (or it was deleted): rebuilt from the store next
 
     def close(self) -> None:
+        self.runner.close()
         for port in self.ports:
             close = getattr(port, "close", None)
             if close is not None:

@@ -51,6 +51,10 @@ class WorkerTable:
             got = self._keys_sorted[partition] = sorted(self._keys_by_partition.get(partition, ()), key=key_order)
         return got
 
+    def key_set(self, partition: int) -> set[MirrorPartitionKey]:
+        """The same keys as ``keys_of``, as a set (live: do not change it)."""
+        return self._keys_by_partition.get(partition, set())
+
     def add_key(self, partition: int, key: MirrorPartitionKey) -> None:
         keys = self._keys_by_partition[partition]
         if key not in keys:

@@ -1,0 +1,129 @@
+"""A mirror's long poll on its source: caught-up partitions wait for data instead of being asked.
+
+The fetch round parks a partition whose fetch came back empty at the source's HW (``park``);
+this thread keeps them in a fetch session on the source (``fetch_wait`` on the model server:
+``clustermodel.fetch_sessions``) and collects those that moved (``take_moved``) for the runner's
+next round. Requests are incremental (only the partitions parked or unparked since the last
+one), as KIP-227 fetch sessions; a session the server lost (FETCH_SESSION_ID_NOT_FOUND) is
+started again with a full request, as Kafka's FetchSessionHandler does. Any other failure
+reports every watched partition as moved: the runner fetches them and its error handling takes
+over, so a broken watch never hides data.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from clustermodel.errors import FetchSessionIdNotFound
+from coordinator.ports import TopicPartition
+
+log = logging.getLogger(__name__)
+DEFAULT_MAX_WAIT_MS = 500  # Kafka's replica.fetch.wait.max.ms default
+_RETRY_S = 1.0
+
+
+class DataWatch:
+    """One source connection parked on a fetch session, on a thread of its own."""
+
+    def __init__(self, open_client: Callable[[], Any], max_wait_ms: int = DEFAULT_MAX_WAIT_MS, name: str = "") -> None:
+        self._open = open_client
+        self.max_wait_ms = max_wait_ms
+        self._lock = threading.Lock()
+        self._kick = threading.Event()
+        self._stop = threading.Event()
+        self._watched: dict[TopicPartition, tuple[int, int]] = {}  # what the session should hold
+        self._add: dict[TopicPartition, tuple[int, int]] = {}  # not sent yet
+        self._remove: set[TopicPartition] = set()
+        self._moved: set[TopicPartition] = set()
+        self.polls = 0
+        self.resets = 0
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"data-watch-{name}")
+        self._thread.start()
+
+    # ---------------------------------------------------------------- the runner's side
+
+    def park(self, tp: TopicPartition, fetch_offset: int, leader_epoch: int) -> None:
+        with self._lock:
+            self._watched[tp] = self._add[tp] = (fetch_offset, leader_epoch)
+            self._remove.discard(tp)
+        self._kick.set()
+
+    def unpark(self, tp: TopicPartition) -> None:
+        with self._lock:
+            if self._watched.pop(tp, None) is not None:
+                self._add.pop(tp, None)
+                self._remove.add(tp)
+            self._moved.discard(tp)
+
+    def take_moved(self) -> set[TopicPartition]:
+        with self._lock:
+            moved, self._moved = self._moved, set()
+            return moved
+
+    def close(self) -> None:
+        self._stop.set()
+        self._kick.set()
+        self._thread.join(self.max_wait_ms / 1000 + 5)
+
+    # ---------------------------------------------------------------- the thread
+
+    def _run(self) -> None:
+        client: Any = None
+        session = 0
+        while not self._stop.is_set():
+            with self._lock:
+                idle = not self._watched and not self._remove
+                if not idle:
+                    if session == 0:  # a full request: every watched partition
+                        add, remove = dict(self._watched), set()
+                    else:
+                        add, remove = self._add, self._remove
+                    self._add, self._remove = {}, set()
+            if idle:
+                self._kick.wait(1.0)
+                self._kick.clear()
+                continue
+            try:
+                if client is None:
+                    client = self._open()
+                    session = 0
+                    continue  # the next pass sends a full request
+                t0 = time.monotonic()
+                session, moved = client.fetch_wait(session, [(tp, o, e) for tp, (o, e) in add.items()],
+                                                   list(remove), self.max_wait_ms)  # fmt: skip
+                self.polls += 1
+                if not moved and (left := self.max_wait_ms / 1000 - (time.monotonic() - t0)) > 0.01:
+                    self._stop.wait(left)  # a source that answers an empty long poll at once: no busy loop
+            except Exception as e:  # noqa: BLE001 - any failure: reset, and let the runner fetch
+                if not isinstance(e, FetchSessionIdNotFound):
+                    log.info("data watch: %s; its partitions are fetched", e)
+                    self._close(client)
+                    client = None
+                    with self._lock:
+                        self._moved.update(self._watched)
+                        self._watched.clear()
+                        self._add.clear()
+                        self._remove.clear()
+                    self._stop.wait(_RETRY_S)
+                session = 0
+                self.resets += 1
+                continue
+            if moved:
+                with self._lock:
+                    for tp in moved:
+                        # Parked again meanwhile (a newer position not sent yet): it waits on that one.
+                        if tp not in self._add and self._watched.pop(tp, None) is not None:
+                            self._moved.add(tp)
+        self._close(client)
+
+    @staticmethod
+    def _close(client: Any) -> None:
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001
+                pass

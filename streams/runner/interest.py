@@ -1,0 +1,103 @@
+"""Which mirror partitions a round must look at: only what changed is stepped.
+
+A mirror partition is *hot* from the moment something may change its next decision (it is new
+to the runner, its topic's desired state moved, its state was written, its source moved under
+a parked fetch) until a round finds it quiet again: settled (its last step decided nothing) and,
+when MIRRORING, parked on the source's long poll (``streams.runner.data_watch``). A quiet
+partition costs nothing per round: a round iterates the hot ones only, never every partition.
+Partitions that wait on a clock (backoff, FAILED retries, an idle fetch without a long poll)
+never turn quiet, so they are looked at every round as before.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+
+from coordinator.partition_state import MirrorPartitionKey, key_order
+from coordinator.ports import TopicPartition
+from coordinator.states import DesiredState
+from streams.runner.data_watch import DataWatch
+
+
+class Interest:
+    """The hot mirror partitions of one runner, and its parked ones (see the module docstring)."""
+
+    def __init__(self, mirror_name: str, watch: DataWatch | None = None) -> None:
+        self.mirror_name = mirror_name
+        self.watch = watch
+        self.hot: set[MirrorPartitionKey] = set()
+        self.parked: set[TopicPartition] = set()  # not fetched until the watch reports them moved
+        self._versions: dict[int, object] = {}  # per table partition: its key list's version last seen
+        self._desired: dict[uuid.UUID, tuple[DesiredState, int]] = {}
+
+    def mark(self, key: MirrorPartitionKey, mirroring: bool = True) -> None:
+        """``key`` may decide something new (its state was written: ``mirroring`` says whether it still fetches)."""
+        self.hot.add(key)
+        if not mirroring:
+            self.unpark(key.topic_partition)
+
+    def forget(self, key: MirrorPartitionKey) -> None:
+        self.hot.discard(key)
+        self.unpark(key.topic_partition)
+
+    # ---------------------------------------------------------------- parking on the long poll
+
+    def park(self, tp: TopicPartition, fetch_offset: int, leader_epoch: int) -> bool:
+        """A caught-up partition waits on the source's long poll; False without one."""
+        if self.watch is None:
+            return False
+        self.parked.add(tp)
+        self.watch.park(tp, fetch_offset, leader_epoch)
+        return True
+
+    def unpark(self, tp: TopicPartition) -> None:
+        if tp in self.parked:
+            self.parked.discard(tp)
+            if self.watch is not None:
+                self.watch.unpark(tp)
+
+    def wake(self) -> None:
+        """Parked partitions whose source moved turn hot and fetchable again."""
+        if self.watch is None:
+            return
+        for tp in self.watch.take_moved():
+            if tp in self.parked:
+                self.parked.discard(tp)
+                self.hot.add(MirrorPartitionKey(self.mirror_name, tp.topic_id, tp.partition))
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.close()
+
+    # ---------------------------------------------------------------- what a round looks at
+
+    def desired(self, desired: Mapping[uuid.UUID, tuple[DesiredState, int]],
+                partitions: Mapping[uuid.UUID, Collection[int]]) -> None:
+        """Every partition of a topic whose desired state moved (or went) turns hot."""
+        if desired == self._desired:
+            return
+        changed = [t for t, d in desired.items() if self._desired.get(t) != d]
+        changed.extend(t for t in self._desired if t not in desired)
+        for t in changed:
+            self.hot.update(MirrorPartitionKey(self.mirror_name, t, p) for p in partitions.get(t, ()))
+        self._desired = dict(desired)
+
+    def select(self, table_partition: int, version: object, keys: Sequence[MirrorPartitionKey],
+               key_set: Collection[MirrorPartitionKey]) -> list[MirrorPartitionKey]:
+        """The hot ones of ``keys`` (this mirror's share of a table partition whose keys are
+        ``key_set``), in key order. A new ``version`` of the table partition's keys (an object
+        that changes when keys are added or dropped) makes every one of ``keys`` hot once."""
+        if self._versions.get(table_partition) is not version:
+            self._versions[table_partition] = version
+            self.hot.update(keys)
+            return list(keys)
+        if len(self.hot) < len(key_set):
+            return sorted((k for k in self.hot if k in key_set), key=key_order)
+        return [k for k in keys if k in self.hot]
+
+    def cool(self, keys: Iterable[MirrorPartitionKey], quiet: Callable[[MirrorPartitionKey], bool]) -> None:
+        """Keys a round found quiet leave the hot set."""
+        for k in keys:
+            if quiet(k):
+                self.hot.discard(k)
