@@ -56,7 +56,6 @@ from coordinator.image import EMPTY_IMAGE, MetadataImage
 from coordinator.partition_state import (
     MirrorPartitionKey,
 )
-from coordinator.ports import PortError
 from coordinator.states import DesiredState
 from coordinator.workflows.config import MirrorConfig, is_connection_config
 from records.framing import MetadataRecordSerde
@@ -82,7 +81,7 @@ from streams.worker.reports import WorkerReports
 from streams.worker.table import OtherWorkersStates, WorkerTable
 from streams.worker.ports import PortFactory, model_server_ports
 from streams.worker.state_store import WorkerStateStore
-from streams.worker.mirror_jobs import MirrorJob, cyclic_gc_paused, full_jitter
+from streams.worker.mirror_jobs import MirrorJob, cyclic_gc_paused, full_jitter, run_job
 from streams.worker.profiling import profiled_job
 from streams.worker.table import tick_topic_name, worker_topic_specs
 
@@ -457,52 +456,7 @@ class CoordinatorWorker:
             self._job(m, keys, now_ms, partition)
 
     def _job(self, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: int, partition: int | None = None) -> None:
-        """On a pool thread: one step per partition, the topic level, the fetch round, the sync."""
-        r = m.runner
-        t0 = time.perf_counter()
-        desired = self.desired_for(r.mirror_name)
-        topics = desired
-        if self.store.remote is None and len(self.store.owned) < self.config.state_partitions:
-            # Other workers' partitions would read as UNKNOWN, which a stop counts as stopped: a
-            # topic would turn writable while a partition elsewhere still mirrors. Wait for the view.
-            topics = {t: d for t, d in desired.items() if d[0] is not DesiredState.STOP}
-        try:
-            r.reconcile_topics(now_ms, topics)
-        except PortError as e:
-            r._note(f"topic level: {e}")
-        t1 = time.perf_counter()
-        if partition is not None:  # only what changed: partitions whose desired state, state or source moved
-            r.interest.wake()
-            r.interest.desired(desired, r.partitions)
-            t = self.table_partitions
-            keys = r.interest.select(partition, t.keys_of(partition), keys, t.key_set(partition))
-        r.step_partitions(now_ms, keys, desired)
-        t2 = time.perf_counter()
-        if partition is None:
-            free = {k.topic_partition: k for k in keys if not self.store.has_pending(k)}
-        else:
-            pending = self.store.pending_keys(partition)
-            free = {k.topic_partition: k for k in keys if k not in pending}
-        only, rounds = set(free), 0
-        while only:
-            before = {tp: r.progress.get(tp) for tp in only}
-            r.fetch_round(now_ms + int((time.perf_counter() - t2) * 1000), only, desired)
-            rounds += 1
-            # As a replica fetcher, fetch again at once while behind: a partition this round moved
-            # on and left short of the source's HW, with no state write pending, for up to a tick
-            # (else the copy is capped at replica.fetch.max.bytes per partition per tick).
-            only = {tp for tp in only if (got := r.progress.get(tp)) != before[tp] and got is not None
-                    and got[1] < got[0] and not self.store.has_pending(free[tp])}  # fmt: skip
-            if time.perf_counter() - t2 >= self.tick_interval:
-                break
-        t3 = time.perf_counter()
-        if partition is not None:
-            r.interest.cool(keys, r.quiet)
-        synced = r.sync_if_due(now_ms, desired)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("mirror %s, %d key(s): topics %.3fs, steps %.3fs, fetch %.3fs (%d partitions, %d rounds), sync %s %.3fs",
-                      r.mirror_name, len(keys), t1 - t0, t2 - t1, t3 - t2, len(free), rounds, synced,
-                      time.perf_counter() - t3)  # fmt: skip
+        run_job(self, m, keys, now_ms, partition)
 
     # ---------------------------------------------------------------------------- lifecycle
 

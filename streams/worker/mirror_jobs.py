@@ -1,5 +1,6 @@
-"""One cluster mirror's runner and ports inside the worker, and how its jobs run: FAILED retries with
-full jitter, and no cyclic collection while any job runs."""
+"""One cluster mirror's runner and ports inside the worker, and how its jobs run: one job per mirror
+on a pool thread (the topic level, the partitions' steps, the fetch rounds, the sync), FAILED
+retries with full jitter, and no cyclic collection while any job runs."""
 
 from __future__ import annotations
 
@@ -7,12 +8,34 @@ import asyncio
 import concurrent.futures
 import contextlib
 import gc
+import logging
 import random
 import threading
+import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
+from coordinator.partition_state import MirrorPartitionKey
+from coordinator.ports import PortError
+from coordinator.states import DesiredState
+from streams.config import WorkerConfig
 from streams.runner.runner import MirrorRunner
+from streams.worker.state_store import WorkerStateStore
+from streams.worker.table import WorkerTable
+
+log = logging.getLogger(__name__)
+Desired = dict[Any, tuple[DesiredState, int]]
+
+
+class JobHost(Protocol):
+    """What a mirror's job reads of its worker (``streams.worker.app.CoordinatorWorker``)."""
+
+    config: WorkerConfig
+    store: WorkerStateStore
+    table_partitions: WorkerTable
+    tick_interval: float
+
+    def desired_for(self, mirror_name: str) -> Desired: ...
 
 
 class MirrorJob:
@@ -67,3 +90,52 @@ def cyclic_gc_paused() -> Iterator[None]:
             _gc_pauses -= 1
             if _gc_pauses == 0:
                 gc.enable()
+
+
+def run_job(w: JobHost, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: int, partition: int | None = None) -> None:
+    """On a pool thread: one step per partition, the topic level, the fetch round, the sync."""
+    r = m.runner
+    t0 = time.perf_counter()
+    desired = w.desired_for(r.mirror_name)
+    topics = desired
+    if w.store.remote is None and len(w.store.owned) < w.config.state_partitions:
+        # Other workers' partitions would read as UNKNOWN, which a stop counts as stopped: a
+        # topic would turn writable while a partition elsewhere still mirrors. Wait for the view.
+        topics = {t: d for t, d in desired.items() if d[0] is not DesiredState.STOP}
+    try:
+        r.reconcile_topics(now_ms, topics)
+    except PortError as e:
+        r._note(f"topic level: {e}")
+    t1 = time.perf_counter()
+    if partition is not None:  # only what changed: partitions whose desired state, state or source moved
+        r.interest.wake()
+        r.interest.desired(desired, r.partitions)
+        t = w.table_partitions
+        keys = r.interest.select(partition, t.keys_of(partition), keys, t.key_set(partition))
+    r.step_partitions(now_ms, keys, desired)
+    t2 = time.perf_counter()
+    if partition is None:
+        free = {k.topic_partition: k for k in keys if not w.store.has_pending(k)}
+    else:
+        pending = w.store.pending_keys(partition)
+        free = {k.topic_partition: k for k in keys if k not in pending}
+    only, rounds = set(free), 0
+    while only:
+        before = {tp: r.progress.get(tp) for tp in only}
+        r.fetch_round(now_ms + int((time.perf_counter() - t2) * 1000), only, desired)
+        rounds += 1
+        # As a replica fetcher, fetch again at once while behind: a partition this round moved
+        # on and left short of the source's HW, with no state write pending, for up to a tick
+        # (else the copy is capped at replica.fetch.max.bytes per partition per tick).
+        only = {tp for tp in only if (got := r.progress.get(tp)) != before[tp] and got is not None
+                and got[1] < got[0] and not w.store.has_pending(free[tp])}  # fmt: skip
+        if time.perf_counter() - t2 >= w.tick_interval:
+            break
+    t3 = time.perf_counter()
+    if partition is not None:
+        r.interest.cool(keys, r.quiet)
+    synced = r.sync_if_due(now_ms, desired)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("mirror %s, %d key(s): topics %.3fs, steps %.3fs, fetch %.3fs (%d partitions, %d rounds), sync %s %.3fs",
+                  r.mirror_name, len(keys), t1 - t0, t2 - t1, t3 - t2, len(free), rounds, synced,
+                  time.perf_counter() - t3)  # fmt: skip
