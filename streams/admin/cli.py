@@ -3,6 +3,7 @@
     kafka-cluster-mirrors --bootstrap-server 127.0.0.1:9393 --create --mirror a-to-b --mirror-config a.properties
     kafka-cluster-mirrors ... --start  --mirror a-to-b --topics 'orders,payments'
     kafka-cluster-mirrors ... --stop   --mirror a-to-b --topics '.*' --wait 600      # mass failover
+    kafka-cluster-mirrors ... --stop|--start --dry-run --mirror a-to-b --topics '.*' [--json]  # its cost first
     kafka-cluster-mirrors ... --pause|--resume --mirror a-to-b --topics 'orders-.*' [--exclude 'orders-tmp']
     kafka-cluster-mirrors ... --list
     kafka-cluster-mirrors ... --describe [--mirror a-to-b] [--json] [--failed] [--max-age MS]
@@ -38,6 +39,7 @@ from records.redact import redact_config
 from coordinator.states import ErrorCode, MirrorState
 from streams import tls
 from streams import config as worker_config
+from streams.admin.preview import print_preview
 from streams.admin.client import (
     AdminError,
     ClusterMirrorAdmin,
@@ -85,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refuse the change if a topic's mirror state changed since it was described")  # fmt: skip
     p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                    help="start/stop/pause/resume: poll describe and show progress until done or SECONDS pass")  # fmt: skip
+    p.add_argument("--dry-run", action="store_true",
+                   help="stop/start: change nothing; show what it would cost (records lost and their age, "
+                        "transactions aborted, groups re-reading; a failback's truncation). Exit code 0 when "
+                        "nothing would be lost, 3 when something would")  # fmt: skip
     p.add_argument("--verbose", action="store_true")
     return p
 
@@ -342,6 +348,8 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError("--add-config and --delete-config go with --alter")
     if args.alter:
         parse_add_config(args.add_config or "")  # a malformed pair is a usage error, before connecting
+    if args.dry_run and not (args.stop or args.start):
+        raise UsageError("--dry-run goes with --stop or --start")
     if args.max_age is not None and (not args.describe or args.max_age < 0):
         raise UsageError("--max-age takes MS >= 0 and is only supported for describing mirrors")
     # File reads (and key loading) stay off the loop.
@@ -414,6 +422,12 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             return EXIT_OK
         op = next(o for o in ("start", "stop", "pause", "resume") if getattr(args, o))
         names, patterns = await _topic_selection(admin, args)
+        if args.dry_run:
+            reply = await admin.preview(args.mirror, names, patterns=patterns, exclude=args.exclude, failback=op == "start")
+            if reply.response.error_code:  # type: ignore[attr-defined]
+                out.write(f"Error: {_code_name(reply.response.error_code)}: {reply.response.error_message}\n")  # type: ignore[attr-defined]
+                return EXIT_ERROR
+            return print_preview(out, args.mirror, reply.response, as_json=args.json)
         svo = (await admin.describe([args.mirror])).metadata_offset if args.validate_states else -1
         if op == "start":
             reply = await admin.start(args.mirror, names, include=patterns, exclude=args.exclude, state_validation_offset=svo)

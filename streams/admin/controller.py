@@ -53,6 +53,7 @@ from streams.config import dlq_topic_spec, ensure_topics, metadata_topic_spec
 from streams.state.mirror_state import mirror_state_topic_spec
 from streams.state.sync_status import SyncStatusView, sync_status_topic_spec
 from streams.state.changelog_view import MirrorStateChangelogView, PartitionStatus, StateKey
+from streams.admin.preview import PreviewPorts, serve_preview
 from streams.admin.responses import alter_configs_response, describe_config, describe_response, error_response, list_response, names, topic_response
 
 log = logging.getLogger(__name__)
@@ -187,6 +188,8 @@ class ClusterMirrorController:
         self._image_stale = True
         # Told of the records each request appended (``streams.worker.metrics`` times stop requests).
         self.on_command: Callable[[str, Sequence[ApiMessageAndVersion]], None] = lambda api, records: None
+        # The mirror's (source, destination) ports for PreviewMirrorTopics; None: no preview here.
+        self.preview_ports: PreviewPorts | None = None
 
     def _replay(self, offset: int, epoch: int, record: ApiMessageAndVersion) -> None:
         problem = self.replayer.replay(record, offset, epoch)
@@ -328,6 +331,10 @@ class ClusterMirrorController:
         api = API_NAMES[header.api_key]
         who = admin.Principal(authenticated or header.principal or ANONYMOUS, peer_host, self.super_users)
         req = AdminRequest(header, api, body, who)
+        if api == "PreviewMirrorTopics":  # reads only: nothing to append, no need for the lock
+            statuses = await self.status.statuses(offsets=False, mirrors={body.mirror_name})  # type: ignore[attr-defined]
+            states = {k: v.state for k, v in statuses.items()}
+            return await serve_preview(self.image, body, who, states, self.preview_ports, self.schemas), self.metadata_offset
         describe = api == "DescribeClusterMirrors"
         async with self._lock:
             # Only describe shows offsets; the commands validate against states alone.
