@@ -53,7 +53,7 @@ from streams.config import dlq_topic_spec, ensure_topics, metadata_topic_spec
 from streams.state.mirror_state import mirror_state_topic_spec
 from streams.state.sync_status import SyncStatusView, sync_status_topic_spec
 from streams.state.changelog_view import MirrorStateChangelogView, PartitionStatus, StateKey
-from streams.admin.preview import PreviewPorts, serve_preview
+from streams.admin.preview import PreviewPorts, log_stop_impact, serve_preview
 from streams.admin.responses import alter_configs_response, describe_config, describe_response, error_response, list_response, names, topic_response
 
 log = logging.getLogger(__name__)
@@ -363,6 +363,9 @@ class ClusterMirrorController:
                 else:
                     records, response = await asyncio.to_thread(self.validator, req, image, statuses)
             else:
+                if api == "StopMirrorTopics":  # the stop's impact, logged as at the cut (issue #26)
+                    await log_stop_impact(image, body, who, {k: v.state for k, v in statuses.items()},
+                                          self.preview_ports, self.schemas)  # fmt: skip
                 records, response = self.validator(req, image, statuses)
             secrets = secret_values({c.name: c.value for c in getattr(body, "config", None) or getattr(body, "configs", [])})
             code = getattr(response, "error_code", 0)

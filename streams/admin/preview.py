@@ -97,6 +97,44 @@ async def serve_preview(image: MetadataImage, body: Any, principal: admin.Princi
     return impact_response(schemas, impact, names, selected, body.failback)
 
 
+class _StopAsPreview(msgspec.Struct, frozen=True):
+    """A StopMirrorTopics request read as the PreviewMirrorTopics of the same topics."""
+
+    mirror_name: str
+    topics: list[str]
+    patterns: list[str]
+    exclude_patterns: tuple[str, ...] = ()
+    failback: bool = False
+
+
+IMPACT_LOG_TIMEOUT_S = 5.0  # the stop waits at most this long for its impact record
+
+
+async def log_stop_impact(image: MetadataImage, body: Any, principal: admin.Principal, states: Any,
+                          ports: PreviewPorts | None, schemas: SchemaSet) -> Any:  # fmt: skip
+    """Before a StopMirrorTopics is appended: the preview of that very stop, one structured log
+    line per partition (``failover impact {json}``), so the prediction can be set beside the
+    outcome. Bounded (a slow source must not hold a failover up): on timeout it says so."""
+    if ports is None:
+        return None
+    preview = _StopAsPreview(body.mirror_name, [t.topic_name for t in body.topics], list(body.patterns))
+    try:
+        response = await asyncio.wait_for(serve_preview(image, preview, principal, states, ports, schemas), IMPACT_LOG_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        log.warning("failover impact of %s not recorded: no answer within %.0f s", body.mirror_name, IMPACT_LOG_TIMEOUT_S)
+        return None
+    if response.error_code:
+        return response
+    for row in preview_rows(response):
+        log.info("failover impact %s", json.dumps({"mirror": body.mirror_name, **row}, sort_keys=True))
+    for g in response.groups:
+        log.info("failover impact %s", json.dumps({"mirror": body.mirror_name, "group": g.group_id, "topic": g.topic_name,
+                                                   "partition": g.partition_index, "synced_offset": g.synced_offset,
+                                                   "re_read_records": _none_json(g.re_read_records)}, sort_keys=True))  # fmt: skip
+    log.info("failover impact of %s: %s", body.mirror_name, response.verdict)
+    return response
+
+
 def _close(*ports: Any) -> None:
     for port in ports:
         close = getattr(port, "close", None)

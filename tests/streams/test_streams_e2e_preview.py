@@ -9,7 +9,7 @@ A, with a transaction left open on A (copied to B) and a consumer group committi
    the groups the destination knows (the synced one, and one active on B) are still counted;
 3. neither preview changed anything: the partitions are not stopping, B's topic is read-only,
    B's logs and group offsets are as before; the real ``--stop`` then aborts exactly the
-   transaction the preview named.
+   transaction the preview named, and logs the same impact record, one line per partition.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ def test_stop_dry_run_with_a_dead_source_shows_unknown_and_still_counts_transact
         broker: LocalBroker, tmp_path: Path) -> None:  # fmt: skip
     rig = Rig(tmp_path, broker.bootstrap, {"orders": 2}, tick=0.1, seed=61)
     rig.cli_process = True
+    rig.loglevel = "warning,streams.admin.preview=info"  # the stop's impact record
     try:
         rig.start(("B",))
         rig.spawn_worker("B")
@@ -111,5 +112,11 @@ def test_stop_dry_run_with_a_dead_source_shows_unknown_and_still_counts_transact
         aborts = [x.producer_id for x in b.fetch(tp0, stop_offset, 1 << 20, IsolationLevel.READ_UNCOMMITTED).batches
                   if x.is_control and x.control_type == ControlType.ABORT]  # fmt: skip
         assert aborts == [pid]
+        # The stop logged the impact the preview showed, one line per partition.
+        logged = [json.loads(ln.split("failover impact ", 1)[1]) for ln in rig.worker_log("controller-B").splitlines()
+                  if "failover impact {" in ln]  # fmt: skip
+        parts = sorted((r["topic"], r["partition"], r["lost_records"], [t["producer_id"] for t in r["aborted_transactions"]])
+                       for r in logged if "partition" in r and "group" not in r)  # fmt: skip
+        assert parts == [("orders", 0, None, [pid]), ("orders", 1, None, [])], logged
     finally:
         rig.close()
