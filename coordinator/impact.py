@@ -74,6 +74,7 @@ class GroupImpact(msgspec.Struct, frozen=True, gc=False):
     source_committed: int | None
     synced: int
     reread: int | None
+    dest_committed: int | None = None  # what the destination holds now (the last periodic sync's)
 
 
 class TruncationImpact(msgspec.Struct, frozen=True, gc=False):
@@ -189,16 +190,19 @@ def stop_impact(
             for off in offsets:
                 tp = TopicPartition(off.topic_id, off.partition)
                 if tp in dests:
-                    groups.append(GroupImpact(group_id, GroupType.CONSUMER, tp, None, off.offset, None))
+                    groups.append(GroupImpact(group_id, GroupType.CONSUMER, tp, None, off.offset, None, off.offset))
         return StopImpact(impacts, tuple(groups), tuple(active), source_available=False)
     # Every planned offset, also those the destination already has: the preview shows where
     # each group resumes, not what the sync rewrites.
     plan = plan_group_sync(source_groups, source_offsets, active, {}, dests, include, exclude)
     committed = {(o.group_id, TopicPartition(o.topic_id, o.partition)): o.offset
                  for offs in source_offsets.values() for o in offs}  # fmt: skip
+    held = {(o.group_id, TopicPartition(o.topic_id, o.partition)): o.offset
+            for offs in dest_committed.values() for o in offs}  # fmt: skip
     for p in plan.offsets:
         src = committed[(p.group_id, p.tp)]
-        groups.append(GroupImpact(p.group_id, p.group_type, p.tp, src, p.offset, max(0, src - p.offset)))
+        groups.append(GroupImpact(p.group_id, p.group_type, p.tp, src, p.offset, max(0, src - p.offset),
+                                  held.get((p.group_id, p.tp))))
     return StopImpact(impacts, tuple(groups), plan.skipped_active, source_available=True)
 
 

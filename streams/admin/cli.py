@@ -4,6 +4,7 @@
     kafka-cluster-mirrors ... --start  --mirror a-to-b --topics 'orders,payments'
     kafka-cluster-mirrors ... --stop   --mirror a-to-b --topics '.*' --wait 600      # mass failover
     kafka-cluster-mirrors ... --stop|--start --dry-run --mirror a-to-b --topics '.*' [--json]  # its cost first
+    kafka-cluster-mirrors ... --promote --mirror a-to-b --topics '.*' [--abort-open-transactions] [--timeout S]
     kafka-cluster-mirrors ... --pause|--resume --mirror a-to-b --topics 'orders-.*' [--exclude 'orders-tmp']
     kafka-cluster-mirrors ... --list
     kafka-cluster-mirrors ... --describe [--mirror a-to-b] [--json] [--failed] [--max-age MS]
@@ -40,6 +41,7 @@ from coordinator.states import ErrorCode, MirrorState
 from streams import tls
 from streams import config as worker_config
 from streams.admin.preview import print_preview
+from streams.admin.promote import promote
 from streams.admin.client import (
     AdminError,
     ClusterMirrorAdmin,
@@ -70,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="client properties: security.protocol=SSL with Kafka's ssl.* keys (PEM), client.id; "
                         "local mode only: principal=User:NAME")  # fmt: skip
     ops = p.add_mutually_exclusive_group(required=True)
-    for op in ("create", "start", "stop", "pause", "resume", "list", "describe", "delete", "alter", "describe-config"):
+    for op in ("create", "start", "stop", "pause", "resume", "list", "describe", "delete", "alter", "describe-config",
+               "promote"):
         ops.add_argument(f"--{op}", action="store_true")
     p.add_argument("--mirror", help="cluster mirror name")
     p.add_argument("--mirror-config", help="properties file of the mirror (bootstrap.servers, security, ...)")
@@ -91,6 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop/start: change nothing; show what it would cost (records lost and their age, "
                         "transactions aborted, groups re-reading; a failback's truncation). Exit code 0 when "
                         "nothing would be lost, 3 when something would")  # fmt: skip
+    p.add_argument("--abort-open-transactions", action="store_true",
+                   help="promote: go ahead although transactions are open on the destination (the stop aborts them)")  # fmt: skip
+    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="promote: give up (changing nothing) after SECONDS of waiting for lag 0, no open "
+                        "transaction and a group sync after the last commit (default 300)")  # fmt: skip
     p.add_argument("--verbose", action="store_true")
     return p
 
@@ -420,6 +428,10 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 return EXIT_ERROR
             out.write(f"Deleted cluster mirror {args.mirror}\n")
             return EXIT_OK
+        if args.promote:
+            names, patterns = await _topic_selection(admin, args)
+            return await promote(admin, args.mirror, names, patterns, abort_open=args.abort_open_transactions,
+                                 timeout=args.timeout, out=out, err=err, wait_for_states=wait_for_states)  # fmt: skip
         op = next(o for o in ("start", "stop", "pause", "resume") if getattr(args, o))
         names, patterns = await _topic_selection(admin, args)
         if args.dry_run:

@@ -170,7 +170,8 @@ def impact_response(schemas: SchemaSet, impact: StopImpact | FailbackImpact, nam
                                       first_offset=t.first_offset, record_count=t.record_count) for t in p.aborts]))  # fmt: skip
         groups = [group_cls(group_id=g.group_id, group_type=g.group_type.value, topic_name=names[g.tp.topic_id],
                             partition_index=g.tp.partition, source_committed_offset=_or(g.source_committed),
-                            synced_offset=g.synced, re_read_records=_or(g.reread)) for g in impact.groups]  # fmt: skip
+                            synced_offset=g.synced, re_read_records=_or(g.reread),
+                            destination_committed_offset=_or(g.dest_committed)) for g in impact.groups]  # fmt: skip
         active = list(impact.active_groups)
         source_up = impact.source_available
     topics = [topic_cls(name=t.name, error_code=int(t.error_code), error_message=t.error_message,
@@ -228,7 +229,8 @@ def print_preview(out: TextIO, mirror: str, response: Any, as_json: bool = False
             "loses_something": response.loses_something, "partitions": preview_rows(response),
             "groups": [{"group": g.group_id, "type": g.group_type, "topic": g.topic_name, "partition": g.partition_index,
                         "source_committed_offset": _none_json(g.source_committed_offset),
-                        "synced_offset": g.synced_offset, "re_read_records": _none_json(g.re_read_records)}
+                        "synced_offset": g.synced_offset, "re_read_records": _none_json(g.re_read_records),
+                        "destination_committed_offset": _none_json(g.destination_committed_offset)}
                        for g in response.groups],
             "active_groups": list(response.active_groups),
             "errors": [{"topic": t.name, "error_code": t.error_code, "error_message": t.error_message} for t in errors],

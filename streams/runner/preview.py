@@ -72,7 +72,8 @@ def preview_stop(source: Any, dest: Any, tps: Sequence[TopicPartition], now_ms: 
     observations = [observe_stop(source, dest, tp, source_up=source_groups is not None) for tp in tps]
     dest_groups = {g.group_id: g for g in dest.list_groups()}
     active = [g for g, d in dest_groups.items() if d.active]
-    dest_committed = {g: dest.group_offsets(g) for g in dest_groups} if source_groups is None else {}
+    wanted = dest_groups.keys() if source_groups is None else {g.group_id for g in source_groups} & dest_groups.keys()
+    dest_committed = {g: dest.group_offsets(g) for g in sorted(wanted)}
     return stop_impact(observations, now_ms, source_groups=source_groups, source_offsets=source_offsets,
                        dest_active=active, dest_committed=dest_committed,
                        include=config.groups_include, exclude=config.groups_exclude)  # fmt: skip
