@@ -219,7 +219,7 @@ def _none_json(value: int) -> int | None:
     return None if value < 0 else value
 
 
-def print_preview(out: TextIO, mirror: str, response: Any, as_json: bool = False) -> int:
+def print_preview(out: TextIO, mirror: str, response: Any, as_json: bool = False, title: str | None = None) -> int:
     """Prints the preview; 0 when nothing would be lost, ``EXIT_LOSS`` when something would."""
     errors = [t for t in response.topics if t.error_code]
     if as_json:
@@ -240,7 +240,8 @@ def print_preview(out: TextIO, mirror: str, response: Any, as_json: bool = False
         _print_table(out, response)
         for t in errors:
             out.write(f"Topic {t.name}: {t.error_message} (error code {t.error_code})\n")
-        out.write(f"Dry run of --{'start' if response.failback else 'stop'} on mirror {mirror}: {response.verdict}\n")
+        title = title or f"Dry run of --{'start' if response.failback else 'stop'} on mirror {mirror}"
+        out.write(f"{title}: {response.verdict}\n")
     return EXIT_LOSS if response.loses_something else 0
 
 

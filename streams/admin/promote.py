@@ -75,9 +75,10 @@ async def promote(admin: ClusterMirrorAdmin, mirror: str, names: Sequence[str], 
         if time.monotonic() >= deadline:
             out.write(f"Timed out after {timeout:g} s; nothing was changed. Still waiting for: {'; '.join(reasons)}\n")
             return EXIT_ERROR
-        if reasons != shown:
+        kinds = [r.split(" (")[0] for r in reasons]  # a line when what it waits for changes, not each count
+        if kinds != shown:
             err.write(f"Waiting for: {'; '.join(reasons)}\n")
-            shown = reasons
+            shown = kinds
         await asyncio.sleep(POLL_S)
     stop: Any = (await admin.stop(mirror, names, patterns=patterns)).response
     failed = [t for t in stop.topics if t.error_code]
@@ -90,4 +91,4 @@ async def promote(admin: ClusterMirrorAdmin, mirror: str, names: Sequence[str], 
         out.write(f"Timed out waiting for every partition of {', '.join(sorted(accepted))} to be STOPPED\n")
         return EXIT_ERROR
     out.write(f"Promoted: stopped {', '.join(sorted(accepted))} of mirror {mirror}. At the cut:\n")
-    return print_preview(out, mirror, r)
+    return print_preview(out, mirror, r, title=f"Promote of mirror {mirror}")
