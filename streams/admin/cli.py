@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true",
                    help="stop/start: change nothing; show what it would cost (records lost and their age, "
                         "transactions aborted, groups re-reading; a failback's truncation). Exit code 0 when "
-                        "nothing would be lost, 3 when something would")  # fmt: skip
+                        "nothing would be lost, 3 when something would, 1 when a topic would be refused")  # fmt: skip
     p.add_argument("--abort-open-transactions", action="store_true",
                    help="promote: go ahead although transactions are open on the destination (the stop aborts them)")  # fmt: skip
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",

@@ -34,6 +34,7 @@ from streams.runner.preview import preview_failback, preview_stop
 log = logging.getLogger(__name__)
 
 EXIT_LOSS = 3  # the preview says the operation would lose records or abort transactions
+EXIT_TOPIC_ERROR = 1  # the previewed operation would refuse a topic
 
 # (mirror) -> (source port, destination port); set by whoever runs the controller with cluster ports.
 PreviewPorts = Callable[[ClusterMirrorImage], tuple[Any, Any]]
@@ -220,7 +221,8 @@ def _none_json(value: int) -> int | None:
 
 
 def print_preview(out: TextIO, mirror: str, response: Any, as_json: bool = False, title: str | None = None) -> int:
-    """Prints the preview; 0 when nothing would be lost, ``EXIT_LOSS`` when something would."""
+    """Prints the preview; 0 when nothing would be lost, ``EXIT_LOSS`` when something would, 1 when
+    the operation would refuse a topic (its cost is not known)."""
     errors = [t for t in response.topics if t.error_code]
     if as_json:
         doc = {
@@ -242,6 +244,8 @@ def print_preview(out: TextIO, mirror: str, response: Any, as_json: bool = False
             out.write(f"Topic {t.name}: {t.error_message} (error code {t.error_code})\n")
         title = title or f"Dry run of --{'start' if response.failback else 'stop'} on mirror {mirror}"
         out.write(f"{title}: {response.verdict}\n")
+    if errors:
+        return EXIT_TOPIC_ERROR
     return EXIT_LOSS if response.loses_something else 0
 
 

@@ -15,6 +15,7 @@ A, with a transaction left open on A (copied to B) and a consumer group committi
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -118,5 +119,56 @@ def test_stop_dry_run_with_a_dead_source_shows_unknown_and_still_counts_transact
         parts = sorted((r["topic"], r["partition"], r["lost_records"], [t["producer_id"] for t in r["aborted_transactions"]])
                        for r in logged if "partition" in r and "group" not in r)  # fmt: skip
         assert parts == [("orders", 0, None, [pid]), ("orders", 1, None, [])], logged
+    finally:
+        rig.close()
+
+
+@pytest.mark.slow
+def test_start_dry_run_of_a_failback_shows_what_truncation_removes_from_the_old_source(
+        broker: LocalBroker, tmp_path: Path) -> None:  # fmt: skip
+    """A -> B, a failover, writes on both sides (split brain), then ``--start --dry-run`` of the
+    reverse mirror on A: per partition where PREPARING cuts A and how many of A's records go;
+    the real start then cuts exactly there."""
+    rig = Rig(tmp_path, broker.bootstrap, {"orders": 2}, tick=0.1, seed=63)
+    rig.cli_process = True
+    try:
+        rig.start(("A", "B"))
+        rig.spawn_worker("B")
+        rig.spawn_worker("A")
+        a, b = rig.clients["A"], rig.clients["B"]
+        rig.create_mirror("B", MIRROR, "A", BACKOFF)
+        for i in range(6):
+            a.produce("orders", i % 2, [(b"k", f"v{i}".encode())])
+        rig.start_topics("B", MIRROR)
+        rig.wait("mirrored", lambda: rig.all_in("B", MIRROR, MirrorState.MIRRORING) and _mirrored(rig))
+        rig.stop_topics("B", MIRROR)
+        rig.wait("every partition STOPPED", lambda: rig.all_in("B", MIRROR, MirrorState.STOPPED), 60)
+        rig.wait("B writable", lambda: rig.read_only("B") == {"orders": False})
+        stop_offsets = {tp: b.list_offsets(tp).leo - 1 for tp in rig.tps}  # B's log: A's, then its PID reset
+        b.produce("orders", 0, [(b"k", b"on-b")])
+        for _ in range(3):
+            a.produce("orders", 0, [(b"k", b"lost-on-a")])  # split brain: these go at failback
+        a_end = {tp: a.list_offsets(tp).leo for tp in rig.tps}
+
+        reverse = "b-to-a"
+        rig.create_mirror("A", reverse, "B")
+        deadline = time.monotonic() + 30
+        while True:  # once A's controller has registered B's topics
+            code, text = rig.run_cli("A", "--start", "--dry-run", "--mirror", reverse, "--topics", "orders")
+            if code in (0, 3) or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        assert code == 3, text
+        rows = {int(r[1]): r for r in _lines(text, "TRUNCATE-TO")}
+        tp0, tp1 = rig.tps
+        assert rows[0][3] == str(stop_offsets[tp0]) and rows[0][4] == str(a_end[tp0] - stop_offsets[tp0]) == "3", text
+        assert rows[1][3] == str(stop_offsets[tp1]) and rows[1][4] == "0", text
+        assert text.strip().endswith("would lose 3 records on 1 partitions"), text
+        assert a.list_offsets(tp0).leo == a_end[tp0], "the preview cut nothing"
+
+        rig.start_topics("A", reverse)
+        rig.wait("A mirrors B", lambda: rig.all_in("A", reverse, MirrorState.MIRRORING), 60)
+        rig.wait("A has B's log", lambda: all(a.list_offsets(tp).leo == b.list_offsets(tp).hw for tp in rig.tps), 60)
+        assert b"lost-on-a" not in b"".join(x.payload for x in a.fetch(tp0, 0, 1 << 20, IsolationLevel.READ_UNCOMMITTED).batches)
     finally:
         rig.close()
