@@ -173,6 +173,7 @@ def impact_response(schemas: SchemaSet, impact: StopImpact | FailbackImpact, nam
                             partition_index=g.tp.partition, source_committed_offset=_or(g.source_committed),
                             synced_offset=g.synced, re_read_records=_or(g.reread),
                             destination_committed_offset=_or(g.dest_committed)) for g in impact.groups]  # fmt: skip
+        groups.sort(key=lambda g: (g.group_id, g.topic_name, g.partition_index))
         active = list(impact.active_groups)
         source_up = impact.source_available
     topics = [topic_cls(name=t.name, error_code=int(t.error_code), error_message=t.error_message,
