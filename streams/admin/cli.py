@@ -40,8 +40,7 @@ from records.redact import redact_config
 from coordinator.states import ErrorCode, MirrorState
 from streams import tls
 from streams import config as worker_config
-from streams.admin.preview import print_preview
-from streams.admin.promote import promote
+from streams.admin import preview, promote
 from streams.admin.client import (
     AdminError,
     ClusterMirrorAdmin,
@@ -90,15 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refuse the change if a topic's mirror state changed since it was described")  # fmt: skip
     p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                    help="start/stop/pause/resume: poll describe and show progress until done or SECONDS pass")  # fmt: skip
-    p.add_argument("--dry-run", action="store_true",
-                   help="stop/start: change nothing; show what it would cost (records lost and their age, "
-                        "transactions aborted, groups re-reading; a failback's truncation). Exit code 0 when "
-                        "nothing would be lost, 3 when something would, 1 when a topic would be refused")  # fmt: skip
-    p.add_argument("--abort-open-transactions", action="store_true",
-                   help="promote: go ahead although transactions are open on the destination (the stop aborts them)")  # fmt: skip
-    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
-                   help="promote: give up (changing nothing) after SECONDS of waiting for lag 0, no open "
-                        "transaction and a group sync after the last commit (default 300)")  # fmt: skip
+    preview.add_arguments(p)
+    promote.add_arguments(p)
     p.add_argument("--verbose", action="store_true")
     return p
 
@@ -430,16 +422,12 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             return EXIT_OK
         if args.promote:
             names, patterns = await _topic_selection(admin, args)
-            return await promote(admin, args.mirror, names, patterns, abort_open=args.abort_open_transactions,
-                                 timeout=args.timeout, out=out, err=err, wait_for_states=wait_for_states)  # fmt: skip
+            return await promote.promote(admin, args.mirror, names, patterns, abort_open=args.abort_open_transactions,
+                                         timeout=args.timeout, out=out, err=err, wait_for_states=wait_for_states)  # fmt: skip
         op = next(o for o in ("start", "stop", "pause", "resume") if getattr(args, o))
         names, patterns = await _topic_selection(admin, args)
         if args.dry_run:
-            reply = await admin.preview(args.mirror, names, patterns=patterns, exclude=args.exclude, failback=op == "start")
-            if reply.response.error_code:  # type: ignore[attr-defined]
-                out.write(f"Error: {_code_name(reply.response.error_code)}: {reply.response.error_message}\n")  # type: ignore[attr-defined]
-                return EXIT_ERROR
-            return print_preview(out, args.mirror, reply.response, as_json=args.json)
+            return await preview.dry_run(admin, args.mirror, names, patterns, args.exclude, op == "start", out, args.json)
         svo = (await admin.describe([args.mirror])).metadata_offset if args.validate_states else -1
         if op == "start":
             reply = await admin.start(args.mirror, names, include=patterns, exclude=args.exclude, state_validation_offset=svo)

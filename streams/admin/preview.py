@@ -13,11 +13,12 @@ how to reach the destination cluster; it opens the mirror's source the way the w
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 import msgspec
@@ -188,6 +189,29 @@ def _or(value: int | None) -> int:
 
 
 # ------------------------------------------------------------------------------------ the CLI
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dry-run", action="store_true",
+                   help="stop/start: change nothing; show what it would cost (records lost and their age, "
+                        "transactions aborted, groups re-reading; a failback's truncation). Exit code 0 when "
+                        "nothing would be lost, 3 when something would, 1 when a topic would be refused")  # fmt: skip
+
+
+async def dry_run(admin: Any, mirror: str, names: Sequence[str], patterns: Sequence[str], exclude: Sequence[str],
+                  failback: bool, out: TextIO, as_json: bool) -> int:  # fmt: skip
+    r: Any = (await admin.preview(mirror, names, patterns=patterns, exclude=exclude, failback=failback)).response
+    if r.error_code:
+        out.write(f"Error: {_error_name(r.error_code)}: {r.error_message}\n")
+        return EXIT_TOPIC_ERROR
+    return print_preview(out, mirror, r, as_json=as_json)
+
+
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"ERROR_{code}"
 
 
 def _unknown(value: int) -> str:

@@ -18,6 +18,7 @@ controller's ``failover impact`` log line) shows what it found at the cut.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -29,6 +30,14 @@ from streams.admin.preview import print_preview
 
 POLL_S = 0.5
 EXIT_OK, EXIT_ERROR = 0, 1
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--abort-open-transactions", action="store_true",
+                   help="promote: go ahead although transactions are open on the destination (the stop aborts them)")  # fmt: skip
+    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="promote: give up (changing nothing) after SECONDS of waiting for lag 0, no open "
+                        "transaction and a group sync after the last commit (default 300)")  # fmt: skip
 
 
 def waiting_for(response: Any, abort_open: bool) -> list[str]:
