@@ -59,7 +59,7 @@ def _response(schemas: SchemaSet, **fields: Any) -> Any:
 
 
 async def serve_preview(image: MetadataImage, body: Any, principal: admin.Principal, states: Any,
-                        ports: PreviewPorts | None, schemas: SchemaSet) -> msgspec.Struct:  # fmt: skip
+                        ports: PreviewPorts | None, schemas: SchemaSet, max_partitions: int | None = None) -> msgspec.Struct:  # fmt: skip
     def refuse(code: int, message: str) -> Any:
         return _response(schemas, error_code=int(code), error_message=message, topics=[])
 
@@ -78,6 +78,8 @@ async def serve_preview(image: MetadataImage, body: Any, principal: admin.Princi
         if topic is not None:
             names[topic.topic_id] = name
             tps.extend(TopicPartition(topic.topic_id, p) for p in sorted(topic.partitions))
+    if max_partitions is not None and len(tps) > max_partitions:
+        return refuse(ErrorCode.INVALID_REQUEST, f"{len(tps)} partitions, more than {max_partitions}")
     try:
         config = MirrorConfig.from_properties(dict(mirror.configs))
     except ValueError:
@@ -110,6 +112,9 @@ class _StopAsPreview(msgspec.Struct, frozen=True):
 
 
 IMPACT_LOG_TIMEOUT_S = 5.0  # the stop waits at most this long for its impact record
+# The reads are a few round trips per partition, one after the other: a mass failover goes
+# without the record rather than wait for it (the preview itself has no such bound).
+IMPACT_LOG_MAX_PARTITIONS = 2_000
 
 
 async def log_stop_impact(image: MetadataImage, body: Any, principal: admin.Principal, states: Any,
@@ -121,11 +126,13 @@ async def log_stop_impact(image: MetadataImage, body: Any, principal: admin.Prin
         return None
     preview = _StopAsPreview(body.mirror_name, [t.topic_name for t in body.topics], list(body.patterns))
     try:
-        response = await asyncio.wait_for(serve_preview(image, preview, principal, states, ports, schemas), IMPACT_LOG_TIMEOUT_S)
+        response = await asyncio.wait_for(serve_preview(image, preview, principal, states, ports, schemas,
+                                                        IMPACT_LOG_MAX_PARTITIONS), IMPACT_LOG_TIMEOUT_S)  # fmt: skip
     except asyncio.TimeoutError:
         log.warning("failover impact of %s not recorded: no answer within %.0f s", body.mirror_name, IMPACT_LOG_TIMEOUT_S)
         return None
     if response.error_code:
+        log.info("failover impact of %s not recorded: %s", body.mirror_name, response.error_message)
         return response
     for row in preview_rows(response):
         log.info("failover impact %s", json.dumps({"mirror": body.mirror_name, **row}, sort_keys=True))
