@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from workflow_harness import FAST, World, all_in, batches, run_until
 
-from coordinator.ports import ControlType
+from coordinator.ports import ControlType, GroupType
 from coordinator.states import DesiredState, MirrorState
 from streams.runner.preview import preview_failback, preview_stop
 
@@ -61,13 +61,13 @@ def test_stop_preview_is_what_the_stop_does(before, after, data):
     ab.set_desired(topic.topic_id, DesiredState.START)
     run_until(w, _mirrored(w, ab, tps))
     _apply(a, after, "u", {})  # written on A after B's last fetch: the failover's RPO
-    groups = ["g0", "g1", "g2"]
+    groups = ["g0", "g1", "g2"]  # g1 a share group
     active = data.draw(st.sets(st.sampled_from(groups)), label="active on B")
     committed = {}
     for g in groups:
         for tp in tps:
             off = data.draw(st.integers(0, a.list_offsets(tp).hw), label=f"{g} {tp.partition}")
-            a.commit_offset(g, "t", tp.partition, off)
+            a.commit_offset(g, "t", tp.partition, off, group_type=GroupType.SHARE if g == "g1" else GroupType.CONSUMER)
             committed[(g, tp)] = off
     for g in active:
         b.join_group(g, "member-1")
@@ -105,6 +105,7 @@ def test_stop_preview_is_what_the_stop_does(before, after, data):
                 assert (g, tp) not in predicted
                 continue
             got = predicted[(g, tp)]
+            assert got.group_type is (GroupType.SHARE if g == "g1" else GroupType.CONSUMER)
             assert got.synced == on_b[tp.partition]
             assert got.reread == committed[(g, tp)] - on_b[tp.partition]
     assert impact.rereading_groups == len({g for (g, _), x in predicted.items() if x.reread})
