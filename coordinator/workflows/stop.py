@@ -107,6 +107,21 @@ def has_pid_reset(tail: tuple[Batch, ...]) -> bool:
     return any(b.is_control and b.control_type == ControlType.MIRROR_PID_RESET for b in tail)
 
 
+def abort_markers(tp: TopicPartition, open_transactions: tuple[OpenTransaction, ...]) -> tuple[AppendControl, ...]:
+    """The ABORT markers a stop writes: one per transaction still open on the destination, with
+    its producer epoch (as the transaction coordinator would). ``coordinator.impact`` previews
+    the same choice."""
+    return tuple(AppendControl(tp, ControlType.ABORT, t.producer_id, t.producer_epoch) for t in open_transactions)
+
+
+def stop_markers(tp: TopicPartition, open_transactions: tuple[OpenTransaction, ...],
+                 source_cluster_id: str) -> tuple[AppendControl, ...]:
+    """What a stop appends to a partition's log in one go: the aborts, then one MIRROR_PID_RESET
+    (a control batch each, one offset each): the preview counts the LEO the last group sync clamps to from it."""
+    reset = AppendControl(tp, ControlType.MIRROR_PID_RESET, source_cluster_id=source_cluster_id)
+    return (*abort_markers(tp, open_transactions), reset)
+
+
 def decide_stop(
     state: MirrorPartitionState, key: MirrorPartitionKey, obs: StopObservation, now_ms: int,
     group_sync_timeout_ms: int = 3_000,
@@ -134,7 +149,7 @@ def decide_stop(
         publish = SetLastMirroredEpoch(key.mirror_name, tp, lme if lme != UNDEFINED_EPOCH else None)
         return Decision(nxt, (publish,), record)
     bump: tuple[Command, ...] = () if dle >= state.epoch_target else (BumpLeaderEpoch(tp, state.epoch_target),)
-    aborts = tuple(AppendControl(tp, ControlType.ABORT, t.producer_id, t.producer_epoch) for t in obs.open_transactions)
+    aborts = abort_markers(tp, obs.open_transactions)
     if step is Step.STOP_BUMP_EPOCH:
         # The bump, the aborts and the reset in one step, as their own steps would write them:
         # while STOPPING only the coordinator writes to the partition, so the transactions open
@@ -143,8 +158,8 @@ def decide_stop(
         # these commands), the reset waits for its step, which reads the tail first.
         leader_epoch = max(dle, state.epoch_target)
         if obs.dest.leo == state.stop_offset:
-            reset = AppendControl(tp, ControlType.MIRROR_PID_RESET, source_cluster_id=obs.source_cluster_id)
-            return Decision(advance(state, leader_epoch=leader_epoch, step=Step.STOP_WAIT_ISR), (*bump, *aborts, reset))
+            markers = stop_markers(tp, obs.open_transactions, obs.source_cluster_id)
+            return Decision(advance(state, leader_epoch=leader_epoch, step=Step.STOP_WAIT_ISR), (*bump, *markers))
         return Decision(advance(state, leader_epoch=leader_epoch, step=Step.STOP_PID_RESET), bump + aborts)
     if step is Step.STOP_ABORT_OPEN:
         return Decision(advance(state, step=Step.STOP_PID_RESET), bump + aborts)

@@ -3,6 +3,8 @@
     kafka-cluster-mirrors --bootstrap-server 127.0.0.1:9393 --create --mirror a-to-b --mirror-config a.properties
     kafka-cluster-mirrors ... --start  --mirror a-to-b --topics 'orders,payments'
     kafka-cluster-mirrors ... --stop   --mirror a-to-b --topics '.*' --wait 600      # mass failover
+    kafka-cluster-mirrors ... --stop|--start --dry-run --mirror a-to-b --topics '.*' [--json]  # its cost first
+    kafka-cluster-mirrors ... --promote --mirror a-to-b --topics '.*' [--abort-open-transactions] [--timeout S]
     kafka-cluster-mirrors ... --pause|--resume --mirror a-to-b --topics 'orders-.*' [--exclude 'orders-tmp']
     kafka-cluster-mirrors ... --list
     kafka-cluster-mirrors ... --describe [--mirror a-to-b] [--json] [--failed] [--max-age MS]
@@ -38,6 +40,7 @@ from coordinator.states import ErrorCode, MirrorState
 from coordinator.topic_filter import compile_patterns, pattern_list_problem
 from streams import tls
 from streams import config as worker_config
+from streams.admin import preview, promote
 from streams.admin.describe_output import describe_rows, print_failed, print_partitions, print_readiness, truncate_left
 from streams.admin.client import (
     AdminError,
@@ -95,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="client properties: security.protocol=SSL with Kafka's ssl.* keys (PEM), client.id; "
                         "local mode only: principal=User:NAME")  # fmt: skip
     ops = p.add_mutually_exclusive_group(required=True)
-    for op in ("create", "start", "stop", "pause", "resume", "list", "describe", "delete", "alter", "describe-config"):
+    for op in ("create", "start", "stop", "pause", "resume", "list", "describe", "delete", "alter", "describe-config",
+               "promote"):
         ops.add_argument(f"--{op}", action="store_true")
     p.add_argument("--mirror", help="cluster mirror name")
     p.add_argument("--mirror-config", help="properties file of the mirror (bootstrap.servers, security, ...)")
@@ -112,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refuse the change if a topic's mirror state changed since it was described")  # fmt: skip
     p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                    help="start/stop/pause/resume: poll describe and show progress until done or SECONDS pass")  # fmt: skip
+    preview.add_arguments(p)
+    promote.add_arguments(p)
     p.add_argument("--verbose", action="store_true")
     return p
 
@@ -303,6 +309,8 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError("--add-config and --delete-config go with --alter")
     if args.alter:
         parse_add_config(args.add_config or "")  # a malformed pair is a usage error, before connecting
+    if args.dry_run and not (args.stop or args.start):
+        raise UsageError("--dry-run goes with --stop or --start")
     if args.max_age is not None and (not args.describe or args.max_age < 0):
         raise UsageError("--max-age takes MS >= 0 and is only supported for describing mirrors")
     if args.exclude and not (args.start or args.stop or args.pause or args.resume):
@@ -376,8 +384,14 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 return EXIT_ERROR
             out.write(f"Deleted cluster mirror {args.mirror}\n")
             return EXIT_OK
+        if args.promote:
+            names, patterns = await _topic_selection(admin, args)
+            return await promote.promote(admin, args.mirror, names, patterns, abort_open=args.abort_open_transactions,
+                                         timeout=args.timeout, out=out, err=err, wait_for_states=wait_for_states)  # fmt: skip
         op = next(o for o in ("start", "stop", "pause", "resume") if getattr(args, o))
         names, patterns = await _topic_selection(admin, args)
+        if args.dry_run:
+            return await preview.dry_run(admin, args.mirror, names, patterns, args.exclude, op == "start", out, args.json)
         svo = (await admin.describe([args.mirror])).metadata_offset if args.validate_states else -1
         if op == "start":
             reply = await admin.start(args.mirror, names, include=patterns, exclude=args.exclude, state_validation_offset=svo)

@@ -47,6 +47,8 @@ API_KEYS: dict[str, int] = {
     # configs through kafka-configs --entity-type cluster-mirrors.
     "AlterClusterMirrorConfigs": 106,
     "DescribeClusterMirrorConfigs": 107,
+    # Ours (issue #26): --stop/--start --dry-run, the impact preview.
+    "PreviewMirrorTopics": 108,
 }
 API_NAMES = {v: k for k, v in API_KEYS.items()}
 MAX_FRAME = 64 * 1024 * 1024
@@ -352,6 +354,13 @@ class ClusterMirrorAdmin:
     async def describe_configs(self, mirror: str) -> Reply:
         """The mirror's configs, secrets redacted by the controller."""
         return await self.call("DescribeClusterMirrorConfigs", self._req("DescribeClusterMirrorConfigs", mirror_name=mirror))
+
+    async def preview(self, mirror: str, topics: Sequence[str] = (), *, patterns: Sequence[str] = (),
+                      exclude: Sequence[str] = (), failback: bool = False) -> Reply:  # fmt: skip
+        """What a stop (``failback``: a start) of these topics would cost; nothing changes."""
+        body = self._req("PreviewMirrorTopics", mirror_name=mirror, topics=list(topics), patterns=list(patterns),
+                         exclude_patterns=list(exclude), failback=failback)  # fmt: skip
+        return await self.call("PreviewMirrorTopics", body)
 
     async def mirror_topics(self, mirror: str) -> list[str]:
         """The topic names of one mirror (to expand a regex client-side for pause/resume)."""

@@ -54,6 +54,7 @@ from streams.state.mirror_state import mirror_state_topic_spec
 from streams.state.sync_status import SyncStatusView, sync_status_topic_spec
 from streams.state.changelog_view import MirrorStateChangelogView, PartitionStatus, StateKey
 from streams.admin.members import DeadMemberRemover
+from streams.admin.preview import PreviewPorts, log_stop_impact, serve_preview
 from streams.admin.responses import alter_configs_response, describe_config, describe_response, error_response, list_response, names, topic_response
 
 log = logging.getLogger(__name__)
@@ -197,6 +198,8 @@ class ClusterMirrorController:
         self.source_cluster_ids: dict[str, str] = {}
         # Told of the records each request appended (``streams.worker.metrics`` times stop requests).
         self.on_command: Callable[[str, Sequence[ApiMessageAndVersion]], None] = lambda api, records: None
+        # The mirror's (source, destination) ports for PreviewMirrorTopics; None: no preview here.
+        self.preview_ports: PreviewPorts | None = None
 
     def _replay(self, offset: int, epoch: int, record: ApiMessageAndVersion) -> None:
         problem = self.replayer.replay(record, offset, epoch)
@@ -341,6 +344,10 @@ class ClusterMirrorController:
         req = AdminRequest(header, api, body, who)
         if api == "ListClusterMirrors":
             req = req._replace(source_cluster_ids=dict(self.source_cluster_ids))
+        if api == "PreviewMirrorTopics":  # reads only: nothing to append, no need for the lock
+            statuses = await self.status.statuses(offsets=False, mirrors={body.mirror_name})  # type: ignore[attr-defined]
+            states = {k: v.state for k, v in statuses.items()}
+            return await serve_preview(self.image, body, who, states, self.preview_ports, self.schemas), self.metadata_offset
         describe = api == "DescribeClusterMirrors"
         async with self._lock:
             # Only describe shows offsets; the commands validate against states alone.
@@ -369,6 +376,9 @@ class ClusterMirrorController:
                 else:
                     records, response = await asyncio.to_thread(self.validator, req, image, statuses)
             else:
+                if api == "StopMirrorTopics":  # the stop's impact, logged as at the cut (issue #26)
+                    await log_stop_impact(image, body, who, {k: v.state for k, v in statuses.items()},
+                                          self.preview_ports, self.schemas)  # fmt: skip
                 records, response = self.validator(req, image, statuses)
             secrets = secret_values({c.name: c.value for c in getattr(body, "config", None) or getattr(body, "configs", [])})
             code = getattr(response, "error_code", 0)

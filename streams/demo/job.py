@@ -14,7 +14,7 @@ the model's clock. Then:
 producers on A (keyed records, transactions committed and aborted) and consumer group
 ``demo-orders-app`` reading A -> ``a-to-b`` catches up; a produce to B's mirror topic is refused
 -> A's producers leave transactions open and stop, the group reads to A's LSO and stops ->
-failover (``--stop``, with transactions still open on A: copied to B, aborted there once each;
+failover (``--stop --dry-run`` first, then ``--stop``, with transactions still open on A: copied to B, aborted there once each;
 its last group offset sync carries the group's last commit to B) -> the group resumes on B,
 producers on B (again leaving transactions open) -> failback (``b-to-a``) -> A catches up with
 B's HW -> describe and a verdict computed from the two clusters' logs and what the clients saw -> the audit verdict (Spark)
@@ -84,6 +84,17 @@ class Demo:
         if code != 0:
             raise DemoError(f"kafka-cluster-mirrors {' '.join(argv)} failed ({code}): {text.strip()}")
         return text
+
+    def preview(self, open_on_a: int) -> None:
+        """``--stop --dry-run`` before the failover: nothing lost (lag 0), A's open transactions,
+        copied to B, named as the ones the stop will abort."""
+        argv = ("--stop", "--dry-run", "--mirror", "a-to-b", "--topics", ",".join(TOPICS))
+        code, text = run_cli(self.endpoints["B"], *argv)
+        for line in text.rstrip().splitlines():
+            self.out.write(f"    {line}\n")
+        expected = f"would lose 0 records on 0 partitions; would abort {open_on_a} transactions"
+        if code != (3 if open_on_a else 0) or (open_on_a and expected not in text):
+            raise DemoError(f"kafka-cluster-mirrors {' '.join(argv)}: exit {code}, expected '{expected}'")
 
     def start_topics(self, cluster: str, mirror: str) -> None:
         """Starts the topics once the controller has registered them from the source."""
@@ -157,7 +168,9 @@ class Demo:
         wait_for("a-to-b to catch up with A's HW", caught_up(a, b), 60, clock)
         a_open = {tp: a.open_transactions(tp) for tp in tps}
         self.say(f"a-to-b caught up with A's HW, {sum(map(len, a_open.values()))} transaction(s) still open on A "
-                 "(copied open); failover: stop a-to-b")  # fmt: skip
+                 "(copied open); what the failover would cost (--stop --dry-run):")  # fmt: skip
+        self.preview(sum(map(len, a_open.values())))
+        self.say("failover: stop a-to-b")
         self.cli("B", "--stop", "--mirror", "a-to-b", "--topics", ",".join(TOPICS), "--wait", "60")
         wait_for("B's topics to become writable", lambda: all(not t.read_only for t in b.describe_topics(list(ids.values()))), 30, clock)
         a_before = {tp: a.list_offsets(tp) for tp in tps}

@@ -405,6 +405,8 @@ async def run_controller_role(cfg: WorkerConfig, args: argparse.Namespace) -> in
     supers = tls.parse_super_users(args.super_users)
     controller = ClusterMirrorController(cfg, status=status, super_users=supers)
     holder["offsets"] = _ModelOffsets(controller, port, dest)
+    if port:  # --stop/--start --dry-run: the mirror's ports, opened per preview as the worker opens them
+        controller.preview_ports = lambda mirror: (open_source(mirror, port, 5.0), ReconnectingClient(port, dest, 5.0))
     await ensure_topics(cfg.bootstrap_servers, worker_topic_specs(cfg))
     await controller.start()
     assert controller.address is not None

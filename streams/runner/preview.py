@@ -1,0 +1,104 @@
+"""The impact preview's reads (``coordinator.impact`` decides): fresh observations of both
+clusters, over the same ports the runner uses, and nothing written anywhere.
+
+Only reads are called (list_offsets, fetch, open_transactions, groups, OffsetsForLeaderEpoch,
+the LME): a preview must be safe to run at any time, also against a mirror in the middle of a
+stop. A source call that fails makes the source's figures unknown; the destination's must answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from coordinator.impact import (
+    FailbackImpact,
+    StopImpact,
+    StopPreviewObservation,
+    stop_impact,
+    truncation_impact,
+)
+from coordinator.ports import Batch, IsolationLevel, PortError, TopicPartition
+from coordinator.workflows.config import MirrorConfig
+from coordinator.workflows.prepare import PrepareObservation, truncation_target
+from coordinator.workflows.sync_groups import group_selected, name_pattern
+
+log = logging.getLogger(__name__)
+
+
+def read_batches(port: Any, tp: TopicPartition, start: int, end: int) -> tuple[Batch, ...]:
+    """Whole batches covering [start, end), read uncommitted (open transactions included)."""
+    out: list[Batch] = []
+    offset = start
+    while offset < end:
+        got = port.fetch(tp, offset, 1 << 20, IsolationLevel.READ_UNCOMMITTED).batches
+        if not got:
+            break
+        out.extend(got)
+        offset = got[-1].next_offset
+    return tuple(out)
+
+
+def observe_stop(source: Any, dest: Any, tp: TopicPartition, source_up: bool = True) -> StopPreviewObservation:
+    dest_off = dest.list_offsets(tp)
+    opens = tuple(dest.open_transactions(tp))
+    open_batches = read_batches(dest, tp, min(t.first_offset for t in opens), dest_off.leo) if opens else ()
+    src = first = None
+    if source_up:
+        try:
+            src = source.list_offsets(tp)
+            if src.hw > dest_off.leo:
+                got = source.fetch(tp, max(dest_off.leo, src.log_start), 1, IsolationLevel.READ_UNCOMMITTED).batches
+                first = got[0] if got else None
+        except PortError as e:
+            log.info("preview: source did not answer for %s: %s", tp, e)
+            src = first = None
+    return StopPreviewObservation(tp=tp, dest=dest_off, open_transactions=opens, open_batches=open_batches,
+                                  source=src, first_unmirrored=first)  # fmt: skip
+
+
+def preview_stop(source: Any, dest: Any, tps: Sequence[TopicPartition], now_ms: int, config: MirrorConfig) -> StopImpact:
+    """What a stop of ``tps`` would cost now. Reads only."""
+    source_groups = None
+    source_offsets: dict[str, Any] = {}
+    try:
+        inc, exc = name_pattern(config.groups_include), name_pattern(config.groups_exclude)
+        source_groups = [g for g in source.list_groups() if group_selected(g.group_id, inc, exc)]
+        source_offsets = {g.group_id: source.group_offsets(g.group_id) for g in source_groups}
+    except PortError as e:
+        log.info("preview: source did not answer its groups: %s", e)
+        source_groups, source_offsets = None, {}
+    observations = [observe_stop(source, dest, tp, source_up=source_groups is not None) for tp in tps]
+    dest_groups = {g.group_id: g for g in dest.list_groups()}
+    active = [g for g, d in dest_groups.items() if d.active]
+    wanted = dest_groups.keys() if source_groups is None else {g.group_id for g in source_groups} & dest_groups.keys()
+    dest_committed = {g: dest.group_offsets(g) for g in sorted(wanted)}
+    return stop_impact(observations, now_ms, source_groups=source_groups, source_offsets=source_offsets,
+                       dest_active=active, dest_committed=dest_committed,
+                       include=config.groups_include, exclude=config.groups_exclude)  # fmt: skip
+
+
+def preview_failback(source: Any, dest: Any, mirror_name: str, tps: Sequence[TopicPartition]) -> FailbackImpact:
+    """What a start of the reverse mirror ``mirror_name`` (``dest`` is the old source) would cut
+    from ``dest``: PREPARING's observation, read as ``streams.runner.observers`` reads it."""
+    topics = {t.topic_id: t for t in source.describe_topics(sorted({tp.topic_id for tp in tps}))}
+    out = []
+    for tp in tps:
+        src_topic = topics.get(tp.topic_id)
+        lme_mirror = (src_topic.mirror_name if src_topic is not None else None) or mirror_name
+        dest_off = dest.list_offsets(tp)
+        src = source.list_offsets(tp)
+        lme = source.last_mirrored_epoch(lme_mirror, tp)
+        src_end = local_end = None
+        if lme is not None:
+            src_end = source.end_offset_for_epoch(tp, lme)
+            if not src_end.undefined:
+                local_end = dest.end_offset_for_epoch(tp, src_end.epoch)
+        obs = PrepareObservation(topic_ready=True, dest=dest_off, source_leader_epoch=src.leader_epoch, source_lme=lme,
+                                 source_epoch_end=src_end, local_epoch_end=local_end)  # fmt: skip
+        target = truncation_target(obs)
+        first = max(target, dest_off.log_start)
+        removed = read_batches(dest, tp, first, dest_off.leo) if first < dest_off.leo else ()
+        out.append(truncation_impact(tp, obs, removed))
+    return FailbackImpact(tuple(out))
