@@ -341,7 +341,13 @@ def test_log_dirs_describe(sides: Sides) -> None:
     for doc in (k_json, m_json):
         for d in doc["brokers"][0]["logDirs"]:
             d["partitions"].sort(key=lambda x: x["partition"])
-    # Same partitions, and the same sizes: the model serves the batches the clients produced.
+            for x in d["partitions"]:
+                # The console producer batches lines as its linger and the load allow, so its
+                # partition's size differs from run to run on either broker: only "not empty" compares.
+                if x["partition"] == f"{sides.prefix}-console-0":
+                    assert x["size"] > 0, x
+                    x["size"] = "N"
+    # Same partitions, and the same sizes where the batches are the test's own (one record each).
     assert m_json == k_json
     assert {x["partition"] for x in m_json["brokers"][0]["logDirs"][0]["partitions"]} == {
         f"{sides.prefix}-orders-0", f"{sides.prefix}-orders-1", f"{sides.prefix}-compact-0", f"{sides.prefix}-console-0"}
