@@ -168,7 +168,8 @@ def _legal_pairs() -> list[str]:
     return [f"{a.name}->{b.name}" for a in MirrorState for b in MirrorState if is_legal_transition(a, b)]
 
 
-def _rollups(store: SnapshotStore, p: AuditParams) -> bool:
+def uses_rollups(store: SnapshotStore, p: AuditParams) -> bool:
+    """Read the export's rollups: asked for, and every snapshot has them."""
     return p.rollups and all(store.has(t) for t in ROLLUPS)
 
 
@@ -178,7 +179,7 @@ def _illegal(frm: str, to: str) -> Column:
 
 def illegal_transitions(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
     only = None
-    if _rollups(store, p):
+    if uses_rollups(store, p):
         # The per-second rollup names every (mirror, snapshot) holding an illegal pair: read only
         # those files of the history (none at all in a clean one).
         secs = _read(spark, store, "transition_seconds", "all", p)
@@ -341,7 +342,7 @@ def failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) -
     the transitions; without them (or for an episode gap under ``RUN_GAP_MS``), both come from
     every transition.
     """
-    raw = not _rollups(store, p) or _gap_ms(p) < RUN_GAP_MS
+    raw = not uses_rollups(store, p) or _gap_ms(p) < RUN_GAP_MS
     ev = _failover_events(spark, store, p) if raw else None
     secs = _seconds_with_episodes(_per_second(spark, store, p, ev), p)
     k = F.col("kind")
@@ -414,7 +415,7 @@ def timeline_of(agg: DataFrame) -> DataFrame:
 
 
 def transition_counts(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
-    if _rollups(store, p):
+    if uses_rollups(store, p):
         counts = (
             _read(spark, store, "transition_seconds", "all", p)
             .groupBy("mirror", "from_state_name", "to_state_name")
