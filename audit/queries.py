@@ -21,11 +21,12 @@ acl_drift                      drift      ACL differences in the latest snapshot
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 
 from audit.rollup import FB_START, FO_DONE, FO_START, PM, ROLLUPS, RUN_GAP_MS
@@ -168,7 +169,8 @@ def _legal_pairs() -> list[str]:
     return [f"{a.name}->{b.name}" for a in MirrorState for b in MirrorState if is_legal_transition(a, b)]
 
 
-def _rollups(store: SnapshotStore, p: AuditParams) -> bool:
+def uses_rollups(store: SnapshotStore, p: AuditParams) -> bool:
+    """Read the export's rollups: asked for, and every snapshot has them."""
     return p.rollups and all(store.has(t) for t in ROLLUPS)
 
 
@@ -178,7 +180,7 @@ def _illegal(frm: str, to: str) -> Column:
 
 def illegal_transitions(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
     only = None
-    if _rollups(store, p):
+    if uses_rollups(store, p):
         # The per-second rollup names every (mirror, snapshot) holding an illegal pair: read only
         # those files of the history (none at all in a clean one).
         secs = _read(spark, store, "transition_seconds", "all", p)
@@ -272,27 +274,53 @@ def _per_second(spark: SparkSession, store: SnapshotStore, p: AuditParams, ev: D
     )  # fmt: skip
 
 
-def _seconds_with_episodes(per_sec: DataFrame, p: AuditParams) -> DataFrame:
-    """``per_sec`` with its episode: a run of events with no gap longer than ``episode_gap_s``
-    (exact for gaps of a second or more). Small, so it is materialised once: both the per-event
-    figures and the per-partition pass read it."""
-    ordered = Window.partitionBy("mirror").orderBy("sec", "kind")
-    before = F.max("hi").over(ordered.rowsBetween(Window.unboundedPreceding, -1))
-    sec_lo = F.min("lo").over(Window.partitionBy("mirror", "sec"))
-    # Only a second's first row can start an episode: the rows after it are less than a second away.
-    starts = F.when(before.isNull() | (sec_lo - before > _gap_ms(p)), 1).otherwise(0)
-    running = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    return per_sec.withColumn("_s", starts).withColumn("episode", F.sum("_s").over(running)).drop("_s").localCheckpoint()
+class _Episodes:
+    """Episodes from the per-second rows (small: a row per (mirror, second, kind) holding
+    events, collected): runs of events with no gap longer than ``episode_gap_s`` (exact for gaps
+    of a second or more). ``spans``: each episode's (mirror, number, first and last second);
+    ``kinds``: per (mirror, episode, kind), [events, first ms, last ms, first metadata offset]."""
+
+    def __init__(self, per_sec: list[Row], p: AuditParams) -> None:
+        gap = _gap_ms(p)
+        by_sec: dict[tuple[str, int], list[Row]] = defaultdict(list)
+        for r in per_sec:
+            by_sec[(r.mirror, r.sec)].append(r)
+        self.spans: list[tuple[str, int, int, int]] = []
+        self.kinds: dict[tuple[str, int, int], list[int]] = {}
+        mirror, episode, hi = None, 0, None
+        for (m, sec), rows in sorted(by_sec.items()):
+            if m != mirror:
+                mirror, episode, hi = m, 1, None
+                self.spans.append((m, episode, sec, sec))
+            # Only a second's first event can start an episode: the others are less than a second away.
+            elif min(r.lo for r in rows) - hi > gap:
+                episode += 1
+                self.spans.append((m, episode, sec, sec))
+            else:
+                self.spans[-1] = (m, episode, self.spans[-1][2], sec)
+            hi = max(r.hi for r in rows) if hi is None else max(hi, *(r.hi for r in rows))
+            for r in rows:
+                k = self.kinds.get((m, episode, r.kind))
+                if k is None:
+                    self.kinds[(m, episode, r.kind)] = [r.n, r.lo, r.hi, r.mo]
+                else:
+                    k[0], k[1], k[2], k[3] = k[0] + r.n, min(k[1], r.lo), max(k[2], r.hi), min(k[3], r.mo)
 
 
 def _gap_ms(p: AuditParams) -> int:
     return max(int(p.episode_gap_s * 1000), 1000)
 
 
-def _per_partition(ev: DataFrame | None, runs: DataFrame | None, episodes: DataFrame) -> DataFrame:
+def _in_episodes(df: DataFrame, spans: DataFrame) -> DataFrame:
+    """``df`` (mirror, sec, ...) with the episode its second lies in. Broadcast: the spans are
+    few, and a planned sort-merge join would shuffle every row."""
+    on = (df.mirror == spans.s_mirror) & df.sec.between(spans.first_sec, spans.last_sec)
+    return df.join(F.broadcast(spans), on).drop("s_mirror", "first_sec", "last_sec")
+
+
+def _per_partition(ev: DataFrame | None, runs: DataFrame | None, spans: DataFrame) -> DataFrame:
     """One row per (mirror, episode, topic ID, partition): which events it had, and what the
     failback-completed rule needs. From the raw events, or from the runs rollup."""
-    # Broadcast: the seconds table is small, and a planned sort-merge join would shuffle every row.
     if ev is not None:
         k = F.col("kind")
 
@@ -300,7 +328,7 @@ def _per_partition(ev: DataFrame | None, runs: DataFrame | None, episodes: DataF
             return F.when(k == kind, F.col(c))
 
         return (
-            ev.join(F.broadcast(episodes), ["mirror", "sec"])
+            _in_episodes(ev, spans)
             .groupBy("mirror", "episode", "topic_id", "partition")
             .agg(
                 F.max(of(_FO_START, "kind")).alias("has0"), F.max(of(_FO_DONE, "kind")).alias("has1"),
@@ -312,8 +340,7 @@ def _per_partition(ev: DataFrame | None, runs: DataFrame | None, episodes: DataF
     assert runs is not None
     # A run lies in one episode (audit.rollup): its first second says which.
     return (
-        runs.withColumn("sec", F.floor(F.col("first_ms") / 1000))
-        .join(F.broadcast(episodes), ["mirror", "sec"])
+        _in_episodes(runs.withColumn("sec", F.floor(F.col("first_ms") / 1000)), spans)
         .repartition("mirror", "topic_id")
         .groupBy("mirror", "episode", "topic_id", "partition")
         .agg(
@@ -334,30 +361,20 @@ def failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) -
     after its STOPPED -> PREPARING there.
 
     Counts and times of the first three events need no partition: they come from the small
-    per-second table. One hash aggregate per (episode, partition) finds what needs one (which
+    per-second table, collected: the episodes are found in it here, and only their spans (a row
+    each) go back to Spark, so no window job runs. One hash aggregate per (episode, partition) finds what needs one (which
     partitions had each event, and the failback-completed rule), kept to the few values that
     rule needs. With the export's rollups (``audit.rollup``), the per-second table is summed from
     ``transition_seconds`` and the per-partition pass reads ``failover_runs``, about a tenth of
     the transitions; without them (or for an episode gap under ``RUN_GAP_MS``), both come from
     every transition.
     """
-    raw = not _rollups(store, p) or _gap_ms(p) < RUN_GAP_MS
+    raw = not uses_rollups(store, p) or _gap_ms(p) < RUN_GAP_MS
     ev = _failover_events(spark, store, p) if raw else None
-    secs = _seconds_with_episodes(_per_second(spark, store, p, ev), p)
-    k = F.col("kind")
-
-    def of(kind: int, c: str) -> Column:
-        return F.when(k == kind, F.col(c))
-
-    by_kind = secs.groupBy("mirror", "episode").agg(*[
-        a for i in (_FO_START, _FO_DONE, _FB_START) for a in (
-            F.sum(of(i, "n")).alias(f"n{i}"), F.min(of(i, "lo")).alias(f"lo{i}"),
-            F.max(of(i, "hi")).alias(f"hi{i}"), F.min(of(i, "mo")).alias(f"mo{i}"),
-        )
-    ])  # fmt: skip
-    episodes = secs.select("mirror", "sec", "episode").distinct()
+    eps = _Episodes(_per_second(spark, store, p, ev).collect(), p)
+    spans = spark.createDataFrame(eps.spans, "s_mirror string, episode long, first_sec long, last_sec long")
     runs = None if raw else _read(spark, store, "failover_runs", "all", p)
-    per_partition = _per_partition(ev, runs, episodes)
+    per_partition = _per_partition(ev, runs, spans)
     done = F.col("fb_lo").isNotNull() & (F.col("pm_hi") > F.col("fb_lo"))
 
     def if_done(c: str) -> Column:
@@ -373,20 +390,21 @@ def failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) -
         *[F.count(F.when(F.col(f"p{i}") > 0, 1)).alias(f"t{i}") for i in range(4)],
         F.sum("n3").alias("n3"), F.min("lo3").alias("lo3"), F.max("hi3").alias("hi3"), F.min("mo3").alias("mo3"),
     )  # fmt: skip
-    events = F.array(*[
-        F.struct(
-            F.lit(label).alias("event"), F.lit(i).alias("event_order"), F.col(f"p{i}").alias("partitions"),
-            F.col(f"t{i}").alias("topics"), F.col(f"n{i}").alias("transitions"), F.col(f"lo{i}").alias("first_ms"),
-            F.col(f"hi{i}").alias("last_ms"), F.col(f"mo{i}").alias("first_metadata_offset"),
-        )
-        for i, label in enumerate(_EVENTS)
-    ])  # fmt: skip
-    return (
-        per_episode.join(by_kind, ["mirror", "episode"], "left")
-        .select("mirror", "episode", F.explode(events).alias("e"))
-        .where(F.col("e.partitions") > 0)
-        .select("mirror", "episode", "e.*")
-    )
+    # A few rows per episode: its events are put together here, the first three's figures from
+    # the per-second rows, the last one's from the per-partition pass.
+    rows = []
+    for r in per_episode.collect():
+        for i, label in enumerate(_EVENTS):
+            n, lo, hi, mo = eps.kinds.get((r.mirror, r.episode, i), (None,) * 4) if i < 3 else (r.n3, r.lo3, r.hi3, r.mo3)
+            if r[f"p{i}"]:
+                rows.append((r.mirror, r.episode, label, i, r[f"p{i}"], r[f"t{i}"], n, lo, hi, mo))
+    return spark.createDataFrame(rows, EVENT_SCHEMA)
+
+
+EVENT_SCHEMA: Final = (
+    "mirror string, episode long, event string, event_order int, partitions long, topics long, "
+    "transitions long, first_ms long, last_ms long, first_metadata_offset long"
+)
 
 
 def failover_timeline(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
@@ -414,7 +432,7 @@ def timeline_of(agg: DataFrame) -> DataFrame:
 
 
 def transition_counts(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
-    if _rollups(store, p):
+    if uses_rollups(store, p):
         counts = (
             _read(spark, store, "transition_seconds", "all", p)
             .groupBy("mirror", "from_state_name", "to_state_name")

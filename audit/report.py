@@ -12,14 +12,13 @@ sum(deltas after t)``), so they are exact even when the oldest history has been 
 from __future__ import annotations
 
 import datetime as dt
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 from html import escape
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import SparkSession, Window
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from audit import layout
@@ -31,6 +30,7 @@ from audit.queries import (
     FAILOVER_STARTED,
     QUERIES,
     AuditParams,
+    uses_rollups,
 )
 from audit.run import QueryResult, run_queries
 from audit.spark import SnapshotStore
@@ -110,24 +110,27 @@ def _lag_series(spark: SparkSession, store: SnapshotStore, params: AuditParams) 
     offsets = store.read(spark, "offsets", "all")
     if params.mirrors:
         offsets = offsets.where(F.col("mirror").isin(list(params.mirrors)))
-    out: dict[str, list[Series]] = defaultdict(list)
-    totals: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    per_mirror = offsets.groupBy("mirror", "taken_at_ms").agg(F.sum("lag").alias("lag"))
-    for r in per_mirror.orderBy("mirror", "taken_at_ms").collect():
-        totals[r.mirror].append((r.taken_at_ms, float(r.lag or 0)))
-    for m, pts in totals.items():
-        out[m].append(Series("all topics", downsample(pts), color="#1d2330"))
-    per_topic = offsets.groupBy("mirror", "topic", "taken_at_ms").agg(F.sum("lag").alias("lag"))
-    rank = F.row_number().over(Window.partitionBy("mirror").orderBy(F.desc("peak"), "topic"))
-    top = (
-        per_topic.groupBy("mirror", "topic").agg(F.max("lag").alias("peak"))
-        .withColumn("rank", rank).where(F.col("rank") <= TOP_TOPICS).select("mirror", "topic")
-    )  # fmt: skip
+    # One aggregate (a row per mirror, topic and snapshot); the totals and the top topics are
+    # summed and ranked from it here rather than by more Spark jobs.
+    per_topic = offsets.groupBy("mirror", "topic", "taken_at_ms").agg(F.sum("lag").alias("lag")).collect()
+    totals: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     topic_pts: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
-    for r in per_topic.join(top, ["mirror", "topic"]).orderBy("mirror", "topic", "taken_at_ms").collect():
+    peak: dict[tuple[str, str], int | None] = {}
+    for r in per_topic:
+        totals[r.mirror][r.taken_at_ms] += r.lag or 0
         topic_pts[(r.mirror, r.topic)].append((r.taken_at_ms, float(r.lag or 0)))
-    for (m, t), pts in sorted(topic_pts.items()):
-        out[m].append(Series(t, downsample(pts), dashed=True))
+        was = peak.get((r.mirror, r.topic))
+        peak[(r.mirror, r.topic)] = r.lag if was is None else (was if r.lag is None else max(was, r.lag))
+    out: dict[str, list[Series]] = defaultdict(list)
+    for m in sorted(totals):
+        pts = [(at, float(v)) for at, v in sorted(totals[m].items())]
+        out[m].append(Series("all topics", downsample(pts), color="#1d2330"))
+    top: set[tuple[str, str]] = set()
+    for m in totals:
+        ranked = sorted((k for k in peak if k[0] == m), key=lambda k: (peak[k] is None, -(peak[k] or 0), k[1]))
+        top.update(ranked[:TOP_TOPICS])
+    for m, t in sorted(top):
+        out[m].append(Series(t, downsample(sorted(topic_pts[(m, t)])), dashed=True))
     return out
 
 
@@ -143,20 +146,26 @@ def _episodes(timeline: Sequence[dict[str, Any]], per_mirror: int) -> list[dict[
             rows = by_ep[(mirror, e)]
             start, end = min(r["first_ms"] for r in rows), max(r["last_ms"] for r in rows)
             margin = max((end - start) // 4, 5_000)
+            # Whole seconds, so the per-second rollup buckets exactly as the raw transitions do.
+            w_start = (start - margin) // 1000 * 1000
+            bucket_ms = -(-(end + margin - w_start) // (BUCKETS * 1000)) * 1000
             out.append(
-                {"id": len(out), "mirror": mirror, "episode": e, "rows": rows,
-                 "w_start": start - margin, "w_end": end + margin}
+                {"id": len(out), "mirror": mirror, "episode": e, "rows": rows, "w_start": w_start,
+                 "w_end": w_start + BUCKETS * bucket_ms - 1, "bucket_ms": bucket_ms}
             )  # fmt: skip
     return out
 
 
 def _state_counts(
-    spark: SparkSession, store: SnapshotStore, episodes: Sequence[dict[str, Any]]
+    spark: SparkSession, store: SnapshotStore, episodes: Sequence[dict[str, Any]], params: AuditParams
 ) -> tuple[dict[int, dict[str, list[tuple[int, float]]]], dict[int, int]]:
     """Per episode id: state -> [(time, partitions in that state)], ``BUCKETS`` steps; and per
     episode id the largest negative count met walking back, clamped to 0. A negative count
     means a state the transition history does not explain (a state written without its
-    transition, or history lost in the window): worth a look, and said under the chart."""
+    transition, or history lost in the window): worth a look, and said under the chart.
+
+    The changes come from the per-second rollup where the queries read it, else from every
+    transition: the same sums, as windows and buckets are whole seconds."""
     if not episodes:
         return {}, {}
     latest = (
@@ -164,21 +173,24 @@ def _state_counts(
     )
     now: dict[tuple[str, str], int] = {(r.mirror, r.state_name): r["count"] for r in latest}
     windows = spark.createDataFrame(
-        [(e["id"], e["mirror"], e["w_start"], e["w_end"], max(1, math.ceil((e["w_end"] - e["w_start"]) / BUCKETS)))
-         for e in episodes],
+        [(e["id"], e["mirror"], e["w_start"], e["w_end"], e["bucket_ms"]) for e in episodes],
         "eid int, w_mirror string, w_start long, w_end long, bucket_ms long",
-    )  # fmt: skip
-    t = store.read(spark, "transitions", "all").where(F.col("from_state") != F.col("to_state"))
-    t = t.where(F.col("at_ms") >= min(e["w_start"] for e in episodes))
-    deltas = t.select("mirror", "at_ms", F.col("from_state_name").alias("state"), F.lit(-1).alias("d")).unionByName(
-        t.select("mirror", "at_ms", F.col("to_state_name").alias("state"), F.lit(1).alias("d"))
+    )
+    since = min(e["w_start"] for e in episodes)
+    if uses_rollups(store, params):
+        t = store.read(spark, "transition_seconds", "all").where(F.col("sec") >= since // 1000)
+        t = t.select("mirror", (F.col("sec") * 1000).alias("at_ms"), "from_state", "to_state",
+                     "from_state_name", "to_state_name", F.col("transitions").alias("n"))  # fmt: skip
+    else:
+        t = store.read(spark, "transitions", "all").where(F.col("at_ms") >= since).withColumn("n", F.lit(1))
+    t = t.where(F.col("from_state") != F.col("to_state"))
+    deltas = t.select("mirror", "at_ms", F.col("from_state_name").alias("state"), (-F.col("n")).alias("d")).unionByName(
+        t.select("mirror", "at_ms", F.col("to_state_name").alias("state"), F.col("n").alias("d"))
     )
     joined = deltas.join(
         F.broadcast(windows), (deltas.mirror == windows.w_mirror) & (deltas.at_ms >= windows.w_start)
     )
-    bucket = F.when(F.col("at_ms") > F.col("w_end"), F.lit(BUCKETS)).otherwise(
-        F.least(F.floor((F.col("at_ms") - F.col("w_start")) / F.col("bucket_ms")), F.lit(BUCKETS - 1))
-    )
+    bucket = F.least(F.floor((F.col("at_ms") - F.col("w_start")) / F.col("bucket_ms")), F.lit(BUCKETS))
     sums = joined.groupBy("eid", "state", bucket.alias("b")).agg(F.sum("d").alias("d")).collect()
     per: dict[tuple[int, str], dict[int, int]] = defaultdict(dict)
     for r in sums:
@@ -186,7 +198,7 @@ def _state_counts(
     out: dict[int, dict[str, list[tuple[int, float]]]] = {}
     unexplained: dict[int, int] = {}
     for e in episodes:
-        bucket_ms = max(1, math.ceil((e["w_end"] - e["w_start"]) / BUCKETS))
+        bucket_ms = e["bucket_ms"]
         states = {s for (m, s) in now if m == e["mirror"]} | {s for (i, s) in per if i == e["id"]}
         series: dict[str, list[tuple[int, float]]] = {}
         for s in sorted(states):
@@ -231,7 +243,7 @@ def build_report(
     for r in run_queries(spark, store, missing, params, limit=HTML_ROWS, strict=strict):
         have[r.name] = r
     episodes = _episodes(have["failover_timeline"].rows, episodes_per_mirror)
-    counts, unexplained = _state_counts(spark, store, episodes)
+    counts, unexplained = _state_counts(spark, store, episodes, params)
     lag = _lag_series(spark, store, params)
     configs = store.read(spark, "mirror_configs", "latest").orderBy("mirror", "config_name").collect()
     latest = store.latest

@@ -13,6 +13,7 @@ inference: a mirror named ``2024`` stays a string.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Final, Literal
 
@@ -49,8 +50,10 @@ def spark_session(master: str | None = None, *, app_name: str = "kip1279-audit",
         "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
     }
     if master.startswith("local"):
-        # local mode runs the executors inside the driver JVM: its heap is all there is.
+        # local mode runs the executors inside the driver JVM: its heap is all there is. One
+        # shuffle partition per core: a task more each is pure overhead on results this small.
         defaults |= {
+            "spark.sql.shuffle.partitions": str(local_cores(master)),
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
             "spark.driver.memory": os.environ.get("AUDIT_SPARK_DRIVER_MEMORY", "2g"),
@@ -64,6 +67,14 @@ def spark_session(master: str | None = None, *, app_name: str = "kip1279-audit",
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def local_cores(master: str) -> int:
+    """Worker threads of a ``local``, ``local[N]``, ``local[*]`` or ``local[N,F]`` master."""
+    m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master)
+    if m is None or m.group(1) == "*":  # local-cluster[...] too: this machine's cores
+        return os.cpu_count() or 1
+    return max(1, int(m.group(1) or 1))
 
 
 _SPARK_TYPES: Final[dict[pa.DataType, T.DataType]] = {

@@ -376,8 +376,10 @@ def main(argv: list[str] | None = None) -> int:
         "layout_current_rollups": layouts["rollups"] or None,
         "jvm_cpu_seconds_total": round(jvm_cpu_total, 3),
         "goal_export_rows_per_s": 1_000_000,
-        "goal_query_seconds": 5,
-        "goals_met": export_rows / export_s >= 1_000_000 and query_s[slowest] <= 5,
+        "goal_query_seconds": 3,
+        "goal_report_seconds": 5,
+        "goals_met": export_rows / export_s >= 1_000_000 and query_s[slowest] <= 3
+        and (report_s is None or report_s <= 5),
         "load_average_1m": round(os.getloadavg()[0], 2),
         "load_average_5m": round(os.getloadavg()[1], 2),
         "load_average_at_start_1m": load_at_start,

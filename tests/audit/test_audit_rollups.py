@@ -14,8 +14,9 @@ from pyspark.sql import SparkSession
 
 from audit.export import export_snapshot
 from audit.layout import MANIFEST_DIR
-from audit.model import AuditSnapshot, TransitionRow
+from audit.model import AuditSnapshot, PartitionRow, TransitionRow
 from audit.queries import AuditParams
+from audit.report import _episodes, _state_counts
 from audit.rollup import RUN_GAP_MS, failover_runs
 from audit.run import run_query
 from audit.spark import SnapshotStore
@@ -67,8 +68,10 @@ def _export(history: list[TransitionRow], cuts: int, root: Path) -> Path:
     ends = sorted(rng.sample(range(1, len(history)), cuts - 1)) + [len(history)]
     for end in ends:
         last = history[end - 1]
+        now = {(t.mirror, t.topic, t.topic_id, t.partition): t.to_state for t in history[:end]}
+        partitions = [PartitionRow(mirror=m, topic=t, topic_id=i, partition=p, state=s) for (m, t, i, p), s in now.items()]
         export_snapshot(AuditSnapshot(metadata_offset=last.metadata_offset, taken_at_ms=last.at_ms + 1,
-                                      transitions=history[:end]), root)  # fmt: skip
+                                      partitions=partitions, transitions=history[:end]), root)  # fmt: skip
     return root
 
 
@@ -91,6 +94,17 @@ def test_rollups_answer_as_the_raw_history(spark: SparkSession, tmp_path: Path) 
     assert fast == raw and sum(r["count"] for r in fast) == len(_history(1))
     fast, raw = _both(spark, root, "illegal_transitions")
     assert fast == raw and fast  # the history does hold illegal transitions, and both paths find them
+
+
+def test_report_state_counts_from_the_rollup_as_from_the_raw_history(spark: SparkSession, tmp_path: Path) -> None:
+    root = _export(_history(2), 4, tmp_path)
+    store = SnapshotStore(root)
+    episodes = _episodes(run_query(spark, store, "failover_timeline", AuditParams()).rows, per_mirror=100)
+    fast = _state_counts(spark, store, episodes, AuditParams())
+    raw = _state_counts(spark, store, episodes, AuditParams(rollups=False))
+    assert fast == raw
+    for e in episodes:  # every episode's chart moves: partitions change state in its window
+        assert any(len({y for _, y in pts}) > 1 for pts in fast[0][e["id"]].values()), e["episode"]
 
 
 def test_illegal_transitions_reads_only_the_files_that_hold_them(spark: SparkSession, tmp_path: Path) -> None:
