@@ -76,7 +76,7 @@ class MetadataRecordSerde:
             )
         codec = self.schemas.codec(name)
         body = codec.encode(message, version)
-        self._encoders[(type(message), version)] = codec.version_codec(version).record_encoder(header)
+        self._encoders[(type(message), version)] = codec.version_codec(version).record_encoder(header, message)
         return header + body
 
     def read_header(self, data: bytes | bytearray | memoryview) -> tuple[int, int, int]:
