@@ -12,7 +12,9 @@ For every message version the codec generates specialised Python functions, comp
   present); any other value goes to the general encoder.
 
 ``record_decoder`` and ``record_encoder`` are the same fast paths for whole KRaft records,
-frame header included (``records.framing``). Consecutive fixed-width fields are read with a
+frame header included (``records.framing``); a record encoder tests first the shape of the
+value it was built on (the arrays' lengths: a cluster's replica count rarely varies), packed
+without a lookup nor a run-time argument list. Consecutive fixed-width fields are read with a
 single precompiled ``struct.Struct``, arrays of fixed-width primitives in one precompiled
 call, and small varints inline. Decoded UUIDs are shared through a bounded cache keyed by
 their bytes (metadata records repeat a few ids).
