@@ -12,7 +12,9 @@ For every message version the codec generates specialised Python functions, comp
   present); any other value goes to the general encoder.
 
 ``record_decoder`` and ``record_encoder`` are the same fast paths for whole KRaft records,
-frame header included (``records.framing``). Consecutive fixed-width fields are read with a
+frame header included (``records.framing``); a record encoder tests first the shape of the
+value it was built on (the arrays' lengths: a cluster's replica count rarely varies), packed
+without a lookup nor a run-time argument list. Consecutive fixed-width fields are read with a
 single precompiled ``struct.Struct``, arrays of fixed-width primitives in one precompiled
 call, and small varints inline. Decoded UUIDs are shared through a bounded cache keyed by
 their bytes (metadata records repeat a few ids).
@@ -189,6 +191,7 @@ class _Slow(Exception):
 
 
 _SHAPES_MAX = 4096
+_HOT_MAX = 16  # the longest array a hot path unpacks by name
 
 
 class _Shapes:
@@ -290,6 +293,7 @@ class _VersionCodegen:
         # The fast decoder: no field tracking nor bounds checks; any exception, or a read
         # past ``end``, sends the input to the checked decoder, which says what is wrong.
         self.fast = False
+        self.array_var = ""  # fast_field's last array
 
     # -- shared helpers -------------------------------------------------------------------
 
@@ -877,9 +881,14 @@ class _VersionCodegen:
 
     # -- fast encode ----------------------------------------------------------------------
 
-    def fast_encode_source(self, prefix: bytes = b"") -> str | None:
+    def fast_encode_source(self, prefix: bytes = b"", sample: Any = None) -> str | None:
         """One ``struct`` pack for the whole message, chosen by its shape (see ``_Shapes``),
         after ``prefix`` (a record's frame header).
+
+        With ``sample``, a value of the message, its shape when it has no tagged field to
+        write and no string (see ``hot_shape``) is tested first, by its lengths alone, and
+        packed by a precompiled call with its arrays' elements unpacked by name: no shape
+        lookup, no argument list built at run time.
 
         For versions whose fields are primitives and arrays of fixed-width ones; None for the
         others (structs, arrays of strings). Anything the shape cannot say (an unknown tagged
@@ -903,6 +912,8 @@ class _VersionCodegen:
             body.append(("fixed", f"{len(prefix)}s", ""))
             args.append(self.const(prefix, "H"))
         tagged: list[FieldSpec] = []
+        late: list[str] = []  # what only the shape lookup needs (a UUID array's bytes joined)
+        arrays: list[tuple[str, str]] = []  # (value variable, length variable) of the body's arrays
         for f in struct.fields:
             expr = f"o.{f.attr}"
             if not self.present(f):
@@ -914,19 +925,24 @@ class _VersionCodegen:
                 tagged.append(f)
                 continue
             with self.lengths_of(f):
-                piece, key, field_args = self.fast_field(w, f, expr)
+                piece, key, field_args = self.fast_field(w, f, expr, late)
             body.append(piece)
             if key is not None:
                 keys.append(key)
+                if piece[0] == "arr":
+                    arrays.append((self.array_var, key))
             args.extend(field_args)
         if slow:
             w(f"if {' or '.join(slow)}: raise _Slow")
         tagged.sort(key=lambda f: f.tag or 0)
         tagged_pieces: list[tuple[int, tuple[str, str, str]]] | None = [] if self.flexible else None
-        if not self.flexible:
-            self.fast_pack(w, body, keys, args)
-        elif not tagged:
-            self.fast_pack(w, body, keys, args + ["0"])
+        hot = self.hot_shape(sample, body, keys, arrays, tagged)
+        tail = [] if not self.flexible else ["0"]
+        if not self.flexible or not tagged:
+            self.hot_pack(w, hot, body, keys, args + tail, arrays)
+            for line in late:
+                w(line)
+            self.fast_pack(w, body, keys, args + tail)
         else:
             presence = []
             for bit, f in enumerate(tagged):
@@ -940,9 +956,14 @@ class _VersionCodegen:
                     presence.append((bit, f, x, f"{x} != {d}", f"{x} == {d}"))
             w(f"if {' and '.join(p[4] for p in presence)}:")  # no tagged field to write
             with w.indent():
-                self.fast_pack(w, body, keys, args + ["0"])
+                self.hot_pack(w, hot, body, keys, args + tail, arrays)
+                for line in late:
+                    w(line)
+                self.fast_pack(w, body, keys, args + tail)
             w("else:")
             with w.indent():
+                for line in late:
+                    w(line)
                 w("t = 0")
                 for bit, _, _, test, _ in presence:
                     w(f"if {test}: t |= {1 << bit}")
@@ -974,6 +995,70 @@ class _VersionCodegen:
         w(f"return {self.const(prefix, 'H')} + _general(o)" if prefix else "return _general(o)")
         return "\n".join(w.lines)
 
+    def hot_shape(
+        self, sample: Any, body: list[tuple[str, str, str]], keys: list[str], arrays: list[tuple[str, str]], tagged: list[FieldSpec]
+    ) -> tuple[int, ...] | None:
+        """The lengths of ``sample``'s body arrays (-1: null), when a hot path can pack it:
+        no string nor bytes in the body (their lengths vary from value to value), no tagged
+        field to write, arrays of at most _HOT_MAX elements."""
+        if sample is None or len(arrays) != len(keys):
+            return None
+        try:
+            if self.flexible and getattr(sample, UNKNOWN_TAGGED_FIELDS):
+                return None
+            if any(getattr(sample, f.attr) != self.classes.field_default(f) for f in tagged):
+                return None
+            shape = []
+            for f in self.spec.struct.fields:
+                if self.present(f) and not self.tagged(f) and f.type.is_array:
+                    value = getattr(sample, f.attr)
+                    shape.append(-1 if value is None else len(value))
+        except Exception:  # a value the general encoder will refuse: no hot path
+            return None
+        if len(shape) != len(arrays) or max(shape, default=0) > _HOT_MAX:
+            return None
+        if _Shapes(body, [] if self.flexible else None, len(keys)).format(tuple(shape)) is None:
+            return None
+        return tuple(shape)
+
+    def hot_pack(
+        self, w: _Writer, hot: tuple[int, ...] | None, body: list[tuple[str, str, str]], keys: list[str], args: list[str],
+        arrays: list[tuple[str, str]],
+    ) -> None:
+        """The hot shape's test and pack (see ``fast_encode_source``): the same bytes as the
+        shape lookup's pack, a UUID array's elements as separate 16-byte arguments."""
+        if hot is None or not keys:
+            return
+        fmt = [">"]
+        hot_args: list[str] = []
+        lengths = iter(hot)
+        tests, unpacks = [], []
+        it = iter(args)
+        for piece in body:
+            kind, code, length = piece
+            if kind == "fixed":
+                fmt.append(code)
+                hot_args.append(next(it))
+                continue
+            n = next(lengths)
+            count, _ = next(it), next(it)
+            v, nv = arrays[len(tests)]
+            tests.append(f"{nv} == {n}")
+            hot_args.append(str(n + 1 if length == "B" else n))
+            fmt.append(length + (code * n if code == "16s" else f"{n}{code}" if n > 0 else ""))
+            if n > 0:
+                names = [self.tmp("e") for _ in range(n)]
+                unpacks.append(f"{', '.join(names)}, = {v}")
+                hot_args.extend(f"{e}.int.to_bytes(16)" if code == "16s" else e for e in names)
+        hot_args.extend(it)  # the empty tagged section's 0
+        if self.flexible:
+            fmt.append("B")
+        w(f"if {' and '.join(tests)}:")
+        with w.indent():
+            for line in unpacks:
+                w(line)
+            w(f"return {self.const(_struct.Struct(''.join(fmt)).pack, 'P')}({', '.join(hot_args)})")
+
     def fast_pack(self, w: _Writer, body: list[tuple[str, str, str]], keys: list[str], args: list[str]) -> None:
         """The pack call of a value with no tagged field: precompiled when no length varies,
         else looked up by shape."""
@@ -987,9 +1072,13 @@ class _VersionCodegen:
         w("if p is None: p = _shape(k)")
         w(f"if p: return p({', '.join(args)})")
 
-    def fast_field(self, w: _Writer, f: FieldSpec, expr: str) -> tuple[tuple[str, str, str], str | None, list[str]]:
+    def fast_field(
+        self, w: _Writer, f: FieldSpec, expr: str, late: list[str] | None = None
+    ) -> tuple[tuple[str, str, str], str | None, list[str]]:
         """Emits what a field needs before the pack; returns its piece, its shape variable
-        (None when its size is fixed) and its pack arguments."""
+        (None when its size is fixed) and its pack arguments. An array's value variable is
+        left in ``array_var``; with ``late``, a UUID array's joined bytes are computed there,
+        for the shape lookup only."""
         t = f.type
         nullable = self.nullable(f)
         length = "B" if self.flexible else ("h" if t.name == "string" else "i")
@@ -1013,13 +1102,16 @@ class _VersionCodegen:
                     w(f"else: {measure}")
                 else:
                     w(measure)
-                w(f"if {n} <= 0: {raw} = b''")
-                w(f"elif {n} == 1: {raw} = {v}[0].int.to_bytes(16)")
-                w(f"elif {n} == 2: {raw} = {v}[0].int.to_bytes(16) + {v}[1].int.to_bytes(16)")
-                w(f"elif {n} == 3: {raw} = {v}[0].int.to_bytes(16) + {v}[1].int.to_bytes(16) + {v}[2].int.to_bytes(16)")
-                w(f"else: {raw} = b''.join([e.int.to_bytes(16) for e in {v}])")
+                join = w if late is None else late.append
+                join(f"if {n} <= 0: {raw} = b''")
+                join(f"elif {n} == 1: {raw} = {v}[0].int.to_bytes(16)")
+                join(f"elif {n} == 2: {raw} = {v}[0].int.to_bytes(16) + {v}[1].int.to_bytes(16)")
+                join(f"elif {n} == 3: {raw} = {v}[0].int.to_bytes(16) + {v}[1].int.to_bytes(16) + {v}[2].int.to_bytes(16)")
+                join(f"else: {raw} = b''.join([e.int.to_bytes(16) for e in {v}])")
+                self.array_var = v
                 return piece, n, [count, raw]
             result = [count, f"*{v}"]
+            self.array_var = v
         elif t.name == "string":
             raw = self.tmp("b")
             empty, measure = "b''", f"{raw} = {v}.encode('utf-8'); {n} = len({raw})"
@@ -1141,11 +1233,12 @@ class VersionCodec:
             self.encode = _compile(self.fast_encode_source, "encode", fast, f"<fast encode {spec.name} v{version}>")
 
 
-    def record_encoder(self, prefix: bytes) -> Callable[[Any], bytes]:
-        """``prefix`` (a frame header) and the encoded value, in one pack when it can."""
+    def record_encoder(self, prefix: bytes, sample: Any = None) -> Callable[[Any], bytes]:
+        """``prefix`` (a frame header) and the encoded value, in one pack when it can;
+        ``sample``'s shape first (see ``_VersionCodegen.fast_encode_source``)."""
         spec, version, classes = self._make
         gen = _VersionCodegen(spec, version, classes)
-        source = gen.fast_encode_source(prefix)
+        source = gen.fast_encode_source(prefix, sample)
         if source is None:
             general = self.encode_general
             return lambda value: prefix + general(value)

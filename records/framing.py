@@ -52,17 +52,18 @@ class MetadataRecordSerde:
         self.schemas = schemas
         self.message_type = message_type
         self._headers: dict[tuple[int, int], bytes] = {}
-        # Hot paths, filled as records are seen: (Struct type, version) -> the encoder of
+        # Hot paths, filled as records are seen: Struct type -> version -> the encoder of
         # header and body, and a 3-byte header (frame 1, one-byte apiKey and version) -> a decoder
         # of the whole record, which returns None for anything that needs the full path.
-        self._encoders: dict[tuple[type, int], Any] = {}
+        self._encoders: dict[type, dict[int, Any]] = {}
         self._decoders: dict[bytes, Any] = {}
 
     def encode(self, message: msgspec.Struct, version: int) -> bytes:
-        fast = self._encoders.get((type(message), version))
-        if fast is not None:
-            return fast(message)  # type: ignore[no-any-return]
-        return self._encode(message, version)
+        try:
+            fast = self._encoders[type(message)][version]
+        except KeyError:
+            return self._encode(message, version)
+        return fast(message)  # type: ignore[no-any-return]
 
     def _encode(self, message: msgspec.Struct, version: int) -> bytes:
         name = self.schemas.name_of(message)
@@ -76,7 +77,7 @@ class MetadataRecordSerde:
             )
         codec = self.schemas.codec(name)
         body = codec.encode(message, version)
-        self._encoders[(type(message), version)] = codec.version_codec(version).record_encoder(header)
+        self._encoders.setdefault(type(message), {})[version] = codec.version_codec(version).record_encoder(header, message)
         return header + body
 
     def read_header(self, data: bytes | bytearray | memoryview) -> tuple[int, int, int]:

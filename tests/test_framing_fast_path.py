@@ -85,3 +85,44 @@ def test_typical_records_take_the_fast_paths(monkeypatch: pytest.MonkeyPatch) ->
         assert encode(value) == wire and vc.encode(value) == wire[3:], name
         assert decode(wire) == (value, version, api_key), name  # None: it gave up
         assert vc.decode_at(wire, 3, len(wire)) == (value, len(wire)), name
+
+
+@pytest.mark.parametrize(("message", "version"), CASES, ids=[f"{m}-v{v}" for m, v in CASES])
+def test_an_encoder_built_on_a_sample_writes_the_general_bytes(message: str, version: int) -> None:
+    """The record encoder tests the shape of the value it was built on first (its hot path):
+    that value, and values of other shapes, give the general encoder's bytes."""
+    codec = SCHEMAS.codec(message)
+    vc = codec.version_codec(version)
+    prefix = MetadataRecordSerde(SCHEMAS).encode(codec.cls(), version)[:3]
+
+    @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(sample=message_values(codec, version), others=st.lists(message_values(codec, version), max_size=3))
+    def agrees(sample: object, others: list[object]) -> None:
+        encode = vc.record_encoder(prefix, sample)
+        for value in (sample, *others, sample):
+            assert encode(value) == prefix + vc.encode_general(value)
+
+    agrees()
+
+
+def test_the_sample_shape_skips_the_shape_lookup(monkeypatch: pytest.MonkeyPatch) -> None:
+    topic_id, dirs = uuid.UUID(int=7), (uuid.UUID(int=8), uuid.UUID(int=9), uuid.UUID(int=10))
+    partition = SCHEMAS.struct("PartitionRecord")
+    for sample, other, version in [
+        (partition(partition_id=1, topic_id=topic_id, replicas=(1, 2, 3), isr=(1, 2, 3), leader=1),
+         partition(partition_id=2, topic_id=topic_id, replicas=(4, 5, 6), isr=(6, 5, 4), leader=6, leader_epoch=3), 0),
+        (partition(partition_id=1, topic_id=topic_id, replicas=(1, 2, 3), isr=(1, 2), directories=dirs),
+         partition(partition_id=9, topic_id=topic_id, replicas=(3, 2, 1), isr=(3, 1), directories=dirs[::-1]), 1),
+    ]:
+        vc = SCHEMAS.codec("PartitionRecord").version_codec(version)
+        wire = MetadataRecordSerde(SCHEMAS).encode(other, version)
+        encode = vc.record_encoder(wire[:3], sample)
+
+        def never(*args: object) -> None:
+            raise AssertionError("the hot path gave up")
+
+        monkeypatch.setitem(encode.__globals__, "_general", never)
+        monkeypatch.setitem(encode.__globals__, "_SH", {})
+        monkeypatch.setitem(encode.__globals__, "_shape", never)
+        assert encode(other) == wire
+        assert encode(sample) == MetadataRecordSerde(SCHEMAS).encode(sample, version)
