@@ -48,11 +48,8 @@ from coordinator.ports import (
     SourceCluster,
     TopicMetadata,
     TopicPartition,
-    UnexpectedAppendOffset,
-    UnknownTopicId,
 )
-from coordinator.retry import fail, source_failed, source_retry_backoff_ms
-from coordinator.states import DesiredState, ErrorCode, MirrorState
+from coordinator.states import DesiredState, MirrorState
 from coordinator.workflows import commands as c
 from coordinator.workflows.config import MirrorConfig
 from coordinator.workflows.drive import decide_partition
@@ -63,7 +60,8 @@ from coordinator.workflows.topic import TopicDecision, decide_topic
 from streams.runner.data_watch import DEFAULT_MAX_WAIT_MS, DataWatch
 from streams.runner.fetch_round import STARTED, fetch_round
 from streams.runner.interest import Interest
-from streams.runner.observers import MirrorObservers, SourceCallFailed
+from streams.runner.port_errors import on_port_error
+from streams.runner.observers import MirrorObservers
 from streams.runner.driver import drive_all
 from streams.runner.syncer import MirrorStats, MirrorSyncer
 from streams.runner.executor import Executor
@@ -456,29 +454,7 @@ class MirrorRunner:
             return False
 
     def on_port_error(self, key: MirrorPartitionKey, state: MirrorPartitionState, e: PortError, offset: int) -> None:
-        tp = key.topic_partition
-        self._note(f"{tp} in {state.state.name}: {e}")
-        if isinstance(e, SourceCallFailed):
-            since, streak = self.source_errors.get(tp, (self.now_ms, 0))
-            self.source_errors[tp] = (since, streak + 1)
-            nxt = source_failed(state, e.cause, since, self.now_ms, self.config, jitter=self.jitter())
-            if nxt is state:
-                self.backoff_until[tp] = self.now_ms + source_retry_backoff_ms(streak + 1, self.config)
-            elif nxt is not None:
-                # A retry that found the source still failing keeps the applied offset: a newer
-                # operator command it has not acted on must still re-arm the partition.
-                self.persist(key, nxt if state.state is MirrorState.FAILED else stamp_applied(nxt, offset))
-            if nxt is not None:
-                return
-            e = e.cause  # no outage of the source (an unknown topic, say): handled as any port error
-        if e.retriable or isinstance(e, UnexpectedAppendOffset):
-            self.backoff_until[tp] = self.now_ms + self.config.fetch_backoff_ms
-            return
-        if state.state is MirrorState.FAILED:
-            return
-        code = ErrorCode.UNKNOWN_TOPIC_ID if isinstance(e, UnknownTopicId) else ErrorCode.UNKNOWN_SERVER_ERROR
-        failed = fail(state, code, f"{type(e).__name__}: {e}", self.now_ms, self.config, jitter=self.jitter())
-        self.persist(key, stamp_applied(failed, offset))
+        on_port_error(self, key, state, e, offset)
 
     # ------------------------------------------------------------------ fetching
 
