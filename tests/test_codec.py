@@ -341,9 +341,10 @@ def test_fast_encoder_at_varint_and_size_boundaries(n: int) -> None:
         ("TopicRecord", 0, PROJECT.struct("TopicRecord")(name=text, topic_id=TOPIC_ID)),
         ("ConfigRecord", 0, PROJECT.struct("ConfigRecord")(resource_name=text, name="a", value=None)),
     ]
-    handshake = RPC.struct("SaslHandshakeRequest")  # v1: a non-flexible int16 string
-    values_rpc = [("SaslHandshakeRequest", 1, handshake(mechanism=text))]
-    for schemas, cases in ((PROJECT, values), (RPC, values_rpc)):
+    # The project's own schemas carry Kafka's RPCs too (the reference folder holds only a few).
+    handshake = PROJECT.struct("SaslHandshakeRequest")  # v1: a non-flexible int16 string
+    values.append(("SaslHandshakeRequest", 1, handshake(mechanism=text)))
+    for schemas, cases in ((PROJECT, values),):
         for name, version, value in cases:
             vc = schemas.codec(name).version_codec(version)
             assert vc.fast_encode_source is not None, name
