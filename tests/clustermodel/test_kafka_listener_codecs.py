@@ -182,6 +182,30 @@ KAFKA_CODES.update({
 })
 
 
+def create_on_kafka(apache_kafka: Any, *topics: Any) -> tuple[str, int]:
+    """Creates ``topics`` (kafka-python NewTopics) and waits until each has a leader: a new topic's
+    leader reaches the broker's metadata a moment later (longer under load), and until then every
+    produce gets NOT_LEADER_OR_FOLLOWER, not the code a case is about. Returns the broker's address."""
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=apache_kafka.bootstrap)
+    try:
+        admin.create_topics(list(topics))
+        names = [x.name for x in topics]
+        deadline = time.monotonic() + 60
+        while True:
+            described = admin.describe_topics(names)
+            if len(described) == len(names) and all(d["error_code"] == 0 and d["partitions"] for d in described) \
+                    and all(p["leader_id"] >= 0 for d in described for p in d["partitions"]):
+                break
+            assert time.monotonic() < deadline, f"{names}: no leader after 60 s"
+            time.sleep(0.2)
+    finally:
+        admin.close()
+    host, port = apache_kafka.bootstrap.split(",")[0].rsplit(":", 1)
+    return host, int(port)
+
+
 def produce_codes(address: tuple[str, int], topic: str) -> dict[str, tuple[int, bool]]:
     """Each case on its own connection: (error code, the connection still answers)."""
     out = {}
@@ -207,16 +231,9 @@ def test_model_gives_kafkas_code_for_each_batch_and_keeps_the_connection(model: 
 
 
 def test_kafka_gives_the_table(apache_kafka: Any) -> None:
-    from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
 
-    admin = KafkaAdminClient(bootstrap_servers=apache_kafka.bootstrap)
-    try:
-        admin.create_topics([NewTopic("cmwire-codes", 1, 1)])
-    finally:
-        admin.close()
-    host, port = apache_kafka.bootstrap.split(",")[0].rsplit(":", 1)
-    got = produce_codes((host, int(port)), "cmwire-codes")
+    got = produce_codes(create_on_kafka(apache_kafka, NewTopic("cmwire-codes", 1, 1)), "cmwire-codes")
     assert got == {name: (code, True) for name, (_, code) in KAFKA_CODES.items()}
 
 
@@ -256,16 +273,9 @@ def test_request_level_checks_on_the_model(model: ClusterClient) -> None:
 
 
 def test_request_level_checks_on_kafka(apache_kafka: Any) -> None:
-    from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
 
-    admin = KafkaAdminClient(bootstrap_servers=apache_kafka.bootstrap)
-    try:
-        admin.create_topics([NewTopic("cmwire-acks", 1, 1)])
-    finally:
-        admin.close()
-    host, port = apache_kafka.bootstrap.split(",")[0].rsplit(":", 1)
-    assert request_level_codes((host, int(port)), "cmwire-acks") == {k: v[-1] for k, v in REQUEST_LEVEL_CASES.items()}
+    assert request_level_codes(create_on_kafka(apache_kafka, NewTopic("cmwire-acks", 1, 1)), "cmwire-acks") == {k: v[-1] for k, v in REQUEST_LEVEL_CASES.items()}
 
 
 # ApiVersions v3 software names and versions -> (error code, API keys listed), Kafka 4.1.2's answers.
@@ -488,18 +498,11 @@ def test_record_checks_on_the_model(server_factory: Any) -> None:
 
 
 def test_record_checks_on_kafka(apache_kafka: Any) -> None:
-    from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
 
-    admin = KafkaAdminClient(bootstrap_servers=apache_kafka.bootstrap)
-    try:
-        admin.create_topics([NewTopic("cmwire-records-compacted", 1, 1, topic_configs={"cleanup.policy": "compact"}),
-                             NewTopic("cmwire-records-plain", 1, 1)])
-    finally:
-        admin.close()
-    time.sleep(1)
-    host, port = apache_kafka.bootstrap.split(",")[0].rsplit(":", 1)
-    got = record_codes((host, int(port)), "cmwire-records-compacted", "cmwire-records-plain")
+    address = create_on_kafka(apache_kafka, NewTopic("cmwire-records-compacted", 1, 1, topic_configs={"cleanup.policy": "compact"}),
+                              NewTopic("cmwire-records-plain", 1, 1))  # fmt: skip
+    got = record_codes(address, "cmwire-records-compacted", "cmwire-records-plain")
     assert got == {name: case[-1] for name, case in RECORD_CASES.items()}
 
 
@@ -556,17 +559,9 @@ def test_max_timestamp_on_the_model(model: ClusterClient) -> None:
 
 
 def test_max_timestamp_on_kafka(apache_kafka: Any) -> None:
-    from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
 
     suffix = uuid.uuid4().hex[:6]
-    admin = KafkaAdminClient(bootstrap_servers=apache_kafka.bootstrap)
-    try:
-        admin.create_topics([NewTopic(f"maxts-{suffix}", 1, 1),
-                             NewTopic(f"maxts-lat-{suffix}", 1, 1, topic_configs={"message.timestamp.type": "LogAppendTime"})])
-    finally:
-        admin.close()
-    time.sleep(1)
-    host, port = apache_kafka.bootstrap.split(",")[0].rsplit(":", 1)
-    address = (host, int(port))
+    address = create_on_kafka(apache_kafka, NewTopic(f"maxts-{suffix}", 1, 1),
+                              NewTopic(f"maxts-lat-{suffix}", 1, 1, topic_configs={"message.timestamp.type": "LogAppendTime"}))
     assert max_timestamp_answers(address, f"maxts-{suffix}", address, f"maxts-lat-{suffix}") == KIP_734
