@@ -202,6 +202,15 @@ def create_on_kafka(apache_kafka: Any, *topics: Any) -> tuple[str, int]:
             time.sleep(0.2)
     finally:
         admin.close()
+    # Named in the metadata is not yet leading on the broker (NOT_LEADER_OR_FOLLOWER for a moment
+    # more): a ListOffsets, which writes nothing, retried until it answers, as a client retries.
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=apache_kafka.bootstrap, request_timeout_ms=60_000)
+    try:
+        consumer.end_offsets([TopicPartition(x.name, p) for x in topics for p in range(x.num_partitions)])
+    finally:
+        consumer.close()
     host, port = apache_kafka.bootstrap.split(",")[0].rsplit(":", 1)
     return host, int(port)
 
