@@ -10,8 +10,8 @@ transactions (10%). Then the cluster-model server (B), B's controller and one ``
 
 Timed, in the same run, on the same data:
 
-1. the mirror: from ``kafka-cluster-mirrors --start`` until B's HW equals the source's HW on
-   every partition (PREPARING included), copying raw RecordBatches through
+1. the mirror: from ``kafka-cluster-mirrors --start``, on a worker that answers ``/readyz``, until B's
+   HW equals the source's HW on every partition (PREPARING included), copying raw RecordBatches through
    ``streams.kafka.source.KafkaSourceCluster``;
 2. a plain aiokafka consumer (read_uncommitted, all partitions assigned, from the beginning)
    reading the topic up to the same HWs: the practical ceiling for pulling that data into Python
@@ -43,6 +43,7 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,7 @@ from streams.brokers.apache_kafka import ApacheKafkaCluster
 from streams.brokers.kafka_jars import missing_reason
 from streams.brokers.noida import LocalBroker
 from streams.brokers.own import CHOICES, FLAG_HELP, start_own_broker
-from streams.demo.harness import ADMIN, PY, Clock, DemoError, Processes, run_cli
+from streams.demo.harness import ADMIN, PY, Clock, DemoError, Processes, run_cli, wait_for
 from streams.kafka.source import KafkaSourceCluster
 
 TOPIC = "bench"
@@ -127,6 +128,14 @@ async def consume(bootstrap: str, ends: dict[int, int]) -> tuple[float, int]:
         await c.stop()
 
 
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status == 200
+    except OSError:  # 503 (HTTPError) until ready, or not listening yet
+        return False
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` so far (/proc/PID/stat utime, stime)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -160,7 +169,9 @@ def mirror_once(kind: str, source_bootstrap: str, coord_bootstrap: str, args: ar
         _, line = procs.spawn("controller-B", [PY, "-m", "streams.worker.main", "--controller", "--listener", "127.0.0.1:0",
                                                "--super-users", ADMIN, *common], ready="LISTENING")  # fmt: skip
         endpoint = line.split()[1]
-        procs.spawn("worker-B", [PY, "-m", "streams.worker.main", "--tick-interval", str(args.tick_interval), *common])
+        _, line = procs.spawn("worker-B", [PY, "-m", "streams.worker.main", "--tick-interval", str(args.tick_interval),
+                                           "--metrics-listener", "127.0.0.1:0", *common], ready="METRICS")  # fmt: skip
+        ready = f"http://{line.split()[1]}/readyz"
         cfg = workdir / "mirror.properties"
         cfg.write_text(f"bootstrap.servers={source_bootstrap}\nclient.id=kip1279-bench\nmetadata.refresh.interval.ms=1000\n"
                        + "".join(f"{kv}\n" for kv in args.mirror_config))  # fmt: skip
@@ -173,6 +184,9 @@ def mirror_once(kind: str, source_bootstrap: str, coord_bootstrap: str, args: ar
         if source_pid is not None:
             pids["source"] = source_pid
         cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        # The copy is timed from a ready worker (metadata log replayed, table recovered), as an operator
+        # starts a mirror on a running coordinator: a process start-up is not copying.
+        wait_for("the worker to be ready (/readyz)", lambda: _ready(ready), 60, clock)
         deadline = time.monotonic() + 60
         t0 = time.perf_counter()
         while (code := run_cli(endpoint, "--start", "--mirror", MIRROR, "--topics", TOPIC)[0]) != 0:
