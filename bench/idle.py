@@ -74,21 +74,12 @@ class IdleBench(Bench):
     async def trickle(self, seconds: float, warmup: float) -> tuple[list[float], dict[str, float]]:
         """One record a second per trickle partition, produced on A, read on B; the latencies (ms)
         of the records produced after ``warmup``, and the cores spent meanwhile."""
-        from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-        from aiokafka import TopicPartition as KTP
-
         port = self.demo.clock.clients["A"].address[1]  # type: ignore[union-attr]
         with ClusterClient(port, "A") as model:  # its own connection: the clock's is busy on its thread
             boot_a, boot_b = model.bootstrap_servers("A"), model.bootstrap_servers("B")
         parts = self.trickle_partitions()
-        tps = [KTP(t, p) for t, p in parts]
-        producer = AIOKafkaProducer(bootstrap_servers=boot_a, linger_ms=0, acks="all", client_id="idle-bench")
-        consumer = AIOKafkaConsumer(bootstrap_servers=boot_b, enable_auto_commit=False, client_id="idle-bench",
-                                    fetch_max_wait_ms=100, max_partition_fetch_bytes=1 << 16)  # fmt: skip
-        ends_a = AIOKafkaConsumer(bootstrap_servers=boot_a, enable_auto_commit=False, client_id="idle-bench-ends")
-        await producer.start()
-        await consumer.start()
-        await ends_a.start()
+        producer, consumer, ends_a = await trickle_clients(boot_a, boot_b, parts)
+        tps = list(consumer.assignment())
         latencies: list[float] = []
         counts = self.trickle_counts = {"sent": 0, "acked": 0}
 
@@ -103,11 +94,6 @@ class IdleBench(Bench):
         measuring = [False]
         stop = asyncio.Event()
         try:
-            # Every topic's metadata in one request: aiokafka's send otherwise waits for one metadata
-            # round trip per new topic, one after another (500 topics took the whole run).
-            await producer.client.set_topics(sorted({t for t, _ in parts}))
-            consumer.assign(tps)
-            ends_a.assign(tps)  # its metadata: for the end offsets only, it never fetches
             await consumer.seek_to_end(*tps)
 
             async def consume() -> None:
@@ -157,6 +143,28 @@ class IdleBench(Bench):
             await producer.stop()
             await consumer.stop()
             await ends_a.stop()
+
+
+async def trickle_clients(boot_a: str, boot_b: str, parts: list[tuple[str, int]]) -> tuple[Any, Any, Any]:
+    """The trickle's clients, started: a producer on A that knows every topic of ``parts``, a
+    consumer on B assigned ``parts``, and a consumer on A assigned them (for end offsets only)."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka import TopicPartition as KTP
+
+    tps = [KTP(t, p) for t, p in parts]
+    producer = AIOKafkaProducer(bootstrap_servers=boot_a, linger_ms=0, acks="all", client_id="idle-bench")
+    consumer = AIOKafkaConsumer(bootstrap_servers=boot_b, enable_auto_commit=False, client_id="idle-bench",
+                                fetch_max_wait_ms=100, max_partition_fetch_bytes=1 << 16)  # fmt: skip
+    ends_a = AIOKafkaConsumer(bootstrap_servers=boot_a, enable_auto_commit=False, client_id="idle-bench-ends")
+    await producer.start()
+    await consumer.start()
+    await ends_a.start()
+    # Every topic's metadata in one request: aiokafka's send otherwise waits for one metadata round
+    # trip per new topic, one after another (at 500 topics the producer sent ~8 records a second).
+    await producer.client.set_topics(sorted({t for t, _ in parts}))
+    consumer.assign(tps)
+    ends_a.assign(tps)
+    return producer, consumer, ends_a
 
 
 def _profile_snapshot(workdir: Path) -> dict[str, dict[Any, tuple[float, float]]]:
