@@ -99,8 +99,14 @@ class TickPlan:
     def watch(self, name: str, runner: Any, loop: asyncio.AbstractEventLoop) -> None:
         """Ticks the table partitions of ``runner``'s parked partitions as their source moves."""
         watch = runner.interest.watch
-        if watch is not None:
-            watch.on_moved = lambda tps: loop.call_soon_threadsafe(self._moved, name, tps)
+        if watch is None:
+            return
+
+        def moved(tps: set[TopicPartition]) -> None:
+            if not loop.is_closed():  # shutting down: nothing to step
+                loop.call_soon_threadsafe(self._moved, name, tps)
+
+        watch.on_moved = moved
 
     def _moved(self, name: str, tps: set[TopicPartition]) -> None:
         partition_of = self.w.store.partition_of
