@@ -1,10 +1,11 @@
-"""A settled mirror's rounds cost nothing per topic, and its periodic sync holds its job briefly.
+"""A settled mirror's rounds cost nothing per topic, and its periodic sync is a few round trips.
 
 - ``reconcile_topics`` over a topic level that is settled (every topic at its desired offset,
   none due for its metadata refresh) makes no pass over the topics; ``MirrorRunner.due`` says
   so to the worker's tick plan, and turns True at the refresh, or when a desired state moves.
 - The metadata sync asks both clusters for every topic's configs in one pipelined wave, not two
-  round trips per topic (1,000 topics held the mirror's job, and so its copying, for seconds).
+  round trips per topic (1,000 topics held the mirror's job, and so its copying, for seconds),
+  and takes the epoch check's leader epochs from one metadata request per cluster.
 """
 
 from __future__ import annotations
@@ -119,6 +120,10 @@ def test_the_metadata_sync_asks_every_topics_configs_in_one_wave(port: int) -> N
         r.sync_if_due(now + REFRESH_MS)
         assert [t for t in src.trips if "describe_configs" in t] == [("describe_configs",)]
         assert [t for t in dst.trips if "describe_configs" in t] == [("describe_configs",)]
+        # The periodic epoch check (DLE >= SLE) reads each cluster's metadata once, not a
+        # ListOffsets per partition.
+        assert [t for t in src.trips if "describe_topics" in t or "list_offsets" in t] == [("describe_topics",)]
+        assert [t for t in dst.trips if "describe_topics" in t or "list_offsets" in t] == [("describe_topics",)]
         b = ClusterClient(port, "B")
         try:
             assert all(b.describe_configs(m.topic_id).get("retention.ms") == "3600000" for m in metas)
