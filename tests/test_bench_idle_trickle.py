@@ -40,7 +40,8 @@ def test_the_trickle_producer_knows_every_topic_before_its_first_send(port: int)
             cluster = producer.client.cluster
             unknown = [t for t, _ in parts if cluster.partitions_for_topic(t) is None]
             assert unknown == []  # no send waits for a metadata round trip of its own
-            acks = await asyncio.wait_for(asyncio.gather(*[await producer.send(t, b"x", partition=p) for t, p in parts]), 30)
+            sends = [await producer.send(t, b"x", partition=p) for t, p in parts]
+            acks = await asyncio.wait_for(asyncio.gather(*sends), 30)
             assert len(acks) == TOPICS
             assert sum((await ends_a.end_offsets(list(ends_a.assignment()))).values()) == TOPICS
         finally:

@@ -123,7 +123,8 @@ def fetch_round(r: FetchHost, desired: dict[uuid.UUID, tuple[DesiredState, int]]
                         # Caught up (with this fetch's batches appended, if any): on the source's
                         # long poll if it has one, else not fetched for a while.
                         if appended:
-                            r.interest.park(tp, leo, result.leader_epoch)  # no empty fetch first: one round less a record
+                            # No empty fetch first: one round less per record.
+                            r.interest.park(tp, leo, result.leader_epoch)
                         elif size == 0 and not r.interest.park(tp, leo, result.leader_epoch):
                             r.idle_until[tp] = now + r.config.fetch_max_wait_ms
                 if decision.state is not state:

@@ -153,7 +153,8 @@ class MirrorSyncer:
         (100,000 calls every sync at 50,000 partitions were most of an idle worker's CPU). A
         partition the metadata does not show led (missing, offline) is asked one by one, as before."""
         topics = sorted({tp.topic_id for tp in tps})
-        got = run_calls([(self.source, "describe_topics", (topics,), None), (self.dest, "describe_topics", (topics,), None)]) if tps else []
+        asks = [(self.source, "describe_topics", (topics,), None), (self.dest, "describe_topics", (topics,), None)]
+        got = run_calls(asks) if tps else []
         epochs: list[dict[TopicPartition, int]] = []
         for answer in got:
             if isinstance(answer, PortError):
@@ -186,7 +187,8 @@ class MirrorSyncer:
 
     def _configs(self, topic_id: uuid.UUID) -> Observer:
         """(the source's configs, the destination's)."""
-        got = yield [(self.source, "describe_configs", (topic_id,), None), (self.dest, "describe_configs", (topic_id,), None)]
+        got = yield [(self.source, "describe_configs", (topic_id,), None),
+                     (self.dest, "describe_configs", (topic_id,), None)]  # fmt: skip
         raise_first(got)
         return got[0], got[1]
 

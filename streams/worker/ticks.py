@@ -71,7 +71,8 @@ class TickPlan:
         for name in mirrors.mirrors:
             m = w.mirrors.get(name)
             current = mirrors.get(name)
-            if m is None or m.retired or (current is not None and m.configs is not None and current.configs != m.configs):
+            stale = current is not None and m is not None and m.configs is not None and current.configs != m.configs
+            if m is None or m.retired or stale:
                 return self._not_in_flight(owned, now_ms)  # a runner to build, rebuild or reconfigure
             r = m.runner
             if owned and r.due(now_ms, job_topics(w, m, w.desired_for(name))):
