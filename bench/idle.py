@@ -8,7 +8,7 @@ MIRRORING), lets the copy catch up, then measures:
 
 1. **idle**: no traffic; the CPU each process spends over ``--window`` seconds (at least 30 for
    the headline figures), divided by the wall time: ``idle_worker_cores`` (B's worker) and
-   ``idle_all_cores`` (worker, controller, model server, noida-db);
+   ``idle_all_cores`` (worker, controller, model server, the broker of the coordinator's topics);
 2. **trickle**: ``--trickle-percent`` of the partitions each receive one record a second, produced
    on A through a Kafka client (aiokafka on the model's Kafka listeners) and read on B through
    another (a consumer assigned to those partitions of the mirror topics): ``trickle_worker_cores``
@@ -37,6 +37,7 @@ from typing import Any
 
 from bench.mass_failover import Bench, _cpu_s
 from clustermodel.client import ClusterClient
+from streams.brokers.own import CHOICES, FLAG_HELP
 from streams.demo.harness import DemoError
 
 _STAMP = struct.Struct(">d")  # the produce call's wall-clock time, in the record's value
@@ -50,7 +51,7 @@ def _cores(before: dict[str, float | None], after: dict[str, float | None], seco
 class IdleBench(Bench):
     def cpu(self) -> dict[str, float | None]:
         got: dict[str, float | None] = {n.replace("-", "_"): _cpu_s(p.pid) for n, p in self.demo.procs.procs}
-        got["noida_db"] = self._broker_cpu()
+        got["broker"] = self._broker_cpu()  # noida-db or the Kafka node (result "broker")
         return got
 
     def measure(self, label: str, seconds: float) -> dict[str, float]:
@@ -73,24 +74,26 @@ class IdleBench(Bench):
     async def trickle(self, seconds: float, warmup: float) -> tuple[list[float], dict[str, float]]:
         """One record a second per trickle partition, produced on A, read on B; the latencies (ms)
         of the records produced after ``warmup``, and the cores spent meanwhile."""
-        from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-        from aiokafka import TopicPartition as KTP
-
         port = self.demo.clock.clients["A"].address[1]  # type: ignore[union-attr]
         with ClusterClient(port, "A") as model:  # its own connection: the clock's is busy on its thread
             boot_a, boot_b = model.bootstrap_servers("A"), model.bootstrap_servers("B")
         parts = self.trickle_partitions()
-        tps = [KTP(t, p) for t, p in parts]
-        producer = AIOKafkaProducer(bootstrap_servers=boot_a, linger_ms=0, acks="all", client_id="idle-bench")
-        consumer = AIOKafkaConsumer(bootstrap_servers=boot_b, enable_auto_commit=False, client_id="idle-bench",
-                                    fetch_max_wait_ms=100, max_partition_fetch_bytes=1 << 16)  # fmt: skip
-        await producer.start()
-        await consumer.start()
+        producer, consumer, ends_a = await trickle_clients(boot_a, boot_b, parts)
+        tps = list(consumer.assignment())
         latencies: list[float] = []
+        counts = self.trickle_counts = {"sent": 0, "acked": 0}
+
+        def acked(f: asyncio.Future[Any]) -> None:
+            if not f.cancelled() and f.exception() is None:
+                counts["acked"] += 1
+
+        async def ends() -> tuple[int, int]:
+            """Records on A and on B of the trickle partitions (their end offsets' sums)."""
+            a, b = await ends_a.end_offsets(tps), await consumer.end_offsets(tps)
+            return sum(a.values()), sum(b.values())
         measuring = [False]
         stop = asyncio.Event()
         try:
-            consumer.assign(tps)
             await consumer.seek_to_end(*tps)
 
             async def consume() -> None:
@@ -116,8 +119,10 @@ class IdleBench(Bench):
                             return
                         # A zero stamp during the warmup: those records are not counted.
                         stamp = time.time() if measuring[0] else 0.0
-                        await producer.send(t, _STAMP.pack(stamp), partition=p)
+                        (await producer.send(t, _STAMP.pack(stamp), partition=p)).add_done_callback(acked)
+                        counts["sent"] += 1
 
+            a0, b0 = await ends()
             tasks = [asyncio.create_task(consume()), asyncio.create_task(produce())]
             await asyncio.sleep(warmup)
             measuring[0] = True
@@ -130,10 +135,36 @@ class IdleBench(Bench):
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            a1, b1 = await ends()
+            counts.update(on_a=a1 - a0, on_b=b1 - b0, read=len(latencies))
+            self.say(f"trickle: {counts} (sent, acknowledged by A, on A, on B, read on B after the warmup)")
             return latencies, _cores(c0, c1, wall)
         finally:
             await producer.stop()
             await consumer.stop()
+            await ends_a.stop()
+
+
+async def trickle_clients(boot_a: str, boot_b: str, parts: list[tuple[str, int]]) -> tuple[Any, Any, Any]:
+    """The trickle's clients, started: a producer on A that knows every topic of ``parts``, a
+    consumer on B assigned ``parts``, and a consumer on A assigned them (for end offsets only)."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka import TopicPartition as KTP
+
+    tps = [KTP(t, p) for t, p in parts]
+    producer = AIOKafkaProducer(bootstrap_servers=boot_a, linger_ms=0, acks="all", client_id="idle-bench")
+    consumer = AIOKafkaConsumer(bootstrap_servers=boot_b, enable_auto_commit=False, client_id="idle-bench",
+                                fetch_max_wait_ms=100, max_partition_fetch_bytes=1 << 16)  # fmt: skip
+    ends_a = AIOKafkaConsumer(bootstrap_servers=boot_a, enable_auto_commit=False, client_id="idle-bench-ends")
+    await producer.start()
+    await consumer.start()
+    await ends_a.start()
+    # Every topic's metadata in one request: aiokafka's send otherwise waits for one metadata round
+    # trip per new topic, one after another (at 500 topics the producer sent ~8 records a second).
+    await producer.client.set_topics(sorted({t for t, _ in parts}))
+    consumer.assign(tps)
+    ends_a.assign(tps)
+    return producer, consumer, ends_a
 
 
 def _profile_snapshot(workdir: Path) -> dict[str, dict[Any, tuple[float, float]]]:
@@ -181,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trickle-percent", type=float, default=1.0, help="percent of partitions receiving 1 record/s")
     p.add_argument("--setup-timeout", type=float, default=900.0)
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--broker", choices=CHOICES, help=FLAG_HELP)
     p.add_argument("--state-partitions", type=int, default=8)
     p.add_argument("--tick-interval", type=float, default=0.2, help="worker tick interval (demo: 0.2)")
     p.add_argument("--metadata-refresh-ms", type=int, default=30000)
@@ -217,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         bench.result.update(
             idle_worker_cores=idle.get("worker_B"), idle_all_cores=all_idle, idle_cores=idle,
             trickle_worker_cores=trickle.get("worker_B"), trickle_cores=trickle, trickle_records=len(latencies),
+            trickle_counts=getattr(bench, "trickle_counts", None),
             e2e_latency_p50_ms=_percentile(latencies, 0.50), e2e_latency_p99_ms=_percentile(latencies, 0.99),
             e2e_latency_max_ms=round(max(latencies), 1) if latencies else None,
         )  # fmt: skip

@@ -41,6 +41,9 @@ class DataWatch:
         self._moved: set[TopicPartition] = set()
         self.polls = 0
         self.resets = 0
+        # Told (on the watch's thread) of partitions newly reported moved: the worker steps them
+        # at once rather than at its next round.
+        self.on_moved: Callable[[set[TopicPartition]], None] | None = None
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"data-watch-{name}")
         self._thread.start()
 
@@ -63,6 +66,11 @@ class DataWatch:
         with self._lock:
             moved, self._moved = self._moved, set()
             return moved
+
+    def peek_moved(self) -> set[TopicPartition]:
+        """The partitions ``take_moved`` would give now (a copy; they stay)."""
+        with self._lock:
+            return set(self._moved)
 
     def close(self) -> None:
         self._stop.set()
@@ -104,21 +112,34 @@ class DataWatch:
                     self._close(client)
                     client = None
                     with self._lock:
-                        self._moved.update(self._watched)
+                        told = set(self._watched)
+                        self._moved.update(told)
                         self._watched.clear()
                         self._add.clear()
                         self._remove.clear()
+                    self._tell(told)
                     self._stop.wait(_RETRY_S)
                 session = 0
                 self.resets += 1
                 continue
             if moved:
+                told = set()
                 with self._lock:
                     for tp in moved:
                         # Parked again meanwhile (a newer position not sent yet): it waits on that one.
                         if tp not in self._add and self._watched.pop(tp, None) is not None:
                             self._moved.add(tp)
+                            told.add(tp)
+                self._tell(told)
         self._close(client)
+
+    def _tell(self, moved: set[TopicPartition]) -> None:
+        callback = self.on_moved
+        if moved and callback is not None:
+            try:
+                callback(moved)
+            except Exception:  # noqa: BLE001 - the next round still finds them (take_moved)
+                log.exception("data watch: on_moved failed")
 
     @staticmethod
     def _close(client: Any) -> None:

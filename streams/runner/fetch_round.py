@@ -119,9 +119,13 @@ def fetch_round(r: FetchHost, desired: dict[uuid.UUID, tuple[DesiredState, int]]
                     appended = [b for cmd in decision.commands if isinstance(cmd, c.AppendBatches) for b in cmd.batches]
                     leo = appended[-1].next_offset if appended else pos.fetch_offset
                     r.progress[tp] = (result.hw, leo)
-                    if not appended and size == 0 and leo >= result.hw and decision.state is state:
-                        # Caught up: on the source's long poll if it has one, else not fetched for a while.
-                        if not r.interest.park(tp, leo, result.leader_epoch):
+                    if leo >= result.hw and decision.state is state:
+                        # Caught up (with this fetch's batches appended, if any): on the source's
+                        # long poll if it has one, else not fetched for a while.
+                        if appended:
+                            # No empty fetch first: one round less per record.
+                            r.interest.park(tp, leo, result.leader_epoch)
+                        elif size == 0 and not r.interest.park(tp, leo, result.leader_epoch):
                             r.idle_until[tp] = now + r.config.fetch_max_wait_ms
                 if decision.state is not state:
                     r.persist(r.key(tp), stamp_applied(decision.state, offset))

@@ -11,6 +11,7 @@ never turn quiet, so they are looked at every round as before.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
@@ -95,6 +96,23 @@ class Interest:
         if len(self.hot) < len(key_set):
             return sorted((k for k in self.hot if k in key_set), key=key_order)
         return [k for k in keys if k in self.hot]
+
+    def wanted(self, partition_of: Callable[[MirrorPartitionKey], int], versions: Mapping[int, object]) -> set[int]:
+        """Of the table partitions in ``versions`` (each with its key list's version, as
+        ``select``), those a step would find something in: new key lists, hot keys, partitions
+        the watch reported moved. Safe on another thread than the rounds' (copies, no changes)."""
+        out = {p for p, v in versions.items() if self._versions.get(p) is not v}
+        left = len(versions) - len(out)
+        moved = self.watch.peek_moved() if self.watch is not None else ()
+        keys = [MirrorPartitionKey(self.mirror_name, tp.topic_id, tp.partition) for tp in moved]
+        for k in itertools.chain(keys, self.hot.copy()):  # a set's copy is atomic: the rounds may add meanwhile
+            if left <= 0:
+                break
+            p = partition_of(k)
+            if p in versions and p not in out:
+                out.add(p)
+                left -= 1
+        return out
 
     def cool(self, keys: Iterable[MirrorPartitionKey], quiet: Callable[[MirrorPartitionKey], bool]) -> None:
         """Keys a round found quiet leave the hot set."""

@@ -10,8 +10,9 @@ Topics (every name carries the destination cluster's prefix, see ``streams.confi
   desired-state topic (murmur2 of a mirror partition's key).
 - the desired-state topic and the tick topic (both ``mirror.state.topic.num.partitions``
   partitions, co-partitioned with the ``mirror_state`` table) feed one **partition agent**.
-- a **timer** sends one tick per owned table partition, straight to that partition; the agent
-  then steps every mirror partition of that table partition in one go.
+- a **timer** sends a tick to each owned table partition that has something to do
+  (``streams.worker.ticks``), straight to that partition; the agent then steps the mirror
+  partitions of that table partition that may decide something new, in one go.
 
 Per event of table partition ``p`` the agent (1) writes the state writes waiting for ``p`` into
 the table (RocksDB; changelog ``__mirror_state``) and waits for the changelog to acknowledge
@@ -84,6 +85,7 @@ from streams.worker.state_store import WorkerStateStore
 from streams.worker.mirror_jobs import MirrorJob, cyclic_gc_paused, full_jitter, run_job
 from streams.worker.profiling import profiled_job
 from streams.worker.table import tick_topic_name, worker_topic_specs
+from streams.worker.ticks import IDLE_INTERVAL_S, TickPlan
 
 log = logging.getLogger(__name__)
 _INT32 = struct.Struct(">i")
@@ -118,11 +120,13 @@ class CoordinatorWorker:
         step_timeout: float = 10.0,
         threads: int = 4,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        idle_tick_interval: float = IDLE_INTERVAL_S,
         **app_overrides: Any,
     ) -> None:
         self.config = config
         self.ports = ports or model_server_ports(config)
         self.tick_interval = tick_interval
+        self.ticks = TickPlan(self, idle_tick_interval)
         self.max_rounds = max_rounds
         self.step_timeout = step_timeout
         self.clock_ms = clock_ms
@@ -296,14 +300,17 @@ class CoordinatorWorker:
     async def _send_ticks(self) -> None:
         if not self.caught_up.is_set():
             return
-        now = _INT64.pack(self.clock_ms())
-        for p in sorted(self.owned_partitions()):
-            await self.tick_topic.send(key=b"tick", value=now, partition=p)
+        now = self.clock_ms()
+        await self.ticks.send(self.ticks.wanted(now), now)
         if self.loader is not None:
             try:
                 await self.loader.maybe_snapshot()
             except Exception as e:  # noqa: BLE001 - a failed snapshot only lengthens the next replay
                 log.error("metadata snapshot failed: %s", e)
+
+    @staticmethod
+    def tick_value(now_ms: int) -> bytes:
+        return _INT64.pack(now_ms)
 
     # ------------------------------------------------------------------ the partition agent
 
@@ -325,6 +332,7 @@ class CoordinatorWorker:
                         self._desired_version += 1
                     self.table_partitions.add_key(p, MirrorPartitionKey(change.mirror_name, change.topic_id, change.partition))
                 if time.monotonic() - self._last_step.get(p, 0.0) < 0.05:
+                    self.ticks.ask(p)
                     continue  # a burst of events: the next tick (or event) steps the partition
             elif len(msg.value or b"") == 8 and _INT64.unpack(msg.value)[0] < self._last_step_ms.get(p, -1):
                 continue  # sent before the last step of this partition began: that step covered it
@@ -385,6 +393,7 @@ class CoordinatorWorker:
             return MirrorJob(runner, ports, image.configs)
 
         m = self.mirrors[name] = await loop.run_in_executor(self.pool, build)
+        self.ticks.watch(name, m.runner, loop)
         return m
 
     async def step_partition(self, partition: int) -> None:

@@ -47,6 +47,7 @@ class MirrorJob:
         self.configs = configs  # the image's configs it runs with: a change reconfigures or rebuilds it
         self.busy: concurrent.futures.Future[Any] | asyncio.Future[Any] | None = None
         self.retired = False  # topics left the mirror (or it was deleted): rebuilt from the store next
+        self.topics_for: tuple[Any, Any] | None = None  # ``job_topics``: (desired states, those its topic level takes)
 
     def close(self) -> None:
         self.runner.close()
@@ -92,16 +93,25 @@ def cyclic_gc_paused() -> Iterator[None]:
                 gc.enable()
 
 
+def job_topics(w: JobHost, m: Any, desired: Desired) -> Desired:
+    """The desired states a job's topic level works on: the same dict while ``desired`` and the
+    view are (``MirrorRunner.topics_due`` knows a settled topic level by it)."""
+    if not (w.store.remote is None and len(w.store.owned) < w.config.state_partitions):
+        return desired
+    # Other workers' partitions would read as UNKNOWN, which a stop counts as stopped: a
+    # topic would turn writable while a partition elsewhere still mirrors. Wait for the view.
+    got = getattr(m, "topics_for", None)
+    if got is None or got[0] is not desired:
+        got = m.topics_for = (desired, {t: d for t, d in desired.items() if d[0] is not DesiredState.STOP})
+    return got[1]
+
+
 def run_job(w: JobHost, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: int, partition: int | None = None) -> None:
     """On a pool thread: one step per partition, the topic level, the fetch round, the sync."""
     r = m.runner
     t0 = time.perf_counter()
     desired = w.desired_for(r.mirror_name)
-    topics = desired
-    if w.store.remote is None and len(w.store.owned) < w.config.state_partitions:
-        # Other workers' partitions would read as UNKNOWN, which a stop counts as stopped: a
-        # topic would turn writable while a partition elsewhere still mirrors. Wait for the view.
-        topics = {t: d for t, d in desired.items() if d[0] is not DesiredState.STOP}
+    topics = job_topics(w, m, desired)
     try:
         r.reconcile_topics(now_ms, topics)
     except PortError as e:

@@ -1,0 +1,134 @@
+"""A settled mirror's rounds cost nothing per topic, and its periodic sync is a few round trips.
+
+- ``reconcile_topics`` over a topic level that is settled (every topic at its desired offset,
+  none due for its metadata refresh) makes no pass over the topics; ``MirrorRunner.due`` says
+  so to the worker's tick plan, and turns True at the refresh, or when a desired state moves.
+- The metadata sync asks both clusters for every topic's configs in one pipelined wave, not two
+  round trips per topic (1,000 topics held the mirror's job, and so its copying, for seconds),
+  and takes the epoch check's leader epochs from one metadata request per cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from model_server import ServerProcess
+
+from clustermodel.client import ClusterClient
+from coordinator.ports import TopicPartition
+from coordinator.states import DesiredState, MirrorState
+from coordinator.workflows.config import MirrorConfig
+from streams.runner.runner import MirrorRunner
+
+REFRESH_MS = 10_000
+
+
+@pytest.fixture
+def port() -> Iterator[int]:
+    server = ServerProcess("--cluster", "A", "--cluster", "B", "--seed", "5", "--no-kafka-listeners")
+    yield server.port
+    server.stop()
+
+
+class RoundTrips:
+    """A port that counts its round trips: each ``call_many`` is one, each direct call one."""
+
+    def __init__(self, client: ClusterClient) -> None:
+        self.client = client
+        self.trips: list[tuple[str, ...]] = []
+
+    def call_many(self, calls: Any) -> list[Any]:
+        self.trips.append(tuple(sorted({method for method, _, _ in calls})))
+        return self.client.call_many(calls)
+
+    def __getattr__(self, name: str) -> Any:
+        got = getattr(self.client, name)
+        if not callable(got) or name in ("close", "open_watch"):
+            return got
+
+        def direct(*args: Any, **kwargs: Any) -> Any:
+            self.trips.append((name,))
+            return got(*args, **kwargs)
+
+        return direct
+
+
+class CountedItems(dict):  # type: ignore[type-arg]
+    """Desired states that count the passes over them."""
+
+    passes = 0
+
+    def items(self) -> Any:
+        self.passes += 1
+        return super().items()
+
+
+def _mirrored(port: int, topics: int) -> tuple[MirrorRunner, RoundTrips, RoundTrips, ClusterClient, list[Any], int]:
+    a = ClusterClient(port, "A")
+    metas = [a.add_topic(f"t{i}", 2) for i in range(topics)]
+    src, dst = RoundTrips(ClusterClient(port, "A")), RoundTrips(ClusterClient(port, "B"))
+    r = MirrorRunner("m", src, dst, MirrorConfig(metadata_refresh_interval_ms=REFRESH_MS))
+    for m in metas:
+        r.set_desired(m.topic_id, DesiredState.START)
+    now = 0
+    for _ in range(50):
+        now += 100
+        r.tick(now)
+        if all(r.state(TopicPartition(m.topic_id, p)).state is MirrorState.MIRRORING for m in metas for p in (0, 1)):
+            break
+    return r, src, dst, a, metas, now
+
+
+def test_a_settled_topic_level_makes_no_pass_over_the_topics_until_its_refresh(port: int) -> None:
+    r, src, dst, a, metas, now = _mirrored(port, 3)
+    try:
+        desired = CountedItems(r.metadata.latest("m"))
+        r.reconcile_topics(now, desired)  # settles (or refreshes) the topic level for these desired states
+        assert not r.topics_due(now + 1, desired)
+        desired.passes = 0
+        src.trips.clear()
+        for t in range(1, 20):
+            r.reconcile_topics(now + t * 100, desired)
+        assert desired.passes == 0 and src.trips == []
+        r.sync_if_due(now, desired)
+        assert not r.due(now + 1_000, desired)  # nothing on a clock either: the worker sends no tick
+        assert r.due(now + REFRESH_MS + 1, desired)  # the metadata sync (epoch checks and all) on time
+        # A desired state that moves (a new dict from the image) is looked at at once.
+        moved = CountedItems(desired)
+        assert r.topics_due(now + 2_000, moved)
+        r.reconcile_topics(now + 2_000, moved)
+        assert moved.passes >= 1
+        # The metadata refresh of a settled topic level still comes on time.
+        assert r.topics_due(now + 2_000 + REFRESH_MS, moved)
+        src.trips.clear()
+        r.reconcile_topics(now + 2_000 + REFRESH_MS, moved)
+        assert src.trips != []  # the topics' metadata asked again
+    finally:
+        r.close()
+        a.close()
+
+
+def test_the_metadata_sync_asks_every_topics_configs_in_one_wave(port: int) -> None:
+    r, src, dst, a, metas, now = _mirrored(port, 12)
+    try:
+        for m in metas:
+            a.alter_configs(m.topic_id, {"retention.ms": "3600000"}, [])
+        src.trips.clear()
+        dst.trips.clear()
+        r.sync_if_due(now + REFRESH_MS)
+        assert [t for t in src.trips if "describe_configs" in t] == [("describe_configs",)]
+        assert [t for t in dst.trips if "describe_configs" in t] == [("describe_configs",)]
+        # The periodic epoch check (DLE >= SLE) reads each cluster's metadata once, not a
+        # ListOffsets per partition.
+        assert [t for t in src.trips if "describe_topics" in t or "list_offsets" in t] == [("describe_topics",)]
+        assert [t for t in dst.trips if "describe_topics" in t or "list_offsets" in t] == [("describe_topics",)]
+        b = ClusterClient(port, "B")
+        try:
+            assert all(b.describe_configs(m.topic_id).get("retention.ms") == "3600000" for m in metas)
+        finally:
+            b.close()
+    finally:
+        r.close()
+        a.close()
