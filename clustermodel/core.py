@@ -289,6 +289,7 @@ class ClusterCore:
         if acks == -1 and len(part.isr) < t.config_int("min.insync.replicas", 1):
             raise NotEnoughReplicas(f"{tp}: ISR {part.isr} below min.insync.replicas")
         log = part.leader_log
+        append_time = t.configs.get("message.timestamp.type") == "LogAppendTime"  # the leader's clock stamps it
         batch = Batch(
             base_offset=log.leo,
             last_offset=log.leo + last_offset_delta,
@@ -300,6 +301,7 @@ class ClusterCore:
             timestamp=self.now_ms if timestamp is None else timestamp,
             payload=payload,
             record_count=record_count,
+            log_append_time=append_time,
         )
         if producer_id >= 0:
             try:

@@ -6,12 +6,14 @@ T. The dry run and the stop's controller call it on the same observations (``Cut
 so what the preview shows is what the stop cuts. It refuses (``CutRefusal``: a Kafka error code
 and why) every case it cannot make safe:
 
-- **Timestamps.** Only ``message.timestamp.type=LogAppendTime``: the leader stamps each batch, so
-  a partition's timestamps do not go backwards and "every record <= T" is a prefix of the log.
-  Under CreateTime producers stamp records, a later record may carry an earlier time, and no
-  prefix keeps exactly the records <= T: refused (INVALID_CONFIG). A LogAppendTime window whose
+- **Timestamps.** Only batches stamped LogAppendTime (the batch's timestamp-type bit, which the
+  mirror copies as it is: the source topic's ``message.timestamp.type``; the destination's own
+  setting says nothing about mirrored batches): the leader stamps each batch, so a partition's
+  timestamps do not go backwards and "every record <= T" is a prefix of the log. Under
+  CreateTime producers stamp records, a later record may carry an earlier time, and no prefix
+  keeps exactly the records <= T: refused (INVALID_CONFIG). A LogAppendTime window whose
   timestamps still go backwards (a leader moved to a broker with a slower clock) is refused too
-  (INVALID_TIMESTAMP).
+  (INVALID_TIMESTAMP). Control batches (markers) count for the order, not for the type.
 - **Mirrored completely up to.** From the source when it answers: caught up (its HW at the
   destination's LEO) bounds nothing; lagging, up to just before its first unmirrored batch.
   With the source down (the disaster) only the destination's own log is evidence: up to just
@@ -35,14 +37,15 @@ in a bounded number of passes.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 
 import msgspec
 
+from coordinator.image import TopicCut
 from coordinator.ports import Batch, ControlType, PartitionOffsets, TopicPartition
 from coordinator.states import ErrorCode
 
-LOG_APPEND_TIME = "LogAppendTime"
 CUT_WINDOW_OFFSETS = 100_000  # of the destination's tail read per partition
 MAX_IDLE_MS = 60_000  # with the source down: how far a partition's last record may lag the newest
 CLOCK_SKEW_MS = 1_000  # between the source's brokers' clocks, for the cross-partition transaction check
@@ -53,7 +56,6 @@ class CutObservation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
     tp: TopicPartition
     dest: PartitionOffsets
-    timestamp_type: str  # the destination topic's message.timestamp.type (synced from the source)
     window_start: int  # batches hold the destination's log from here to its LEO
     batches: tuple[Batch, ...] = ()
     source: PartitionOffsets | None = None  # None: the source did not answer
@@ -83,6 +85,13 @@ class CutPlan(msgspec.Struct, frozen=True, gc=False):
     @property
     def given_up_records(self) -> int:
         return sum(p.given_up_records for p in self.partitions)
+
+    def topic_cuts(self) -> dict[uuid.UUID, TopicCut]:
+        """The cut per topic, as the stop's MirrorTopicStateChangeRecords carry it."""
+        offsets: dict[uuid.UUID, list[tuple[int, int]]] = {}
+        for p in self.partitions:
+            offsets.setdefault(p.tp.topic_id, []).append((p.tp.partition, p.cut_offset))
+        return {t: TopicCut(self.timestamp, tuple(sorted(o))) for t, o in offsets.items()}
 
 
 class CutRefusal(msgspec.Struct, frozen=True, gc=False):
@@ -136,10 +145,12 @@ def _is_marker(b: Batch) -> bool:
 
 
 def _refuse_timestamps(obs: CutObservation) -> CutRefusal | None:
-    if obs.timestamp_type != LOG_APPEND_TIME:
-        return CutRefusal(ErrorCode.INVALID_CONFIG, f"{obs.tp}: message.timestamp.type is {obs.timestamp_type}, "
-                          "not LogAppendTime: producers stamp the records, the log is not in timestamp order, "
-                          "and no prefix of it holds exactly the records up to T", obs.tp)  # fmt: skip
+    created = next((b for b in obs.batches if not b.is_control and not b.log_append_time), None)
+    if created is not None:
+        return CutRefusal(ErrorCode.INVALID_CONFIG, f"{obs.tp}: the batch at offset {created.base_offset} is stamped "
+                          "CreateTime (by its producer; the source topic's message.timestamp.type is not "
+                          "LogAppendTime): a log is not in CreateTime order, and no prefix of it holds exactly the "
+                          "records up to T", obs.tp)  # fmt: skip
     for a, b in zip(obs.batches, obs.batches[1:]):
         if b.timestamp < a.timestamp:
             return CutRefusal(ErrorCode.INVALID_TIMESTAMP, f"{obs.tp}: LogAppendTime goes backwards at offset "

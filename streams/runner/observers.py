@@ -120,7 +120,7 @@ class MirrorObservers:
         asks: list[Call] = [(self.dest, "list_offsets", (tp,), None)]
         if step is Step.STOP_ABORT_OPEN or bump:
             asks.append((self.dest, "open_transactions", (tp,), None))
-        elif step is Step.STOP_WAIT_ISR:
+        elif step is Step.STOP_WAIT_ISR or step is Step.STOP_CUT:
             asks.append((self.dest, "isr_status", (tp,), None))
         if step is Step.STOP_PID_RESET or bump:  # the reset batch names the source cluster the topic mirrored
             asks.append((self.dest, "describe_topics", ((tp.topic_id,),), None))
@@ -136,13 +136,17 @@ class MirrorObservers:
             latest = EpochEndOffset(epoch, dest.leo) if epoch is not None else EpochEndOffset(-1, -1)
         elif step is Step.STOP_PID_RESET and dest.hw >= dest.leo:
             tail = yield from self._read_dest(tp, state.stop_offset, dest.leo)
+        cut_tail = None
+        if step is Step.STOP_CUT and state.given_up_end_offset < 0 and dest.leo > state.cut_offset and dest.hw >= dest.leo:
+            cut_tail = yield from self._read_dest(tp, state.cut_offset, dest.leo)  # what the cut gives up
         opens = tuple(got[1]) if step is Step.STOP_ABORT_OPEN or bump else ()
-        isr = got[1] if step is Step.STOP_WAIT_ISR else None
+        isr = got[1] if step is Step.STOP_WAIT_ISR or step is Step.STOP_CUT else None
         topic = described[0] if described else None
         source_id = (topic.mirror_source_cluster_id if topic is not None else None) or self.cluster_ids()[0] or ""
         final = self.final_sync.get(tp) if step is Step.STOP_WAIT_ISR else None
         return StopObservation(dest=dest, dest_latest_epoch=latest, open_transactions=opens, tail=tail,
-                               isr=isr, in_fetcher=in_fetcher, source_cluster_id=source_id, final_sync=final)
+                               isr=isr, in_fetcher=in_fetcher, source_cluster_id=source_id, final_sync=final,
+                               cut_tail=cut_tail)  # fmt: skip
 
     def _ask_source(self, call: Call) -> Observer:
         """One source call; its failure raised as SourceCallFailed."""

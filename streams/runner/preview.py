@@ -12,6 +12,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from coordinator.cut import CUT_WINDOW_OFFSETS, CutObservation, CutPlan, CutRefusal, plan_cut
 from coordinator.impact import (
     FailbackImpact,
     StopImpact,
@@ -102,3 +103,36 @@ def preview_failback(source: Any, dest: Any, mirror_name: str, tps: Sequence[Top
         removed = read_batches(dest, tp, first, dest_off.leo) if first < dest_off.leo else ()
         out.append(truncation_impact(tp, obs, removed))
     return FailbackImpact(tuple(out))
+
+
+def observe_cut(source: Any, dest: Any, tp: TopicPartition, source_up: bool = True) -> CutObservation:
+    """The consistent cut's reads of one partition: the destination's tail (from its LSO, or the
+    window's start if that is nearer the end), the source's HW and first unmirrored batch."""
+    dest_off = dest.list_offsets(tp)
+    start = max(dest_off.log_start, min(dest_off.lso, dest_off.leo - CUT_WINDOW_OFFSETS))
+    got = read_batches(dest, tp, start, dest_off.leo)
+    src = first = None
+    if source_up:
+        try:
+            src = source.list_offsets(tp)
+            if src.hw > dest_off.leo:
+                ahead = source.fetch(tp, max(dest_off.leo, src.log_start), 1, IsolationLevel.READ_UNCOMMITTED).batches
+                first = ahead[0] if ahead else None
+        except PortError as e:
+            log.info("cut: source did not answer for %s: %s", tp, e)
+            src = first = None
+    # A batch holding the window's start begins before it: the window is where the batches begin.
+    window_start = got[0].base_offset if got else start
+    return CutObservation(tp=tp, dest=dest_off, window_start=window_start, batches=got, source=src,
+                          first_unmirrored=first)  # fmt: skip
+
+
+def preview_cut(source: Any, dest: Any, tps: Sequence[TopicPartition], source_up: bool = True) -> CutPlan | CutRefusal:
+    """The consistent cut a ``--stop --consistent-cut`` of ``tps`` would make now. Reads only."""
+    if source_up:
+        try:
+            source.cluster_id()
+        except PortError as e:
+            log.info("cut: the source does not answer: %s", e)
+            source_up = False
+    return plan_cut([observe_cut(source, dest, tp, source_up) for tp in tps])

@@ -13,7 +13,7 @@ import uuid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.cut import LOG_APPEND_TIME, CutObservation, CutPlan, CutRefusal, plan_cut
+from coordinator.cut import CutObservation, CutPlan, CutRefusal, plan_cut
 from coordinator.ports import Batch, ControlType, PartitionOffsets, TopicPartition
 from coordinator.states import ErrorCode
 
@@ -28,7 +28,7 @@ op = st.one_of(
 )
 
 
-def build(ops, ticks):
+def build(ops, ticks, lat=True):
     """The source's logs, and for each batch the transaction instance it belongs to (None: plain)."""
     logs: dict[TopicPartition, list[Batch]] = {tp: [] for tp in TPS}
     owner: dict[tuple[TopicPartition, int], tuple[int, int]] = {}
@@ -40,7 +40,8 @@ def build(ops, ticks):
         log = logs[tp]
         base = log[-1].next_offset if log else 0
         n = kw.pop("record_count", 1)
-        b = Batch(base_offset=base, last_offset=base + n - 1, leader_epoch=0, timestamp=now, record_count=n, **kw)
+        b = Batch(base_offset=base, last_offset=base + n - 1, leader_epoch=0, timestamp=now, record_count=n,
+                  log_append_time=lat and not kw.get("is_control", False), **kw)
         log.append(b)
         return b
 
@@ -64,9 +65,9 @@ def build(ops, ticks):
 def world(draw):
     ops = draw(st.lists(op, max_size=25))
     ticks = draw(st.lists(st.integers(0, 3), min_size=len(ops), max_size=len(ops)))
-    logs, owner = build(ops, ticks)
+    lat = draw(st.sampled_from([True] * 4 + [False]))  # the source topic's LogAppendTime, or CreateTime
+    logs, owner = build(ops, ticks, lat)
     source_up = draw(st.booleans())
-    ts_type = draw(st.sampled_from([LOG_APPEND_TIME] * 4 + ["CreateTime"]))
     observations = []
     for tp in TPS:
         log = logs[tp]
@@ -75,18 +76,17 @@ def world(draw):
         leo = held[-1].next_offset if held else 0
         src_leo = log[-1].next_offset if log else 0
         source = PartitionOffsets(0, src_leo, src_leo, src_leo, 0) if source_up else None
-        observations.append(CutObservation(tp=tp, dest=PartitionOffsets(0, leo, leo, leo, 0), timestamp_type=ts_type,
-                                           window_start=0, batches=held, source=source,
+        observations.append(CutObservation(tp=tp, dest=PartitionOffsets(0, leo, leo, leo, 0), window_start=0, batches=held, source=source,
                                            first_unmirrored=log[n] if source_up and n < len(log) else None))
-    return logs, owner, observations, source_up, ts_type
+    return logs, owner, observations, source_up, lat
 
 
 @settings(max_examples=400, deadline=None)
 @given(w=world(), max_idle=st.sampled_from([0, 2, 10, 1_000]), skew=st.sampled_from([0, 1, 5]))
 def test_a_cut_keeps_every_record_up_to_t_and_none_after(w, max_idle, skew):
-    logs, owner, observations, source_up, ts_type = w
+    logs, owner, observations, source_up, lat = w
     plan = plan_cut(observations, max_idle_ms=max_idle, clock_skew_ms=skew)
-    if ts_type != LOG_APPEND_TIME:
+    if not lat and any(not b.is_control for o in observations for b in o.batches):
         assert isinstance(plan, CutRefusal) and plan.error_code is ErrorCode.INVALID_CONFIG and "CreateTime" in plan.message
         return
     if isinstance(plan, CutRefusal):
@@ -122,12 +122,12 @@ def test_a_cut_keeps_every_record_up_to_t_and_none_after(w, max_idle, skew):
         assert all(flags) or not any(flags), f"transaction {inst} is cut in two: {flags}"
 
 
-def _obs(tp, stamps, *, source=None, window_start=0, log_start=0, ts_type=LOG_APPEND_TIME, batches=None):
-    bs = batches or tuple(Batch(base_offset=window_start + i, last_offset=window_start + i, leader_epoch=0, timestamp=s)
-                          for i, s in enumerate(stamps))  # fmt: skip
+def _obs(tp, stamps, *, source=None, window_start=0, log_start=0, batches=None):
+    bs = batches or tuple(Batch(base_offset=window_start + i, last_offset=window_start + i, leader_epoch=0, timestamp=s,
+                                log_append_time=True) for i, s in enumerate(stamps))  # fmt: skip
     leo = bs[-1].next_offset if bs else window_start
-    return CutObservation(tp=tp, dest=PartitionOffsets(log_start, leo, leo, leo, 0), timestamp_type=ts_type,
-                          window_start=window_start, batches=bs, source=source)  # fmt: skip
+    return CutObservation(tp=tp, dest=PartitionOffsets(log_start, leo, leo, leo, 0), window_start=window_start,
+                          batches=bs, source=source)  # fmt: skip
 
 
 def test_with_the_source_down_an_idle_partition_is_refused_not_allowed_to_drag_t_back():
@@ -154,7 +154,7 @@ def test_timestamps_going_backwards_are_refused():
 def test_a_cut_before_the_window_read_is_refused():
     short = _obs(TPS[0], [100, 200], window_start=50, log_start=0)
     lagging = _obs(TPS[1], [5, 6, 7], source=PartitionOffsets(0, 9, 9, 9, 0))
-    lagging = CutObservation(tp=lagging.tp, dest=lagging.dest, timestamp_type=LOG_APPEND_TIME, window_start=0,
+    lagging = CutObservation(tp=lagging.tp, dest=lagging.dest, window_start=0,
                              batches=lagging.batches, source=lagging.source,
                              first_unmirrored=Batch(base_offset=3, last_offset=3, leader_epoch=0, timestamp=8))  # fmt: skip
     refused = plan_cut([short, lagging], max_idle_ms=1_000)
@@ -162,13 +162,13 @@ def test_a_cut_before_the_window_read_is_refused():
 
 
 def test_a_marker_of_a_transaction_begun_before_the_window_is_refused():
-    bs = (Batch(base_offset=50, last_offset=50, leader_epoch=0, timestamp=10),
+    bs = (Batch(base_offset=50, last_offset=50, leader_epoch=0, timestamp=10, log_append_time=True),
           Batch(base_offset=51, last_offset=51, leader_epoch=0, timestamp=30, producer_id=7, is_transactional=True,
                 is_control=True, control_type=ControlType.COMMIT))  # fmt: skip
     o = _obs(TPS[0], [], window_start=50, batches=bs)
     src = PartitionOffsets(0, 53, 53, 53, 0)
     lag = Batch(base_offset=52, last_offset=52, leader_epoch=0, timestamp=21)
-    o = CutObservation(tp=o.tp, dest=o.dest, timestamp_type=LOG_APPEND_TIME, window_start=50, batches=bs, source=src,
+    o = CutObservation(tp=o.tp, dest=o.dest, window_start=50, batches=bs, source=src,
                        first_unmirrored=lag)  # fmt: skip
     refused = plan_cut([o])
     assert isinstance(refused, CutRefusal) and "begun before" in refused.message
@@ -176,13 +176,15 @@ def test_a_marker_of_a_transaction_begun_before_the_window_is_refused():
 
 def test_a_marker_kept_near_a_given_up_transaction_of_the_same_producer_moves_t_below_it():
     # Producer 7's marker on TPS[0] at 100; its data on TPS[1] at 101, given up (T=100 from the source).
-    p0 = (Batch(base_offset=0, last_offset=0, leader_epoch=0, timestamp=90, producer_id=7, is_transactional=True),
+    p0 = (Batch(base_offset=0, last_offset=0, leader_epoch=0, timestamp=90, producer_id=7, is_transactional=True,
+                log_append_time=True),
           Batch(base_offset=1, last_offset=1, leader_epoch=0, timestamp=100, producer_id=7, is_transactional=True,
                 is_control=True, control_type=ControlType.COMMIT))  # fmt: skip
-    p1 = (Batch(base_offset=0, last_offset=0, leader_epoch=0, timestamp=101, producer_id=7, is_transactional=True),)
+    p1 = (Batch(base_offset=0, last_offset=0, leader_epoch=0, timestamp=101, producer_id=7, is_transactional=True,
+            log_append_time=True),)
     up = PartitionOffsets(0, 2, 2, 2, 0)
-    a = CutObservation(tp=TPS[0], dest=up, timestamp_type=LOG_APPEND_TIME, window_start=0, batches=p0, source=up)
-    b = CutObservation(tp=TPS[1], dest=PartitionOffsets(0, 1, 1, 1, 0), timestamp_type=LOG_APPEND_TIME, window_start=0,
+    a = CutObservation(tp=TPS[0], dest=up, window_start=0, batches=p0, source=up)
+    b = CutObservation(tp=TPS[1], dest=PartitionOffsets(0, 1, 1, 1, 0), window_start=0,
                        batches=p1, source=PartitionOffsets(0, 3, 3, 3, 0),
                        first_unmirrored=Batch(base_offset=1, last_offset=1, leader_epoch=0, timestamp=101))  # fmt: skip
     assert plan_cut([a, b], clock_skew_ms=0).timestamp == 100  # the marker came first: a later transaction
