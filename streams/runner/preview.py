@@ -9,8 +9,10 @@ stop. A source call that fails makes the source's figures unknown; the destinati
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+import msgspec
 
 from coordinator.cut import CUT_WINDOW_OFFSETS, CutObservation, CutPlan, CutRefusal, plan_cut
 from coordinator.impact import (
@@ -41,9 +43,14 @@ def read_batches(port: Any, tp: TopicPartition, start: int, end: int) -> tuple[B
     return tuple(out)
 
 
-def observe_stop(source: Any, dest: Any, tp: TopicPartition, source_up: bool = True) -> StopPreviewObservation:
+def observe_stop(source: Any, dest: Any, tp: TopicPartition, source_up: bool = True,
+                 cut: int | None = None) -> StopPreviewObservation:  # fmt: skip
+    """``cut``: a consistent cut's offset: the stop sees the log as ending there, with no
+    transaction open (the cut never falls inside one, ``coordinator.cut``)."""
     dest_off = dest.list_offsets(tp)
-    opens = tuple(dest.open_transactions(tp))
+    if cut is not None:
+        dest_off = msgspec.structs.replace(dest_off, leo=cut, hw=min(dest_off.hw, cut), lso=min(dest_off.lso, cut))
+    opens = tuple(dest.open_transactions(tp)) if cut is None else ()
     open_batches = read_batches(dest, tp, min(t.first_offset for t in opens), dest_off.leo) if opens else ()
     src = first = None
     if source_up:
@@ -59,8 +66,9 @@ def observe_stop(source: Any, dest: Any, tp: TopicPartition, source_up: bool = T
                                   source=src, first_unmirrored=first)  # fmt: skip
 
 
-def preview_stop(source: Any, dest: Any, tps: Sequence[TopicPartition], now_ms: int, config: MirrorConfig) -> StopImpact:
-    """What a stop of ``tps`` would cost now. Reads only."""
+def preview_stop(source: Any, dest: Any, tps: Sequence[TopicPartition], now_ms: int, config: MirrorConfig,
+                 cuts: Mapping[TopicPartition, int] | None = None) -> StopImpact:  # fmt: skip
+    """What a stop of ``tps`` would cost now (with ``cuts``: a consistent cut's offsets). Reads only."""
     source_groups = None
     source_offsets: dict[str, Any] = {}
     try:
@@ -70,7 +78,8 @@ def preview_stop(source: Any, dest: Any, tps: Sequence[TopicPartition], now_ms: 
     except PortError as e:
         log.info("preview: source did not answer its groups: %s", e)
         source_groups, source_offsets = None, {}
-    observations = [observe_stop(source, dest, tp, source_up=source_groups is not None) for tp in tps]
+    observations = [observe_stop(source, dest, tp, source_up=source_groups is not None,
+                                 cut=None if cuts is None else cuts.get(tp)) for tp in tps]  # fmt: skip
     dest_groups = {g.group_id: g for g in dest.list_groups()}
     active = [g for g, d in dest_groups.items() if d.active]
     wanted = dest_groups.keys() if source_groups is None else {g.group_id for g in source_groups} & dest_groups.keys()
