@@ -189,7 +189,8 @@ def decide_stop(
             epoch_target=target,
         )
         record = LastMirrorEpoch(key, lme, state.applied_offset)
-        publish = SetLastMirroredEpoch(key.mirror_name, tp, lme if lme != UNDEFINED_EPOCH else None)
+        publish = SetLastMirroredEpoch(key.mirror_name, tp, lme if lme != UNDEFINED_EPOCH else None,
+                                       state.cut_offset if state.cut_offset >= 0 else None)  # fmt: skip
         return Decision(nxt, (publish,), record)
     bump: tuple[Command, ...] = () if dle >= state.epoch_target else (BumpLeaderEpoch(tp, state.epoch_target),)
     aborts = abort_markers(tp, obs.open_transactions)

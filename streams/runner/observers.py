@@ -101,17 +101,18 @@ class MirrorObservers:
         src_topic = self.source_topics.get(tp.topic_id)
         lme_mirror = (src_topic.mirror_name if src_topic is not None else None) or self.mirror_name
         asks = [(self.dest, "list_offsets", (tp,), None), (self.source, "list_offsets", (tp,), None),
-                (self.source, "last_mirrored_epoch", (lme_mirror, tp), None)]  # fmt: skip
+                (self.source, "last_mirrored_epoch", (lme_mirror, tp), None),
+                (self.source, "last_mirror_cut", (lme_mirror, tp), None)]  # fmt: skip
         got = yield asks
         self._raise_first(asks, got)
-        dest, src, lme = got
+        dest, src, lme, cut = got
         src_end = local_end = None
         if lme is not None:
             src_end = yield from self._ask_source((self.source, "end_offset_for_epoch", (tp, lme), None))
             if not src_end.undefined:
                 local_end = yield (self.dest, "end_offset_for_epoch", (tp, src_end.epoch), None)
         return PrepareObservation(topic_ready=ready, dest=dest, source_leader_epoch=src.leader_epoch, source_lme=lme,
-                                  source_epoch_end=src_end, local_epoch_end=local_end)
+                                  source_epoch_end=src_end, local_epoch_end=local_end, source_cut=cut)
 
     def _stop(self, tp: TopicPartition, state: MirrorPartitionState, in_fetcher: bool) -> Observer:
         """Destination only: a failover must work with the source unreachable."""

@@ -100,13 +100,14 @@ def preview_failback(source: Any, dest: Any, mirror_name: str, tps: Sequence[Top
         dest_off = dest.list_offsets(tp)
         src = source.list_offsets(tp)
         lme = source.last_mirrored_epoch(lme_mirror, tp)
+        cut = source.last_mirror_cut(lme_mirror, tp)
         src_end = local_end = None
         if lme is not None:
             src_end = source.end_offset_for_epoch(tp, lme)
             if not src_end.undefined:
                 local_end = dest.end_offset_for_epoch(tp, src_end.epoch)
         obs = PrepareObservation(topic_ready=True, dest=dest_off, source_leader_epoch=src.leader_epoch, source_lme=lme,
-                                 source_epoch_end=src_end, local_epoch_end=local_end)  # fmt: skip
+                                 source_epoch_end=src_end, local_epoch_end=local_end, source_cut=cut)  # fmt: skip
         target = truncation_target(obs)
         first = max(target, dest_off.log_start)
         removed = read_batches(dest, tp, first, dest_off.leo) if first < dest_off.leo else ()

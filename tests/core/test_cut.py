@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -191,3 +192,16 @@ def test_a_marker_kept_near_a_given_up_transaction_of_the_same_producer_moves_t_
     plan = plan_cut([a, b], clock_skew_ms=5)  # within the skew: maybe one transaction, so both sides go
     assert isinstance(plan, CutPlan) and plan.timestamp == 89
     assert plan.of(TPS[0]).cut_offset == 0 and plan.of(TPS[1]).cut_offset == 0
+
+
+def test_a_failback_truncates_to_the_sources_cut_at_most():
+    from coordinator.ports import EpochEndOffset
+    from coordinator.workflows.prepare import PrepareObservation, truncation_target
+
+    # The old source (now the destination) has epoch 3 up to offset 20; the new source's epoch 3
+    # ends at 15 in its cache, but its consistent cut ended the mirrored log at 12.
+    obs = PrepareObservation(topic_ready=True, dest=PartitionOffsets(0, 20, 20, 20, 3), source_leader_epoch=4,
+                             source_lme=3, source_epoch_end=EpochEndOffset(3, 15), local_epoch_end=EpochEndOffset(3, 20))  # fmt: skip
+    assert truncation_target(obs) == 15
+    assert truncation_target(msgspec.structs.replace(obs, source_cut=12)) == 12
+    assert truncation_target(msgspec.structs.replace(obs, source_cut=18)) == 15  # never above the epoch's end

@@ -15,7 +15,7 @@ from clustermodel.records import batch_values, read_committed_batches
 from coordinator.cut import CutPlan
 from coordinator.partition_state import Step
 from coordinator.states import DesiredState, MirrorState
-from streams.runner.preview import preview_cut
+from streams.runner.preview import preview_cut, preview_failback
 
 LAT = {"message.timestamp.type": "LogAppendTime"}
 
@@ -104,7 +104,13 @@ def test_consistent_cut_across_two_topics_then_failback(worker):
     assert b"order-tx" in _values(read_committed_batches(b, tps[0]))
     assert b"payment-tx" in _values(read_committed_batches(b, tps[2]))
 
-    # Failback: A mirrors B; A's records after the cut (B never kept them) are truncated.
+    # Failback: A mirrors B; A's records after the cut (B never kept them) are truncated, as
+    # the failback's dry run says.
+    for tp in tps:
+        assert b.last_mirror_cut("a-to-b", tp) == plan.of(tp).cut_offset
+    removed = {p.tp: p for p in preview_failback(b, a, "b-to-a", tps).partitions}
+    for tp in tps:
+        assert (removed[tp].target, removed[tp].removed) == (plan.of(tp).cut_offset, a.list_offsets(tp).leo - plan.of(tp).cut_offset)
     ba = w.mirror("b", "a")
     for topic in topics:
         ba.set_desired(topic.topic_id, DesiredState.START)
