@@ -2,7 +2,7 @@
 
 The model server, B's controller and a ``kip1279-worker``; the CLI's ``main`` in the test. B mirrors
 two LogAppendTime topics from A whose records interleave in time, and a transaction left open
-on A's payments; then A dies. ``--stop --consistent-cut --dry-run`` shows T and each
+on A's payments; then A dies. A third topic, CreateTime, makes the cut refuse (nothing changes). ``--stop --consistent-cut --dry-run`` shows T and each
 partition's cut and changes nothing; the real stop (the cut travels to the worker only in the
 stop's metadata records) ends each log on B where the dry run said: no record after T is
 readable on B, read_committed or read_uncommitted, and every record up to T is.
@@ -30,13 +30,14 @@ def _all(port, tp):
 
 @pytest.mark.slow
 def test_consistent_cut_across_two_topics_with_the_source_dead(broker: LocalBroker, tmp_path: Path) -> None:
-    rig = Rig(tmp_path, broker.bootstrap, {"orders": 1, "payments": 1}, tick=0.1, seed=67)
+    rig = Rig(tmp_path, broker.bootstrap, {"orders": 1, "payments": 1, "audit": 1}, tick=0.1, seed=67)
     try:
         rig.start(("B",))
         rig.spawn_worker("B")
         a, b = rig.clients["A"], rig.clients["B"]
-        for topic_id in rig.ids.values():
-            a.alter_configs(topic_id, {"message.timestamp.type": "LogAppendTime"})
+        for name in ("orders", "payments"):  # audit keeps CreateTime
+            a.alter_configs(rig.ids[name], {"message.timestamp.type": "LogAppendTime"})
+        a.produce("audit", 0, [(b"a", b"audit0")])
         rig.create_mirror("B", MIRROR, "A", BACKOFF)
         for i in range(4):  # interleaved in time (the model's clock ticks between them)
             a.produce("orders", 0, [(b"o", f"order{i}".encode())])
@@ -54,7 +55,7 @@ def test_consistent_cut_across_two_topics_with_the_source_dead(broker: LocalBrok
         rig.wait("every partition MIRRORING", lambda: rig.all_in("B", MIRROR, MirrorState.MIRRORING))
         rig.wait("B to have A's log", lambda: all(b.list_offsets(tp).leo == a.list_offsets(tp).leo for tp in rig.tps))
         a.set_unreachable(True)
-        before = {tp: _all(b, tp) for tp in rig.tps}
+        before = {tp: _all(b, tp) for tp in rig.tps[:2]}
 
         code, text = rig.run_cli("B", "--stop", "--consistent-cut", "--dry-run", "--mirror", MIRROR,
                                  "--topics", "orders,payments")  # fmt: skip
@@ -68,12 +69,17 @@ def test_consistent_cut_across_two_topics_with_the_source_dead(broker: LocalBrok
                                      "--topics", "orders,payments")[1])  # fmt: skip
         assert doc["cut_timestamp"] == t and {p["topic"]: p["cut_offset"] for p in doc["partitions"]} == {
             k: v[0] for k, v in cut.items()}, doc
-        assert rig.read_only("B") == {"orders": True, "payments": True}
-        assert {tp: _all(b, tp) for tp in rig.tps} == before, "the dry run changed B"
+        # A CreateTime topic in the selection: refused, nothing changes.
+        code, text = rig.run_cli("B", "--stop", "--consistent-cut", "--mirror", MIRROR, "--topics", "orders,payments,audit")
+        assert code != 0 and "INVALID_CONFIG" in text and "CreateTime" in text, text
+        assert rig.read_only("B") == {"orders": True, "payments": True, "audit": True}
+        assert rig.all_in("B", MIRROR, MirrorState.MIRRORING)
+        assert {tp: _all(b, tp) for tp in rig.tps[:2]} == before, "the dry run or the refused stop changed B"
 
         code, text = rig.run_cli("B", "--stop", "--consistent-cut", "--mirror", MIRROR, "--topics", "orders,payments")
         assert code == 0, text
-        rig.wait("every partition STOPPED", lambda: rig.all_in("B", MIRROR, MirrorState.STOPPED), 60)
+        rig.wait("orders and payments STOPPED", lambda: all(rig.latest("B", MIRROR).get(tp) is MirrorState.STOPPED
+                                                           for tp in rig.tps[:2]), 60)  # fmt: skip
         for name, tp in zip(("orders", "payments"), rig.tps):
             on_b = _all(b, tp)
             offset, given_up = cut[name]
