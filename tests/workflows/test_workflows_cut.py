@@ -9,10 +9,12 @@ failback leaves A a copy of B (A's records after the cut are truncated, not kept
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 from workflow_harness import Crash, CrashingPort, World, all_in, batches, run_until, shape
 
 from clustermodel.records import batch_values, read_committed_batches
-from coordinator.cut import CutPlan
+from coordinator.cut import CutPlan, CutRefusal
 from coordinator.partition_state import Step
 from coordinator.states import DesiredState, MirrorState
 from streams.runner.preview import preview_cut, preview_failback
@@ -140,3 +142,60 @@ def test_a_crash_in_the_middle_of_the_cut_resumes_it():
     for tp in tps:
         assert ab.runner.state(tp).given_up_records == plan.of(tp).given_up_records
         assert all(x.timestamp <= plan.timestamp for x in batches(b, tp) if not x.is_control)
+
+
+# One operation on A: a plain record on a topic, or a transaction over both topics, committed,
+# aborted or left open; each a millisecond or more after the last (one clock: LogAppendTime).
+op = st.tuples(st.sampled_from(["orders", "payments", "commit", "abort", "open"]), st.integers(0, 3))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mirrored=st.lists(op, min_size=1, max_size=8), unmirrored=st.lists(op, max_size=4), dead=st.booleans())
+def test_the_dry_runs_cut_is_what_the_stop_cuts(mirrored, unmirrored, dead):
+    w = World("a", "b")
+    a, b = w["a"], w["b"]
+    topics = [a.add_topic("orders", partitions=1, configs=LAT), a.add_topic("payments", partitions=1, configs=LAT)]
+    tps = [a.tp("orders", 0), a.tp("payments", 0)]
+    _apply(a, mirrored, "m")
+    ab = w.mirror("a", "b")
+    for t in topics:
+        ab.set_desired(t.topic_id, DesiredState.START)
+    run_until(w, lambda: all_in(ab, MirrorState.MIRRORING) and all(b.list_offsets(tp).leo == a.list_offsets(tp).leo for tp in tps))
+    _apply(a, unmirrored, "u")  # after B's last fetch: lag the source (when it answers) reports
+    a.set_unreachable(dead)
+    plan = preview_cut(a, b, tps)
+    event("refused" if isinstance(plan, CutRefusal) else f"cut, {'some' if plan.given_up_records else 'nothing'} given up")
+    if isinstance(plan, CutRefusal):  # only with the source down: an idle or empty partition
+        assert dead and "idle or lagging" in plan.message, plan
+        return
+    cuts = plan.topic_cuts()
+    for t in topics:
+        ab.runner.set_desired(t.topic_id, DesiredState.STOP, cuts[t.topic_id])
+    run_until(w, lambda: all_in(ab, MirrorState.STOPPED))
+    for tp in tps:
+        p, state = plan.of(tp), ab.runner.state(tp)
+        assert (state.cut_offset, state.given_up_end_offset, state.given_up_records) == (p.cut_offset, p.leo, p.given_up_records)
+        on_b = batches(b, tp)
+        assert [x for x in on_b if not x.is_control or x.base_offset < p.cut_offset] == \
+               [x for x in on_b if x.base_offset < p.cut_offset]  # only the stop's markers after the cut
+        assert all(x.timestamp <= plan.timestamp for x in on_b if x.base_offset < p.cut_offset)
+        assert b.open_transactions(tp) == []
+
+
+def _apply(a, ops, tag):
+    for i, (kind, dt) in enumerate(ops):
+        a.tick(1 + dt)
+        if kind in ("orders", "payments"):
+            a.produce(kind, 0, [(b"k", f"{tag}{i}".encode())])
+            continue
+        tid = f"{tag}-tx{i}"
+        a.init_producer_id(tid)
+        a.begin_transaction(tid)
+        a.produce_transactional(tid, "orders", 0, [(b"o", f"{tag}{i}".encode())])
+        a.tick(1)
+        a.produce_transactional(tid, "payments", 0, [(b"p", f"{tag}{i}".encode())])
+        a.tick(1)
+        if kind == "commit":
+            a.commit_transaction(tid)
+        elif kind == "abort":
+            a.abort_transaction(tid)
