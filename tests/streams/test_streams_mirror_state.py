@@ -12,6 +12,7 @@ import uuid
 from contextlib import redirect_stdout
 from typing import Any
 
+import msgspec
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -201,3 +202,10 @@ def test_desired_state_events_are_co_partitioned_with_the_state() -> None:
     detach = default_schemas().struct("MirrorTopicStateChangeRecord")(topic_id=TID, mirror_name=None, desired_state=1)
     [event] = mss.desired_state_events(detach, 1, 50, 2, 50, mirror_name="a-to-b")
     assert event.key == codec.state_key("a-to-b", TID, 0) and mss.decode_desired_state(*event[1:]).mirror_name is None
+    assert mss.decode_desired_state(events[0].key, events[0].value, events[0].headers).cut is None
+    # A --consistent-cut stop's event carries its cut (for a worker whose image is behind the event).
+    part = default_schemas().nested("MirrorTopicStateChangeRecord", "CutPartition")
+    cut = msgspec.structs.replace(record, cut_timestamp=77, cut_partitions=[part(partition_index=0, cut_offset=5)])
+    [event] = mss.desired_state_events(cut, 1, 42, 2, 50)
+    got = mss.decode_desired_state(*event[1:]).cut
+    assert got is not None and (got.timestamp, got.offsets) == (77, ((0, 5),))
