@@ -167,7 +167,8 @@ def plan_cut(observations: Sequence[CutObservation], *, max_idle_ms: int = MAX_I
             return refused
     stamps = [t for o in observations if (t := last_timestamp(o)) is not None]
     if not stamps:  # nothing anywhere: nothing to cut
-        return CutPlan(-1, tuple(PartitionCut(o.tp, o.dest.leo, o.dest.leo, 0, None, complete_to(o)) for o in observations))
+        return CutPlan(-1, tuple(PartitionCut(o.tp, o.dest.leo, o.dest.leo, 0, None, complete_to(o))
+                                 for o in observations))  # fmt: skip
     newest = max(stamps)
     for o in observations:
         last = last_timestamp(o)

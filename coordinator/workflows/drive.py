@@ -47,7 +47,8 @@ class PartitionObservation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 # (STOPPING's LME, stop offset and bump target, which could not be recomputed after a crash):
 # the state must be durable before that decision runs. Every other step recomputes what it
 # needs from the clusters, so a worker may take it before the state it starts from is durable.
-_DURABLE_BEFORE_NEXT = frozenset({Step.STOP_BUMP_EPOCH, Step.STOP_CUT})  # STOP_CUT: what it gives up, before it truncates
+# STOP_CUT: what the cut gives up is durable before the truncation removes it.
+_DURABLE_BEFORE_NEXT = frozenset({Step.STOP_BUMP_EPOCH, Step.STOP_CUT})
 
 
 def may_step_before_durable(pending: MirrorPartitionState, durable: MirrorPartitionState | None,
@@ -114,7 +115,8 @@ def _route(
     tp = key.topic_partition
     s = state.state
     if s is MirrorState.FAILED:
-        return Decision(decide_failed(state, desired, desired_offset, now_ms, config, cut if desired is DesiredState.STOP else None))
+        stop_cut = cut if desired is DesiredState.STOP else None
+        return Decision(decide_failed(state, desired, desired_offset, now_ms, config, stop_cut))
     if s is MirrorState.STOPPING:
         assert obs.stop is not None, "STOPPING needs a StopObservation"
         return decide_stop(state, key, obs.stop, now_ms, config.stop_group_sync_timeout_ms)

@@ -382,7 +382,8 @@ class ClusterMirrorController:
                     cuts, preview = await plan_stop_cut(image, body, who, {k: v.state for k, v in statuses.items()},
                                                         self.preview_ports, self.schemas)  # fmt: skip
                     if cuts is None:
-                        return error_response(self.schemas, api, preview.error_code, preview.error_message), self.metadata_offset
+                        refused = error_response(self.schemas, api, preview.error_code, preview.error_message)
+                        return refused, self.metadata_offset
                 elif api == "StopMirrorTopics":  # the stop's impact, logged as at the cut (issue #26)
                     await log_stop_impact(image, body, who, {k: v.state for k, v in statuses.items()},
                                           self.preview_ports, self.schemas)  # fmt: skip

@@ -81,7 +81,8 @@ async def serve_preview(image: MetadataImage, body: Any, principal: admin.Princi
             tps.extend(TopicPartition(topic.topic_id, p) for p in sorted(topic.partitions))
     want_cut = bool(getattr(body, "consistent_cut", False)) and not body.failback
     if want_cut:
-        stopped = sorted(names[t] for t in names if (m := image.mirror_topic(t)) is not None and m.desired_state is DesiredState.STOP)
+        stopped = sorted(names[t] for t in names
+                         if (m := image.mirror_topic(t)) is not None and m.desired_state is DesiredState.STOP)  # fmt: skip
         if stopped:
             return refuse(ErrorCode.INVALID_REQUEST, f"a consistent cut is planned across topics still mirroring; "
                                                      f"already stopped: {', '.join(stopped)}")  # fmt: skip

@@ -138,7 +138,8 @@ class MirrorObservers:
         elif step is Step.STOP_PID_RESET and dest.hw >= dest.leo:
             tail = yield from self._read_dest(tp, state.stop_offset, dest.leo)
         cut_tail = None
-        if step is Step.STOP_CUT and state.given_up_end_offset < 0 and dest.leo > state.cut_offset and dest.hw >= dest.leo:
+        recording = step is Step.STOP_CUT and state.given_up_end_offset < 0 and dest.leo > state.cut_offset
+        if recording and dest.hw >= dest.leo:  # a fetch reads below the HW
             cut_tail = yield from self._read_dest(tp, state.cut_offset, dest.leo)  # what the cut gives up
         opens = tuple(got[1]) if step is Step.STOP_ABORT_OPEN or bump else ()
         isr = got[1] if step is Step.STOP_WAIT_ISR or step is Step.STOP_CUT else None
