@@ -3,7 +3,8 @@
 ``MirrorPartitionState`` is the value of one ``__mirror_state`` record (``MirrorPartitionStateValue``)
 plus the few fields a workflow needs to resume after a crash (``step``, ``truncation_offset``,
 ``stop_offset``, ``last_mirrored_epoch``, ``epoch_target``, ``entered_at_ms``, ``retry_at_ms``,
-``error_code``). Schema fields keep the schema's snake_case names so ``to_schema_fields`` is 1:1.
+``error_code``), and a ``--consistent-cut`` stop's record of its cut (``CUT_FIELDS``). Schema
+fields keep the schema's snake_case names so ``to_schema_fields`` is 1:1.
 
 Every accepted write bumps ``state_epoch``; a write built from a stale view (older state epoch,
 or a leader epoch below the stored one) is refused by ``check_write``, as the KIP's
