@@ -82,7 +82,7 @@ def world(draw):
     return logs, owner, observations, source_up, lat
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(w=world(), max_idle=st.sampled_from([0, 2, 10, 1_000]), skew=st.sampled_from([0, 1, 5]))
 def test_a_cut_keeps_every_record_up_to_t_and_none_after(w, max_idle, skew):
     logs, owner, observations, source_up, lat = w
