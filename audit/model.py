@@ -16,7 +16,9 @@ Tables (``TABLES``), one row per ...:
   LEO; LME; lag;
 - ``group_syncs``: (group, partition) offset sync: source committed, synced, destination bounds;
 - ``config_drift`` / ``acl_drift``: a difference between source and destination still present;
-- ``mirror_configs``: a mirror's config entry, secrets redacted.
+- ``mirror_configs``: a mirror's config entry, secrets redacted;
+- ``consistent_cuts``: mirror partition stopped with ``--consistent-cut``: T, the cut offset and
+  what it gave up (``[cut_offset, given_up_end_offset)``, its records, their newest timestamp).
 
 Every table has a ``mirror`` column in memory; on disk it becomes the ``mirror=`` directory
 (hive layout), under which come ``date=``, ``snapshot_offset=`` and ``taken_at_ms=`` (see
@@ -133,6 +135,21 @@ class AclDriftRow(msgspec.Struct, frozen=True, kw_only=True):
     observed_ms: int = 0
 
 
+class CutRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A partition's part of a ``--consistent-cut`` stop, as its state in ``__mirror_state`` holds it."""
+
+    mirror: str
+    topic: str
+    topic_id: str
+    partition: int
+    state: int  # MirrorState byte (STOPPING until the cut is done, then STOPPED)
+    cut_timestamp: int  # T
+    cut_offset: int
+    given_up_end_offset: int = UNDEFINED  # -1: not recorded yet
+    given_up_records: int = UNDEFINED
+    newest_given_up_timestamp: int = UNDEFINED  # -1: none given up
+
+
 class AuditSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """Everything one export writes, all taken at ``metadata_offset`` of the metadata log.
 
@@ -150,6 +167,7 @@ class AuditSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     config_drift: list[ConfigDriftRow] = []
     acl_drift: list[AclDriftRow] = []
     mirror_configs: dict[str, dict[str, str]] = {}
+    consistent_cuts: list[CutRow] = []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -255,6 +273,17 @@ TABLES: Final[dict[str, pa.Schema]] = {
             pa.field("drift", _S, False),
             pa.field("observed_ms", _I64, False),
         ]
+    ),
+    "consistent_cuts": pa.schema(
+        _key(
+            pa.field("state", _I8, False),
+            pa.field("state_name", _S, False),
+            pa.field("cut_timestamp", _I64, False),
+            pa.field("cut_offset", _I64, False),
+            pa.field("given_up_end_offset", _I64, False),
+            pa.field("given_up_records", _I64, False),
+            pa.field("newest_given_up_timestamp", _I64, False),
+        )
     ),
     "mirror_configs": pa.schema(
         [
@@ -413,6 +442,11 @@ def snapshot_to_arrow(snapshot: AuditSnapshot) -> dict[str, pa.Table]:
     tables["acl_drift"] = build(
         "acl_drift",
         {n: col(ad, n) for n in TABLES["acl_drift"].names},
+    )
+    cuts = snapshot.consistent_cuts
+    tables["consistent_cuts"] = build(
+        "consistent_cuts",
+        {n: col(cuts, n) for n in TABLES["consistent_cuts"].names if n != "state_name"},
     )
     items = [(m, k, v) for m, cfg in sorted(snapshot.mirror_configs.items()) for k, v in sorted(cfg.items())]
     tables["mirror_configs"] = build(

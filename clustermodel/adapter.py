@@ -179,6 +179,12 @@ class PortsAdapter(ClusterCore):
         return self.lme.get((mirror_name, tp))
 
     @journaled
+    def last_mirror_cut(self, mirror_name: str, tp: TopicPartition) -> int | None:
+        """The consistent cut's offset recorded with the LME of ``tp``, if any."""
+        self._serve()
+        return self.lme_cuts.get((mirror_name, tp))
+
+    @journaled
     def list_groups(self) -> list[GroupDescription]:
         """Every consumer and share group, by group ID."""
         self._serve()
@@ -363,14 +369,18 @@ class PortsAdapter(ClusterCore):
         return self._topic_partition(tp)[1].isr_status(self.live)
 
     @journaled
-    def set_last_mirrored_epoch(self, mirror_name: str, tp: TopicPartition, epoch: int | None) -> None:
-        """Record or clear the LME of ``tp``."""
+    def set_last_mirrored_epoch(self, mirror_name: str, tp: TopicPartition, epoch: int | None,
+                                cut_offset: int | None = None) -> None:  # fmt: skip
+        """Record or clear the LME of ``tp`` (and the consistent cut's offset, if any)."""
         self._serve()
         self._topic_partition(tp)
+        self.lme_cuts.pop((mirror_name, tp), None)
         if epoch is None:
             self.lme.pop((mirror_name, tp), None)
         else:
             self.lme[(mirror_name, tp)] = epoch
+            if cut_offset is not None:
+                self.lme_cuts[(mirror_name, tp)] = cut_offset
 
     @journaled
     def commit_group_offsets(

@@ -314,6 +314,9 @@ class ClusterClient:
     def last_mirrored_epoch(self, mirror_name: str, tp: TopicPartition) -> int | None:
         return self.call("last_mirrored_epoch", mirror_name, tp)  # type: ignore[no-any-return]
 
+    def last_mirror_cut(self, mirror_name: str, tp: TopicPartition) -> int | None:
+        return self.call("last_mirror_cut", mirror_name, tp)  # type: ignore[no-any-return]
+
     def list_groups(self) -> list[GroupDescription]:
         return self.call("list_groups")  # type: ignore[no-any-return]
 
@@ -388,8 +391,9 @@ class ClusterClient:
     def isr_status(self, tp: TopicPartition) -> IsrStatus:
         return self.call("isr_status", tp)  # type: ignore[no-any-return]
 
-    def set_last_mirrored_epoch(self, mirror_name: str, tp: TopicPartition, epoch: int | None) -> None:
-        self.call("set_last_mirrored_epoch", mirror_name, tp, epoch)
+    def set_last_mirrored_epoch(self, mirror_name: str, tp: TopicPartition, epoch: int | None,
+                                cut_offset: int | None = None) -> None:  # fmt: skip
+        self.call("set_last_mirrored_epoch", mirror_name, tp, epoch, cut_offset)
 
     def commit_group_offsets(
         self, group_id: str, offsets: Sequence[GroupOffset], group_type: GroupType = GroupType.CONSUMER

@@ -102,6 +102,7 @@ class ClusterCore:
         self.groups: dict[str, GroupState] = {}
         self.acls: dict[AclBinding, None] = {}  # an ordered set
         self.lme: dict[tuple[str, TopicPartition], int] = {}
+        self.lme_cuts: dict[tuple[str, TopicPartition], int] = {}  # a consistent cut's offset, beside its LME
         self.faults = Faults()
         self.txn_state = TxnCoordinatorState()
         self._lagging: set[TopicPartition] = set()
@@ -219,6 +220,7 @@ class ClusterCore:
             self._touch(TopicPartition(topic.topic_id, p))
         self._lagging = {tp for tp in self._lagging if tp.topic_id != topic.topic_id}
         self.lme = {k: v for k, v in self.lme.items() if k[1].topic_id != topic.topic_id}
+        self.lme_cuts = {k: v for k, v in self.lme_cuts.items() if k[1].topic_id != topic.topic_id}
 
     @journaled
     def set_topic_config(self, name: str, key: str, value: str | None) -> None:
@@ -289,6 +291,7 @@ class ClusterCore:
         if acks == -1 and len(part.isr) < t.config_int("min.insync.replicas", 1):
             raise NotEnoughReplicas(f"{tp}: ISR {part.isr} below min.insync.replicas")
         log = part.leader_log
+        append_time = t.configs.get("message.timestamp.type") == "LogAppendTime"  # the leader's clock stamps it
         batch = Batch(
             base_offset=log.leo,
             last_offset=log.leo + last_offset_delta,
@@ -300,6 +303,7 @@ class ClusterCore:
             timestamp=self.now_ms if timestamp is None else timestamp,
             payload=payload,
             record_count=record_count,
+            log_append_time=append_time,
         )
         if producer_id >= 0:
             try:

@@ -66,6 +66,7 @@ class LmeEntry(msgspec.Struct, array_like=True):
     mirror_name: str
     tp: TopicPartition
     epoch: int
+    cut_offset: int | None = None  # a consistent cut's, beside the LME
 
 
 class ClusterSnapshot(msgspec.Struct):
@@ -141,7 +142,7 @@ def cluster_snapshot(model: ClusterCore) -> ClusterSnapshot:
         ],
         groups=list(model.groups.values()),
         acls=list(model.acls),
-        lme=[LmeEntry(m, tp, e) for (m, tp), e in model.lme.items()],
+        lme=[LmeEntry(m, tp, e, model.lme_cuts.get((m, tp))) for (m, tp), e in model.lme.items()],
         faults=model.faults.state,
         txn_state=model.txn_state,
     )
@@ -185,6 +186,7 @@ def restore_cluster(snap: ClusterSnapshot, factory: Factory[M]) -> M:
     model.groups = {g.group_id: g for g in snap.groups}
     model.acls = dict.fromkeys(snap.acls)
     model.lme = {(e.mirror_name, e.tp): e.epoch for e in snap.lme}
+    model.lme_cuts = {(e.mirror_name, e.tp): e.cut_offset for e in snap.lme if e.cut_offset is not None}
     model.faults.state = snap.faults
     model.txn_state = snap.txn_state
     return model

@@ -28,7 +28,7 @@ import msgspec
 
 from coordinator.image import (EMPTY_IMAGE, AclsImage, ClusterMirrorImage, ConfigResource, ConfigResourceType,
                                ConfigsImage, MetadataImage, MetadataProvenance, MirrorsImage, MirrorTopic,
-                               PartitionRegistration, StandardAcl, TopicImage, TopicsImage, frozen_map)
+                               PartitionRegistration, StandardAcl, TopicCut, TopicImage, TopicsImage, frozen_map)
 from coordinator.states import DesiredState
 from records.framing import ApiMessageAndVersion, FrameError, MetadataRecordSerde
 from records.registry import SchemaSet, default_schemas
@@ -481,7 +481,10 @@ class MetadataDelta:
             return ProblemKind.INVALID_RECORD, f"invalid DesiredState {r.desired_state} for topic ID {tid}"
         if not self.mirrors.exists(r.mirror_name):
             return ProblemKind.UNKNOWN_MIRROR, f"topic ID {tid} attached to unknown cluster mirror {r.mirror_name!r}"
-        self.mirrors.set_membership(tid, MirrorTopic(tid, r.mirror_name, desired, offset), offset)
+        cut = None
+        if desired is DesiredState.STOP and r.cut_timestamp >= 0:
+            cut = TopicCut(r.cut_timestamp, tuple(sorted((c.partition_index, c.cut_offset) for c in r.cut_partitions)))
+        self.mirrors.set_membership(tid, MirrorTopic(tid, r.mirror_name, desired, offset, cut), offset)
         return None
 
     def replay_access_control_entry_record(self, r: Any, offset: int) -> _Outcome:

@@ -231,6 +231,16 @@ class ClusterMirrorImage:
         return self.configs.get("bootstrap.servers", "")
 
 
+class TopicCut(msgspec.Struct, frozen=True, gc=False):
+    """A ``--consistent-cut`` stop's cut of one topic: T and each partition's cut offset."""
+
+    timestamp: int
+    offsets: tuple[tuple[int, int], ...]  # (partition, cut offset), by partition
+
+    def offset_of(self, partition: int) -> int | None:
+        return next((o for p, o in self.offsets if p == partition), None)
+
+
 @dataclass(frozen=True, slots=True)
 class MirrorTopic:
     """A topic's mirror membership: which mirror, and what the operator last asked for it.
@@ -244,6 +254,7 @@ class MirrorTopic:
     mirror_name: str
     desired_state: DesiredState
     last_change_offset: int = field(default=-1, compare=False)
+    cut: TopicCut | None = None  # a stop with --consistent-cut
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,8 +376,13 @@ class _SnapshotWriter:
                     resource_type=ConfigResourceType.CLUSTER_MIRROR, resource_name=mname, name=key, value=value))
         for tid in sorted(image.mirrors.topics, key=lambda u: u.int):
             m = image.mirrors.topics[tid]
+            cut: dict[str, Any] = {}
+            if m.cut is not None:
+                part = self.s.nested("MirrorTopicStateChangeRecord", "CutPartition")
+                cut = {"cut_timestamp": m.cut.timestamp,
+                       "cut_partitions": [part(partition_index=p, cut_offset=o) for p, o in m.cut.offsets]}
             yield self.amv("MirrorTopicStateChangeRecord", state_record(
-                topic_id=tid, mirror_name=m.mirror_name, desired_state=int(m.desired_state)))
+                topic_id=tid, mirror_name=m.mirror_name, desired_state=int(m.desired_state), **cut))
         for acl_id in sorted(image.acls.acls, key=lambda u: u.int):
             a = image.acls.acls[acl_id]
             yield self.amv("AccessControlEntryRecord", acl_record(

@@ -3,7 +3,8 @@
 ``MirrorPartitionState`` is the value of one ``__mirror_state`` record (``MirrorPartitionStateValue``)
 plus the few fields a workflow needs to resume after a crash (``step``, ``truncation_offset``,
 ``stop_offset``, ``last_mirrored_epoch``, ``epoch_target``, ``entered_at_ms``, ``retry_at_ms``,
-``error_code``). Schema fields keep the schema's snake_case names so ``to_schema_fields`` is 1:1.
+``error_code``), and a ``--consistent-cut`` stop's record of its cut (``CUT_FIELDS``). Schema
+fields keep the schema's snake_case names so ``to_schema_fields`` is 1:1.
 
 Every accepted write bumps ``state_epoch``; a write built from a stale view (older state epoch,
 or a leader epoch below the stored one) is refused by ``check_write``, as the KIP's
@@ -39,6 +40,7 @@ class Step(enum.IntEnum):
     STOP_ABORT_OPEN = 23
     STOP_PID_RESET = 24
     STOP_WAIT_ISR = 25  # with the last group offset sync, bounded in time
+    STOP_CUT = 26  # --consistent-cut: truncate to the cut offset (after STOP_REMOVE_FETCHER, before STOP_RECORD_LME)
 
 
 class MirrorPartitionKey(msgspec.Struct, frozen=True, order=True, gc=False, cache_hash=True):
@@ -79,6 +81,17 @@ class MirrorPartitionState(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     epoch_target: int = UNDEFINED_EPOCH  # EPOCH_FENCING/STOPPING: bump the DLE to at least this
     retry_at_ms: int = -1  # FAILED: when the next automatic retry is due
     error_code: ErrorCode = ErrorCode.NONE
+    # STOPPING with --consistent-cut (kept through FAILED and into STOPPED: the audit reads them)
+    cut_offset: int = UNDEFINED_OFFSET
+    cut_timestamp: int = -1
+    given_up_end_offset: int = UNDEFINED_OFFSET  # the LEO before the cut, once recorded
+    given_up_records: int = -1
+    newest_given_up_timestamp: int = -1
+
+    @property
+    def cut_fields(self) -> dict[str, int]:
+        """The consistent-cut fields, to carry across a transition."""
+        return {name: getattr(self, name) for name in CUT_FIELDS}
 
     @property
     def retryable(self) -> bool:
@@ -114,10 +127,23 @@ class MirrorPartitionState(msgspec.Struct, frozen=True, kw_only=True, gc=False):
             epoch_target=fields.epoch_target,
             retry_at_ms=fields.retry_at_ms,
             error_code=ErrorCode(fields.error_code),
+            cut_offset=fields.cut_offset,
+            cut_timestamp=fields.cut_timestamp,
+            given_up_end_offset=fields.given_up_end_offset,
+            given_up_records=fields.given_up_records,
+            newest_given_up_timestamp=fields.newest_given_up_timestamp,
         )
 
 
 UNKNOWN_STATE = MirrorPartitionState()
+CUT_FIELDS = ("cut_offset", "cut_timestamp", "given_up_end_offset", "given_up_records", "newest_given_up_timestamp")
+
+
+class StopCut(msgspec.Struct, frozen=True, gc=False):
+    """A partition's part of a ``--consistent-cut`` stop, as the controller appended it with the stop."""
+
+    offset: int
+    timestamp: int
 
 
 class LastMirrorEpoch(msgspec.Struct, frozen=True, gc=False):

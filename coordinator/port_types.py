@@ -78,9 +78,10 @@ class Batch(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     is_transactional: bool = False
     is_control: bool = False
     control_type: ControlType | None = None
-    timestamp: int = 0
+    timestamp: int = 0  # the batch's max timestamp
     payload: bytes = b""
     record_count: int = 1
+    log_append_time: bool = False  # the timestamp type bit: the leader stamped it (else its producer did)
 
     @property
     def next_offset(self) -> int:

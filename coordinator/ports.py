@@ -166,6 +166,10 @@ class ClusterPort(Protocol):
         """The LME this cluster recorded when it stopped mirroring ``tp`` (failback asks the old source)."""
         ...
 
+    def last_mirror_cut(self, mirror_name: str, tp: TopicPartition) -> int | None:
+        """Where a ``--consistent-cut`` stop of ``tp`` ended this cluster's mirrored log (None: no cut)."""
+        ...
+
     def list_groups(self) -> list[GroupDescription]:
         """Consumer and share groups, with whether each has active members."""
         ...
@@ -266,8 +270,10 @@ class DestinationCluster(ClusterPort, Protocol):
         """Each replica's LEO and ISR membership: has the ISR truncated, has it caught up."""
         ...
 
-    def set_last_mirrored_epoch(self, mirror_name: str, tp: TopicPartition, epoch: int | None) -> None:
-        """Record (or clear) the LME of ``tp`` for ``mirror_name``, answered later by last_mirrored_epoch."""
+    def set_last_mirrored_epoch(self, mirror_name: str, tp: TopicPartition, epoch: int | None,
+                                cut_offset: int | None = None) -> None:  # fmt: skip
+        """Record (or clear) the LME of ``tp`` for ``mirror_name``, answered later by last_mirrored_epoch;
+        with ``cut_offset`` (a consistent cut), answered by last_mirror_cut."""
         ...
 
     def commit_group_offsets(
@@ -299,6 +305,7 @@ SOURCE_METHODS: tuple[str, ...] = (
     "end_offset_for_epoch",
     "latest_epoch",
     "last_mirrored_epoch",
+    "last_mirror_cut",
     "list_groups",
     "group_offsets",
     "is_group_active",

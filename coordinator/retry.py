@@ -20,6 +20,7 @@ from __future__ import annotations
 from coordinator.partition_state import (
     NON_RETRYABLE,
     MirrorPartitionState,
+    StopCut,
     Step,
     advance,
     transition,
@@ -60,6 +61,7 @@ def fail(
         stop_offset=state.stop_offset,
         last_mirrored_epoch=state.last_mirrored_epoch,
         epoch_target=state.epoch_target,
+        **state.cut_fields,
     )
     retry_at = now_ms + backoff_ms(attempt, config, jitter) if attempt != NON_RETRYABLE else -1
     return failed.with_(
@@ -96,9 +98,10 @@ def exhausted(state: MirrorPartitionState, config: MirrorConfig) -> bool:
 
 
 def leave_failed(
-    state: MirrorPartitionState, target: MirrorState, now_ms: int, *, retry_attempt: int
+    state: MirrorPartitionState, target: MirrorState, now_ms: int, *, retry_attempt: int, cut: StopCut | None = None
 ) -> MirrorPartitionState:
-    """Transition out of FAILED to ``target``; STOPPING keeps its progress, the others start over."""
+    """Transition out of FAILED to ``target``; STOPPING keeps its progress, the others start over
+    (a stop that begins here takes its ``--consistent-cut``, if any)."""
     if target is MirrorState.STOPPING and state.previous_state is MirrorState.STOPPING:
         nxt = transition(
             state,
@@ -108,7 +111,10 @@ def leave_failed(
             stop_offset=state.stop_offset,
             last_mirrored_epoch=state.last_mirrored_epoch,
             epoch_target=state.epoch_target,
+            **state.cut_fields,
         )
+    elif target is MirrorState.STOPPING and cut is not None:
+        nxt = transition(state, target, now_ms, step=Step.STOP_CUT, cut_offset=cut.offset, cut_timestamp=cut.timestamp)
     elif target is MirrorState.STOPPING:
         nxt = transition(state, target, now_ms, step=Step.STOP_REMOVE_FETCHER)
     elif target is MirrorState.PREPARING:
@@ -124,6 +130,7 @@ def decide_failed(
     desired_offset: int,
     now_ms: int,
     config: MirrorConfig,
+    cut: StopCut | None = None,
 ) -> MirrorPartitionState:
     """The next state of a FAILED partition (the input itself when nothing is due).
 
@@ -138,7 +145,7 @@ def decide_failed(
     if desired is DesiredState.STOP:
         if state.error_code is ErrorCode.INCONSISTENT_TOPIC_ID:
             return state
-        nxt = leave_failed(state, MirrorState.STOPPING, now_ms, retry_attempt=0)
+        nxt = leave_failed(state, MirrorState.STOPPING, now_ms, retry_attempt=0, cut=cut)
         return nxt.with_(applied_offset=max(desired_offset, state.applied_offset))
     if desired_offset > state.applied_offset:
         nxt = leave_failed(state, retry_target(state.previous_state, desired), now_ms, retry_attempt=0)

@@ -117,6 +117,7 @@ class SetLastMirroredEpoch(Command, frozen=True, tag=True):
     mirror_name: str
     tp: TopicPartition
     epoch: int | None
+    cut_offset: int | None = None  # a --consistent-cut stop's: a failback truncates to it at most
 
 
 # ---- mirror level (syncs) -------------------------------------------------------------------

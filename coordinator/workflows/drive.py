@@ -14,7 +14,7 @@ import enum
 
 import msgspec
 
-from coordinator.partition_state import MirrorPartitionKey, MirrorPartitionState, Step
+from coordinator.partition_state import MirrorPartitionKey, MirrorPartitionState, Step, StopCut
 from coordinator.ports import PartitionOffsets
 from coordinator.retry import decide_failed, probe_source
 from coordinator.states import DesiredState, MirrorState
@@ -47,7 +47,8 @@ class PartitionObservation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 # (STOPPING's LME, stop offset and bump target, which could not be recomputed after a crash):
 # the state must be durable before that decision runs. Every other step recomputes what it
 # needs from the clusters, so a worker may take it before the state it starts from is durable.
-_DURABLE_BEFORE_NEXT = frozenset({Step.STOP_BUMP_EPOCH})
+# STOP_CUT: what the cut gives up is durable before the truncation removes it.
+_DURABLE_BEFORE_NEXT = frozenset({Step.STOP_BUMP_EPOCH, Step.STOP_CUT})
 
 
 def may_step_before_durable(pending: MirrorPartitionState, durable: MirrorPartitionState | None,
@@ -91,8 +92,10 @@ def decide_partition(
     obs: PartitionObservation,
     now_ms: int,
     config: MirrorConfig,
+    cut: StopCut | None = None,
 ) -> Decision:
-    decision = _route(key, state, desired, desired_offset, obs, now_ms, config)
+    """``cut``: this partition's part of a ``--consistent-cut`` stop, when the desired STOP carries one."""
+    decision = _route(key, state, desired, desired_offset, obs, now_ms, config, cut)
     nxt = decision.state
     if nxt is not state and nxt.applied_offset < desired_offset:
         decision = msgspec.structs.replace(decision, state=nxt.with_(applied_offset=desired_offset))
@@ -107,18 +110,20 @@ def _route(
     obs: PartitionObservation,
     now_ms: int,
     config: MirrorConfig,
+    cut: StopCut | None = None,
 ) -> Decision:
     tp = key.topic_partition
     s = state.state
     if s is MirrorState.FAILED:
-        return Decision(decide_failed(state, desired, desired_offset, now_ms, config))
+        stop_cut = cut if desired is DesiredState.STOP else None
+        return Decision(decide_failed(state, desired, desired_offset, now_ms, config, stop_cut))
     if s is MirrorState.STOPPING:
         assert obs.stop is not None, "STOPPING needs a StopObservation"
         return decide_stop(state, key, obs.stop, now_ms, config.stop_group_sync_timeout_ms)
     if desired is DesiredState.STOP:
         if s in (MirrorState.UNKNOWN, MirrorState.STOPPED):
             return unchanged(state)
-        return begin_stop(state, tp, now_ms)
+        return begin_stop(state, tp, now_ms, cut)
     # START or PAUSE
     if s in (MirrorState.UNKNOWN, MirrorState.STOPPED):
         return Decision(start(state, now_ms))

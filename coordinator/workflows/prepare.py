@@ -7,7 +7,11 @@ Steps, each persisted in ``state.step``:
    that). Ask the source for its LME for the partition and work out the truncation target the
    way a follower handles divergence (OffsetsForLeaderEpoch): the source's end offset for the
    LME, capped by where the local log's copy of that epoch ends. No LME (a first mirror, or a
-   source that never mirrored this partition) aligns from offset 0. Truncate.
+   source that never mirrored this partition) aligns from offset 0. After a ``--consistent-cut``
+   stop on the source, at most its cut offset: the stop records the LME after truncating to the
+   cut, so the epoch boundary already lands there; the cut, published with the LME, makes sure
+   of it (a source whose epoch cache kept a cut epoch would otherwise let us keep records it
+   gave up). Truncate.
 2. PREPARE_WAIT_ISR: wait until every ISR member (every registered replica when
    ``support_unclean_leader_election``) has truncated, bump the DLE if SLE is near it, then
    MIRRORING. The fetcher's KIP-595 divergence check (``last_fetched_epoch``) settles anything
@@ -44,12 +48,19 @@ class PrepareObservation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     source_leader_epoch: int
     source_lme: int | None = None
     source_epoch_end: EpochEndOffset | None = None  # source's OffsetsForLeaderEpoch(LME)
+    source_cut: int | None = None  # where a --consistent-cut stop ended the source's mirrored log
     local_epoch_end: EpochEndOffset | None = None  # destination's OffsetsForLeaderEpoch(source_epoch_end.epoch)
     isr: IsrStatus | None = None
 
 
 def truncation_target(obs: PrepareObservation) -> int:
-    """Where the local log is cut before mirroring starts (follower divergence semantics)."""
+    """Where the local log is cut before mirroring starts (follower divergence semantics), at
+    most at the source's consistent cut: the source never kept what lies after it."""
+    target = _epoch_target(obs)
+    return target if obs.source_cut is None else min(target, obs.source_cut)
+
+
+def _epoch_target(obs: PrepareObservation) -> int:
     src = obs.source_epoch_end
     if obs.source_lme is None or src is None or src.undefined:
         return 0

@@ -5,6 +5,12 @@ The SPEC's order, one persisted step each:
 1. STOP_REMOVE_FETCHER: remove the partition from its fetch session (no more appends from the source).
    Entering STOPPING does it at once (``begin_stop``); a state at this step (a FAILED stop's
    retry, or one persisted by an earlier version) still resumes here.
+1a. STOP_CUT, only for a ``--consistent-cut`` stop (``coordinator.cut``; the cut offset and T
+   came with the stop's record on the metadata log): first record what the cut gives up (the
+   range ``[cut_offset, LEO)``, its data records and newest timestamp) in the state, then, once
+   that is durable, truncate the log to the cut offset and wait for the ISR to have truncated
+   too. The LME is recorded after it, so it is the epoch of the last record kept, and a
+   failback's truncation to the LME's end lands on the cut (``prepare.truncation_target``).
 2. STOP_RECORD_LME: the LME is the epoch of the last mirrored batch (the destination's
    OffsetsForLeaderEpoch for its own leader epoch); it is written to ``__mirror_state`` as a
    LastMirrorEpochs record and published with ``set_last_mirrored_epoch``. The LEO at that moment
@@ -50,6 +56,7 @@ from coordinator.partition_state import (
     MirrorPartitionKey,
     MirrorPartitionState,
     Step,
+    StopCut,
     advance,
     transition,
 )
@@ -71,6 +78,7 @@ from coordinator.workflows.commands import (
     Decision,
     RemoveFetcher,
     SetLastMirroredEpoch,
+    TruncateTo,
     unchanged,
 )
 
@@ -93,13 +101,45 @@ class StopObservation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     in_fetcher: bool = False
     source_cluster_id: str = ""
     final_sync: FinalSync | None = None  # STOP_WAIT_ISR: how the last group sync went; None: not tried
+    cut_tail: tuple[Batch, ...] | None = None  # STOP_CUT: destination batches in [cut_offset, LEO)
 
 
-def begin_stop(state: MirrorPartitionState, tp: TopicPartition, now_ms: int) -> Decision:
+def begin_stop(state: MirrorPartitionState, tp: TopicPartition, now_ms: int, cut: StopCut | None = None) -> Decision:
     """Enter STOPPING (legal from every state but UNKNOWN and STOPPED), its first step done with
     it: the fetcher goes as the partition enters, so the state starts at STOP_RECORD_LME (a step
-    less to observe and decide per partition; removing a fetcher is local and idempotent)."""
+    less to observe and decide per partition; removing a fetcher is local and idempotent), or
+    at STOP_CUT for a ``--consistent-cut`` stop."""
+    if cut is not None:
+        nxt = transition(state, MirrorState.STOPPING, now_ms, step=Step.STOP_CUT, cut_offset=cut.offset,
+                         cut_timestamp=cut.timestamp)  # fmt: skip
+        return Decision(nxt, (RemoveFetcher(tp),))
     return Decision(transition(state, MirrorState.STOPPING, now_ms, step=Step.STOP_RECORD_LME), (RemoveFetcher(tp),))
+
+
+def given_up(tail: tuple[Batch, ...], cut_offset: int) -> tuple[int, int]:
+    """The data records of ``tail`` at or after the cut, and their newest timestamp (-1: none)."""
+    data = [b for b in tail if b.base_offset >= cut_offset and not b.is_control]
+    return sum(b.record_count for b in data), max((b.timestamp for b in data), default=-1)
+
+
+def decide_cut(state: MirrorPartitionState, tp: TopicPartition, obs: StopObservation) -> Decision:
+    """STOP_CUT: record what the cut gives up, then (that durable) truncate and wait for the ISR."""
+    dle, cut, leo = obs.dest.leader_epoch, state.cut_offset, obs.dest.leo
+    if obs.in_fetcher:
+        return unchanged(state, RemoveFetcher(tp))
+    if state.given_up_end_offset < 0:
+        if leo <= cut:  # nothing past the cut (a log shorter than planned keeps what it has)
+            return Decision(advance(state, leader_epoch=dle, given_up_end_offset=leo, given_up_records=0))
+        if obs.cut_tail is None:
+            return unchanged(state)
+        records, newest = given_up(obs.cut_tail, cut)
+        return Decision(advance(state, leader_epoch=dle, given_up_end_offset=leo, given_up_records=records,
+                                newest_given_up_timestamp=newest))  # fmt: skip
+    if leo > cut:
+        return unchanged(state, TruncateTo(tp, cut))
+    if obs.isr is None or not obs.isr.isr_truncated_to(cut):
+        return unchanged(state)
+    return Decision(advance(state, leader_epoch=dle, step=Step.STOP_RECORD_LME))
 
 
 def has_pid_reset(tail: tuple[Batch, ...]) -> bool:
@@ -130,7 +170,10 @@ def decide_stop(
     dle = obs.dest.leader_epoch
     step = state.step
     if step in (Step.NONE, Step.STOP_REMOVE_FETCHER):
-        return Decision(advance(state, leader_epoch=dle, step=Step.STOP_RECORD_LME), (RemoveFetcher(tp),))
+        nxt_step = Step.STOP_CUT if state.cut_offset >= 0 and state.given_up_end_offset < 0 else Step.STOP_RECORD_LME
+        return Decision(advance(state, leader_epoch=dle, step=nxt_step), (RemoveFetcher(tp),))
+    if step is Step.STOP_CUT:
+        return decide_cut(state, tp, obs)
     if step is Step.STOP_RECORD_LME:
         if obs.in_fetcher:
             return unchanged(state, RemoveFetcher(tp))
@@ -146,7 +189,8 @@ def decide_stop(
             epoch_target=target,
         )
         record = LastMirrorEpoch(key, lme, state.applied_offset)
-        publish = SetLastMirroredEpoch(key.mirror_name, tp, lme if lme != UNDEFINED_EPOCH else None)
+        publish = SetLastMirroredEpoch(key.mirror_name, tp, lme if lme != UNDEFINED_EPOCH else None,
+                                       state.cut_offset if state.cut_offset >= 0 else None)  # fmt: skip
         return Decision(nxt, (publish,), record)
     bump: tuple[Command, ...] = () if dle >= state.epoch_target else (BumpLeaderEpoch(tp, state.epoch_target),)
     aborts = abort_markers(tp, obs.open_transactions)
@@ -184,5 +228,6 @@ def decide_stop(
         last_mirrored_epoch=state.last_mirrored_epoch,
         stop_offset=state.stop_offset,
         epoch_target=state.epoch_target,
+        **state.cut_fields,
     )
     return Decision(stopped.with_(retry_attempt=0))

@@ -4,6 +4,7 @@
     kafka-cluster-mirrors ... --start  --mirror a-to-b --topics 'orders,payments'
     kafka-cluster-mirrors ... --stop   --mirror a-to-b --topics '.*' --wait 600      # mass failover
     kafka-cluster-mirrors ... --stop|--start --dry-run --mirror a-to-b --topics '.*' [--json]  # its cost first
+    kafka-cluster-mirrors ... --stop --consistent-cut [--dry-run] --mirror a-to-b --topics 'orders|payments'
     kafka-cluster-mirrors ... --promote --mirror a-to-b --topics '.*' [--abort-open-transactions] [--timeout S]
     kafka-cluster-mirrors ... --pause|--resume --mirror a-to-b --topics 'orders-.*' [--exclude 'orders-tmp']
     kafka-cluster-mirrors ... --list
@@ -311,6 +312,8 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         parse_add_config(args.add_config or "")  # a malformed pair is a usage error, before connecting
     if args.dry_run and not (args.stop or args.start):
         raise UsageError("--dry-run goes with --stop or --start")
+    if args.consistent_cut and not args.stop:
+        raise UsageError("--consistent-cut goes with --stop")
     if args.max_age is not None and (not args.describe or args.max_age < 0):
         raise UsageError("--max-age takes MS >= 0 and is only supported for describing mirrors")
     if args.exclude and not (args.start or args.stop or args.pause or args.resume):
@@ -391,12 +394,14 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         op = next(o for o in ("start", "stop", "pause", "resume") if getattr(args, o))
         names, patterns = await _topic_selection(admin, args)
         if args.dry_run:
-            return await preview.dry_run(admin, args.mirror, names, patterns, args.exclude, op == "start", out, args.json)
+            return await preview.dry_run(admin, args.mirror, names, patterns, args.exclude, op == "start", out, args.json,
+                                         consistent_cut=args.consistent_cut)  # fmt: skip
         svo = (await admin.describe([args.mirror])).metadata_offset if args.validate_states else -1
         if op == "start":
             reply = await admin.start(args.mirror, names, include=patterns, exclude=args.exclude, state_validation_offset=svo)
         elif op == "stop":
-            reply = await admin.stop(args.mirror, names, patterns=patterns, state_validation_offset=svo)
+            reply = await admin.stop(args.mirror, names, patterns=patterns, state_validation_offset=svo,
+                                     consistent_cut=args.consistent_cut)  # fmt: skip
         elif op == "pause":
             reply = await admin.pause(args.mirror, names, state_validation_offset=svo)
         else:

@@ -310,9 +310,10 @@ class ClusterMirrorAdmin:
         return await self.call("StartMirrorTopics", body)
 
     async def stop(self, mirror: str, topics: Sequence[str] = (), *, patterns: Sequence[str] = (),
-                   state_validation_offset: int = -1) -> Reply:  # fmt: skip
+                   state_validation_offset: int = -1, consistent_cut: bool = False) -> Reply:  # fmt: skip
         body = self._req("StopMirrorTopics", mirror_name=mirror, topics=self._topics("StopMirrorTopics", topics),
-                         patterns=list(patterns), state_validation_offset=state_validation_offset)  # fmt: skip
+                         patterns=list(patterns), state_validation_offset=state_validation_offset,
+                         consistent_cut=consistent_cut)  # fmt: skip
         return await self.call("StopMirrorTopics", body)
 
     async def pause(self, mirror: str, topics: Sequence[str], *, state_validation_offset: int = -1) -> Reply:
@@ -356,10 +357,10 @@ class ClusterMirrorAdmin:
         return await self.call("DescribeClusterMirrorConfigs", self._req("DescribeClusterMirrorConfigs", mirror_name=mirror))
 
     async def preview(self, mirror: str, topics: Sequence[str] = (), *, patterns: Sequence[str] = (),
-                      exclude: Sequence[str] = (), failback: bool = False) -> Reply:  # fmt: skip
+                      exclude: Sequence[str] = (), failback: bool = False, consistent_cut: bool = False) -> Reply:  # fmt: skip
         """What a stop (``failback``: a start) of these topics would cost; nothing changes."""
         body = self._req("PreviewMirrorTopics", mirror_name=mirror, topics=list(topics), patterns=list(patterns),
-                         exclude_patterns=list(exclude), failback=failback)  # fmt: skip
+                         exclude_patterns=list(exclude), failback=failback, consistent_cut=consistent_cut)  # fmt: skip
         return await self.call("PreviewMirrorTopics", body)
 
     async def mirror_topics(self, mirror: str) -> list[str]:

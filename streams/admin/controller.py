@@ -54,6 +54,7 @@ from streams.state.mirror_state import mirror_state_topic_spec
 from streams.state.sync_status import SyncStatusView, sync_status_topic_spec
 from streams.state.changelog_view import MirrorStateChangelogView, PartitionStatus, StateKey
 from streams.admin.members import DeadMemberRemover
+from streams.admin.cut import attach_cuts, plan_stop_cut
 from streams.admin.preview import PreviewPorts, log_stop_impact, serve_preview
 from streams.admin.responses import alter_configs_response, describe_config, describe_response, error_response, list_response, names, topic_response
 
@@ -376,10 +377,19 @@ class ClusterMirrorController:
                 else:
                     records, response = await asyncio.to_thread(self.validator, req, image, statuses)
             else:
-                if api == "StopMirrorTopics":  # the stop's impact, logged as at the cut (issue #26)
+                cuts = None
+                if api == "StopMirrorTopics" and getattr(body, "consistent_cut", False):  # planned, or refused
+                    cuts, preview = await plan_stop_cut(image, body, who, {k: v.state for k, v in statuses.items()},
+                                                        self.preview_ports, self.schemas)  # fmt: skip
+                    if cuts is None:
+                        refused = error_response(self.schemas, api, preview.error_code, preview.error_message)
+                        return refused, self.metadata_offset
+                elif api == "StopMirrorTopics":  # the stop's impact, logged as at the cut (issue #26)
                     await log_stop_impact(image, body, who, {k: v.state for k, v in statuses.items()},
                                           self.preview_ports, self.schemas)  # fmt: skip
                 records, response = self.validator(req, image, statuses)
+                if cuts is not None:
+                    records = attach_cuts(records, cuts, self.schemas)
             secrets = secret_values({c.name: c.value for c in getattr(body, "config", None) or getattr(body, "configs", [])})
             code = getattr(response, "error_code", 0)
             log.info("%s %s by %s from %s: error %d, %d record(s)%s", api, getattr(body, "mirror_name", ""),

@@ -25,12 +25,13 @@ import msgspec
 
 from coordinator import admin
 from coordinator.image import ClusterMirrorImage, MetadataImage
+from coordinator.cut import CutPlan, CutRefusal
 from coordinator.impact import FailbackImpact, StopImpact
 from coordinator.ports import PortError, TopicPartition
-from coordinator.states import ErrorCode
+from coordinator.states import DesiredState, ErrorCode
 from coordinator.workflows.config import MirrorConfig
 from records.registry import SchemaSet
-from streams.runner.preview import preview_failback, preview_stop
+from streams.runner.preview import preview_cut, preview_failback, preview_stop
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,13 @@ async def serve_preview(image: MetadataImage, body: Any, principal: admin.Princi
         if topic is not None:
             names[topic.topic_id] = name
             tps.extend(TopicPartition(topic.topic_id, p) for p in sorted(topic.partitions))
+    want_cut = bool(getattr(body, "consistent_cut", False)) and not body.failback
+    if want_cut:
+        stopped = sorted(names[t] for t in names
+                         if (m := image.mirror_topic(t)) is not None and m.desired_state is DesiredState.STOP)  # fmt: skip
+        if stopped:
+            return refuse(ErrorCode.INVALID_REQUEST, f"a consistent cut is planned across topics still mirroring; "
+                                                     f"already stopped: {', '.join(stopped)}")  # fmt: skip
     if max_partitions is not None and len(tps) > max_partitions:
         return refuse(ErrorCode.INVALID_REQUEST, f"{len(tps)} partitions, more than {max_partitions}")
     try:
@@ -90,18 +98,24 @@ async def serve_preview(image: MetadataImage, body: Any, principal: admin.Princi
         return refuse(ErrorCode.INVALID_REQUEST, f"cannot open the mirror's ports: {e}")
     try:
         now_ms = int(time.time() * 1000)
+        plan: CutPlan | CutRefusal | None = None
         if body.failback:
             impact: StopImpact | FailbackImpact = await asyncio.to_thread(preview_failback, source, dest, body.mirror_name, tps)
         else:
-            impact = await asyncio.to_thread(preview_stop, source, dest, tps, now_ms, config)
+            if want_cut:
+                plan = await asyncio.to_thread(preview_cut, source, dest, tps)
+                if isinstance(plan, CutRefusal):
+                    return refuse(plan.error_code, f"no consistent cut: {plan.message}")
+            cuts = None if plan is None else {p.tp: p.cut_offset for p in plan.partitions}
+            impact = await asyncio.to_thread(preview_stop, source, dest, tps, now_ms, config, cuts)
     except PortError as e:  # the destination must answer (a failback: both)
         return refuse(ErrorCode.UNKNOWN_SERVER_ERROR, f"preview failed: {e}")
     finally:
         await asyncio.to_thread(_close, source, dest)
-    return impact_response(schemas, impact, names, selected, body.failback)
+    return impact_response(schemas, impact, names, selected, body.failback, plan)
 
 
-class _StopAsPreview(msgspec.Struct, frozen=True):
+class StopAsPreview(msgspec.Struct, frozen=True):
     """A StopMirrorTopics request read as the PreviewMirrorTopics of the same topics."""
 
     mirror_name: str
@@ -109,6 +123,7 @@ class _StopAsPreview(msgspec.Struct, frozen=True):
     patterns: list[str]
     exclude_patterns: tuple[str, ...] = ()
     failback: bool = False
+    consistent_cut: bool = False
 
 
 IMPACT_LOG_TIMEOUT_S = 5.0  # the stop waits at most this long for its impact record
@@ -124,7 +139,8 @@ async def log_stop_impact(image: MetadataImage, body: Any, principal: admin.Prin
     outcome. Bounded (a slow source must not hold a failover up): on timeout it says so."""
     if ports is None:
         return None
-    preview = _StopAsPreview(body.mirror_name, [t.topic_name for t in body.topics], list(body.patterns))
+    preview = StopAsPreview(body.mirror_name, [t.topic_name for t in body.topics], list(body.patterns),
+                             consistent_cut=bool(getattr(body, "consistent_cut", False)))  # fmt: skip
     try:
         response = await asyncio.wait_for(serve_preview(image, preview, principal, states, ports, schemas,
                                                         IMPACT_LOG_MAX_PARTITIONS), IMPACT_LOG_TIMEOUT_S)  # fmt: skip
@@ -155,7 +171,7 @@ def _close(*ports: Any) -> None:
 
 
 def impact_response(schemas: SchemaSet, impact: StopImpact | FailbackImpact, names: dict[Any, str],
-                    selected: admin.AdminResponse, failback: bool) -> Any:  # fmt: skip
+                    selected: admin.AdminResponse, failback: bool, plan: CutPlan | None = None) -> Any:  # fmt: skip
     r = "PreviewMirrorTopicsResponse"
     topic_cls, part_cls = schemas.nested(r, "TopicImpact"), schemas.nested(r, "PartitionImpact")
     txn_cls, group_cls = schemas.nested(r, "AbortedTransaction"), schemas.nested(r, "GroupImpact")
@@ -171,8 +187,11 @@ def impact_response(schemas: SchemaSet, impact: StopImpact | FailbackImpact, nam
         source_up = True
     else:
         for p in impact.partitions:
+            cut = plan.of(p.tp) if plan is not None else None
             parts.setdefault(names[p.tp.topic_id], []).append(part_cls(
-                partition_index=p.tp.partition, destination_end_offset=p.dest_leo,
+                partition_index=p.tp.partition, destination_end_offset=cut.leo if cut is not None else p.dest_leo,
+                cut_offset=_or(cut and cut.cut_offset), given_up_records=_or(cut and cut.given_up_records),
+                newest_given_up_timestamp=_or(cut and cut.newest_given_up_timestamp),
                 source_high_watermark=_or(p.source_hw), lost_records=_or(p.lost_records),
                 oldest_lost_age_ms=_or(p.oldest_lost_age_ms),
                 transactions=[txn_cls(producer_id=t.producer_id, producer_epoch=t.producer_epoch,
@@ -186,9 +205,15 @@ def impact_response(schemas: SchemaSet, impact: StopImpact | FailbackImpact, nam
         source_up = impact.source_available
     topics = [topic_cls(name=t.name, error_code=int(t.error_code), error_message=t.error_message,
                         partitions=parts.get(t.name, [])) for t in selected.topics]  # fmt: skip
+    verdict, loses = impact.verdict(), impact.loses_something
+    if plan is not None:
+        given_up = [p for p in plan.partitions if p.given_up_records > 0]
+        head = (f"would cut at T={plan.timestamp}, giving up {plan.given_up_records} records on "
+                f"{len(given_up)} partitions")  # fmt: skip
+        verdict, loses = (f"{head}; {verdict}" if verdict != "would lose nothing" else head), loses or bool(given_up)
     return _response(schemas, error_code=0, error_message=None, failback=failback, source_available=source_up,
-                     loses_something=impact.loses_something, verdict=impact.verdict(), topics=topics,
-                     groups=groups, active_groups=active)  # fmt: skip
+                     loses_something=loses, verdict=verdict, topics=topics, groups=groups, active_groups=active,
+                     cut_timestamp=plan.timestamp if plan is not None else -1)  # fmt: skip
 
 
 def _or(value: int | None) -> int:
@@ -199,6 +224,10 @@ def _or(value: int | None) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--consistent-cut", action="store_true",
+                   help="stop: cut every selected partition at one timestamp T, the latest all have mirrored "
+                        "completely (needs LogAppendTime); records after T are given up, and the stop records "
+                        "them. With --dry-run: show T and what each partition would give up")  # fmt: skip
     p.add_argument("--dry-run", action="store_true",
                    help="stop/start: change nothing; show what it would cost (records lost and their age, "
                         "transactions aborted, groups re-reading; a failback's truncation). Exit code 0 when "
@@ -206,8 +235,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def dry_run(admin: Any, mirror: str, names: Sequence[str], patterns: Sequence[str], exclude: Sequence[str],
-                  failback: bool, out: TextIO, as_json: bool) -> int:  # fmt: skip
-    r: Any = (await admin.preview(mirror, names, patterns=patterns, exclude=exclude, failback=failback)).response
+                  failback: bool, out: TextIO, as_json: bool, consistent_cut: bool = False) -> int:  # fmt: skip
+    r: Any = (await admin.preview(mirror, names, patterns=patterns, exclude=exclude, failback=failback,
+                                  consistent_cut=consistent_cut)).response  # fmt: skip
     if r.error_code:
         out.write(f"Error: {_error_name(r.error_code)}: {r.error_message}\n")
         return EXIT_TOPIC_ERROR
@@ -239,6 +269,9 @@ def preview_rows(response: Any) -> list[dict[str, Any]]:
                            first_removed_offset=_none_json(p.first_removed_offset),
                            newest_removed_timestamp=_none_json(p.newest_removed_timestamp))  # fmt: skip
             else:
+                if response.cut_timestamp >= 0:
+                    row.update(cut_offset=p.cut_offset, given_up_records=p.given_up_records,
+                               newest_given_up_timestamp=_none_json(p.newest_given_up_timestamp))  # fmt: skip
                 row.update(source_high_watermark=_none_json(p.source_high_watermark), lost_records=_none_json(p.lost_records),
                            oldest_lost_age_ms=_none_json(p.oldest_lost_age_ms),
                            aborted_transactions=[{"producer_id": x.producer_id, "producer_epoch": x.producer_epoch,
@@ -259,6 +292,7 @@ def print_preview(out: TextIO, mirror: str, response: Any, as_json: bool = False
     if as_json:
         doc = {
             "mirror": mirror, "operation": "start" if response.failback else "stop", "dry_run": True,
+            "cut_timestamp": _none_json(response.cut_timestamp),
             "source_available": response.source_available, "verdict": response.verdict,
             "loses_something": response.loses_something, "partitions": preview_rows(response),
             "groups": [{"group": g.group_id, "type": g.group_type, "topic": g.topic_name, "partition": g.partition_index,
@@ -295,6 +329,12 @@ def _print_table(out: TextIO, r: Any) -> None:
         _table(out, ["TOPIC", "PARTITION", "LOG-END-OFFSET", "TRUNCATE-TO", "REMOVED-RECORDS", "FIRST-REMOVED",
                      "NEWEST-REMOVED-TIMESTAMP"], rows)  # fmt: skip
         return
+    if r.cut_timestamp >= 0:
+        out.write(f"Consistent cut at T={r.cut_timestamp}: every kept record is stamped at or before it.\n")
+        rows = [[t.name, str(p.partition_index), str(p.destination_end_offset), str(p.cut_offset),
+                 str(p.given_up_records), _none(p.newest_given_up_timestamp)] for t in r.topics for p in t.partitions]  # fmt: skip
+        _table(out, ["TOPIC", "PARTITION", "DEST-LEO", "CUT-OFFSET", "GIVEN-UP-RECORDS", "NEWEST-GIVEN-UP-TIMESTAMP"], rows)
+        out.write("\n")
     rows = [[t.name, str(p.partition_index), _unknown(p.source_high_watermark), str(p.destination_end_offset),
              _unknown(p.lost_records), _unknown(p.oldest_lost_age_ms) if p.lost_records != 0 else "-",
              str(len(p.transactions))] for t in r.topics for p in t.partitions]  # fmt: skip

@@ -198,6 +198,11 @@ class KafkaSourceCluster:
     def last_mirrored_epoch(self, mirror_name: str, tp: TopicPartition) -> int | None:
         return self.conn.run(self.reads.last_mirrored_epoch(mirror_name, tp))
 
+    def last_mirror_cut(self, mirror_name: str, tp: TopicPartition) -> int | None:
+        """None: KIP-1279's ReadMirrorStates carries no cut offset, so a failback from a Kafka
+        cluster aligns by the LME's epoch boundary alone (which a cut stop already puts at the cut)."""
+        return None
+
     def list_groups(self) -> list[GroupDescription]:
         return self.conn.run(self.reads.list_groups())
 

@@ -76,6 +76,7 @@ _BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
 _ATTRIBUTES_AT = 21  # the CRC32C covers attributes to the end
 _ATTR_TRANSACTIONAL = 0x10
 _ATTR_CONTROL = 0x20
+_ATTR_LOG_APPEND_TIME = 0x08
 
 
 class UnsupportedApi(Exception):
@@ -215,7 +216,7 @@ def split_batches(records: bytes | None, tp: TopicPartition) -> tuple[Batch, ...
         out.append(Batch(base_offset=base, last_offset=base + last_delta, leader_epoch=epoch, producer_id=pid,
                          producer_epoch=pepoch, base_sequence=seq, is_transactional=bool(attrs & _ATTR_TRANSACTIONAL),
                          is_control=bool(attrs & _ATTR_CONTROL), control_type=ctype, timestamp=max_ts, payload=raw,
-                         record_count=count))  # fmt: skip
+                         record_count=count, log_append_time=bool(attrs & _ATTR_LOG_APPEND_TIME)))  # fmt: skip
         pos = end
     return tuple(out)
 

@@ -75,8 +75,8 @@ class Executor:
             case c.AppendControl():
                 return (d, "append_control_batch",
                         (cmd.tp, cmd.control_type, cmd.producer_id, cmd.producer_epoch, cmd.source_cluster_id), None)  # fmt: skip
-            case c.SetLastMirroredEpoch(mirror_name=name, tp=tp, epoch=epoch):
-                return (d, "set_last_mirrored_epoch", (name, tp, epoch), None)
+            case c.SetLastMirroredEpoch(mirror_name=name, tp=tp, epoch=epoch, cut_offset=cut):
+                return (d, "set_last_mirrored_epoch", (name, tp, epoch) if cut is None else (name, tp, epoch, cut), None)
             case c.CreateTopic():
                 return (d, "create_topic", (cmd.name, cmd.topic_id, cmd.num_partitions, dict(cmd.configs)),
                         {"read_only": True, "mirror_name": cmd.mirror_name, "mirror_source_cluster_id": cmd.source_cluster_id})  # fmt: skip

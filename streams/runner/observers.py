@@ -101,17 +101,18 @@ class MirrorObservers:
         src_topic = self.source_topics.get(tp.topic_id)
         lme_mirror = (src_topic.mirror_name if src_topic is not None else None) or self.mirror_name
         asks = [(self.dest, "list_offsets", (tp,), None), (self.source, "list_offsets", (tp,), None),
-                (self.source, "last_mirrored_epoch", (lme_mirror, tp), None)]  # fmt: skip
+                (self.source, "last_mirrored_epoch", (lme_mirror, tp), None),
+                (self.source, "last_mirror_cut", (lme_mirror, tp), None)]  # fmt: skip
         got = yield asks
         self._raise_first(asks, got)
-        dest, src, lme = got
+        dest, src, lme, cut = got
         src_end = local_end = None
         if lme is not None:
             src_end = yield from self._ask_source((self.source, "end_offset_for_epoch", (tp, lme), None))
             if not src_end.undefined:
                 local_end = yield (self.dest, "end_offset_for_epoch", (tp, src_end.epoch), None)
         return PrepareObservation(topic_ready=ready, dest=dest, source_leader_epoch=src.leader_epoch, source_lme=lme,
-                                  source_epoch_end=src_end, local_epoch_end=local_end)
+                                  source_epoch_end=src_end, local_epoch_end=local_end, source_cut=cut)
 
     def _stop(self, tp: TopicPartition, state: MirrorPartitionState, in_fetcher: bool) -> Observer:
         """Destination only: a failover must work with the source unreachable."""
@@ -120,7 +121,7 @@ class MirrorObservers:
         asks: list[Call] = [(self.dest, "list_offsets", (tp,), None)]
         if step is Step.STOP_ABORT_OPEN or bump:
             asks.append((self.dest, "open_transactions", (tp,), None))
-        elif step is Step.STOP_WAIT_ISR:
+        elif step is Step.STOP_WAIT_ISR or step is Step.STOP_CUT:
             asks.append((self.dest, "isr_status", (tp,), None))
         if step is Step.STOP_PID_RESET or bump:  # the reset batch names the source cluster the topic mirrored
             asks.append((self.dest, "describe_topics", ((tp.topic_id,),), None))
@@ -136,13 +137,18 @@ class MirrorObservers:
             latest = EpochEndOffset(epoch, dest.leo) if epoch is not None else EpochEndOffset(-1, -1)
         elif step is Step.STOP_PID_RESET and dest.hw >= dest.leo:
             tail = yield from self._read_dest(tp, state.stop_offset, dest.leo)
+        cut_tail = None
+        recording = step is Step.STOP_CUT and state.given_up_end_offset < 0 and dest.leo > state.cut_offset
+        if recording and dest.hw >= dest.leo:  # a fetch reads below the HW
+            cut_tail = yield from self._read_dest(tp, state.cut_offset, dest.leo)  # what the cut gives up
         opens = tuple(got[1]) if step is Step.STOP_ABORT_OPEN or bump else ()
-        isr = got[1] if step is Step.STOP_WAIT_ISR else None
+        isr = got[1] if step is Step.STOP_WAIT_ISR or step is Step.STOP_CUT else None
         topic = described[0] if described else None
         source_id = (topic.mirror_source_cluster_id if topic is not None else None) or self.cluster_ids()[0] or ""
         final = self.final_sync.get(tp) if step is Step.STOP_WAIT_ISR else None
         return StopObservation(dest=dest, dest_latest_epoch=latest, open_transactions=opens, tail=tail,
-                               isr=isr, in_fetcher=in_fetcher, source_cluster_id=source_id, final_sync=final)
+                               isr=isr, in_fetcher=in_fetcher, source_cluster_id=source_id, final_sync=final,
+                               cut_tail=cut_tail)  # fmt: skip
 
     def _ask_source(self, call: Call) -> Observer:
         """One source call; its failure raised as SourceCallFailed."""

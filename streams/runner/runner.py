@@ -40,6 +40,7 @@ from coordinator.partition_state import (
     MirrorPartitionState,
     StateWriteFenced,
     Step,
+    StopCut,
     stamp_applied,
 )
 from coordinator.ports import (
@@ -49,6 +50,7 @@ from coordinator.ports import (
     TopicMetadata,
     TopicPartition,
 )
+from coordinator.image import TopicCut
 from coordinator.states import DesiredState, MirrorState
 from coordinator.workflows import commands as c
 from coordinator.workflows.config import MirrorConfig
@@ -75,6 +77,8 @@ log = logging.getLogger(__name__)
 # MIRRORING only while its partition is in its fetcher, which ``step_partitions`` checks).
 _SETTLED = frozenset({(MirrorState.MIRRORING, DesiredState.START), (MirrorState.PAUSED, DesiredState.PAUSE),
                       (MirrorState.STOPPED, DesiredState.STOP), (MirrorState.UNKNOWN, DesiredState.STOP)})  # fmt: skip
+# The states a desired STOP moves into STOPPING: only they take a --consistent-cut's offset.
+_ENTERS_STOP = frozenset(set(MirrorState) - {MirrorState.STOPPING, MirrorState.STOPPED, MirrorState.UNKNOWN})
 
 
 class PartitionStatus(msgspec.Struct, frozen=True):
@@ -192,9 +196,15 @@ class MirrorRunner:
 
     # ------------------------------------------------------------------ operator side
 
-    def set_desired(self, topic_id: uuid.UUID, desired: DesiredState) -> int:
+    def set_desired(self, topic_id: uuid.UUID, desired: DesiredState, cut: TopicCut | None = None) -> int:
         """Append a desired-state record for a topic (start/resume, stop, pause); returns its offset."""
-        return self.metadata.append(self.mirror_name, topic_id, desired)
+        return self.metadata.append(self.mirror_name, topic_id, desired, cut)
+
+    def _stop_cut(self, key: MirrorPartitionKey) -> StopCut | None:
+        """The partition's part of the ``--consistent-cut`` its desired STOP carries, if any."""
+        cut = self.metadata.cut(self.mirror_name, key.topic_id)
+        offset = None if cut is None else cut.offset_of(key.partition)
+        return None if cut is None or offset is None else StopCut(offset, cut.timestamp)
 
     def key(self, tp: TopicPartition) -> MirrorPartitionKey:
         return MirrorPartitionKey(self.mirror_name, tp.topic_id, tp.partition)
@@ -436,7 +446,8 @@ class MirrorRunner:
                     continue
                 if obs.prepare is not None:
                     self.source_errors.pop(key.topic_partition, None)  # the source answered
-                decision = decide_partition(key, states[key], want, offset, obs, self.now_ms, self.config)
+                cut = self._stop_cut(key) if want is DesiredState.STOP and states[key].state in _ENTERS_STOP else None
+                decision = decide_partition(key, states[key], want, offset, obs, self.now_ms, self.config, cut)
                 if decision.state is not states[key] and not self.store.may_run(key, states[key], decision.state):
                     continue  # its next write must follow a durable one: the next round takes it
                 decisions[key] = decision

@@ -12,6 +12,7 @@ from coordinator.partition_state import (
     decode_state,
     encode_state,
 )
+from coordinator.image import TopicCut
 from coordinator.states import DesiredState, MirrorState, is_legal_transition
 
 
@@ -52,11 +53,19 @@ class DesiredStateLog:
 
     def __init__(self) -> None:
         self.records: list[tuple[int, str, uuid.UUID, DesiredState]] = []
+        self.cuts: dict[int, TopicCut] = {}  # offset -> the cut a STOP record carries
 
-    def append(self, mirror_name: str, topic_id: uuid.UUID, desired: DesiredState) -> int:
+    def append(self, mirror_name: str, topic_id: uuid.UUID, desired: DesiredState, cut: TopicCut | None = None) -> int:
         offset = len(self.records)
         self.records.append((offset, mirror_name, topic_id, desired))
+        if cut is not None:
+            self.cuts[offset] = cut
         return offset
+
+    def cut(self, mirror_name: str, topic_id: uuid.UUID) -> TopicCut | None:
+        """The cut of the topic's latest desired state (a ``--consistent-cut`` stop), if any."""
+        got = self.latest(mirror_name).get(topic_id)
+        return None if got is None else self.cuts.get(got[1])
 
     def latest(self, mirror_name: str) -> dict[uuid.UUID, tuple[DesiredState, int]]:
         out: dict[uuid.UUID, tuple[DesiredState, int]] = {}

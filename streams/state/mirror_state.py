@@ -46,7 +46,8 @@ from aiokafka.partitioner import murmur2
 from faust.streams import current_event
 from faust.types import TP
 
-from coordinator.states import ErrorCode
+from coordinator.image import TopicCut
+from coordinator.states import DesiredState, ErrorCode
 from records.framing import MetadataRecordSerde
 from records.registry import SchemaSet, default_schemas
 from streams.config import WorkerConfig
@@ -400,6 +401,7 @@ class DesiredStateChange(NamedTuple):
     desired_state: int
     metadata_offset: int
     metadata_epoch: int
+    cut: TopicCut | None = None  # a --consistent-cut stop's
 
 
 def desired_state_events(record: msgspec.Struct, partitions: int, metadata_offset: int, metadata_epoch: int,
@@ -430,7 +432,11 @@ def decode_desired_state(key: bytes, value: bytes, headers: Any) -> DesiredState
     offset = _INT64.unpack(h[OFFSET_HEADER])[0] if OFFSET_HEADER in h else -1
     epoch = _INT32.unpack(h[EPOCH_HEADER])[0] if EPOCH_HEADER in h else -1
     k2: Any = k
-    return DesiredStateChange(record.mirror_name, record.topic_id, k2.partition, record.desired_state, int(offset), int(epoch))
+    cut = None
+    if record.desired_state == DesiredState.STOP and record.cut_timestamp >= 0:
+        cut = TopicCut(record.cut_timestamp, tuple(sorted((c.partition_index, c.cut_offset) for c in record.cut_partitions)))
+    return DesiredStateChange(record.mirror_name, record.topic_id, k2.partition, record.desired_state, int(offset),
+                              int(epoch), cut)  # fmt: skip
 
 
 class MirrorStateStore:

@@ -53,7 +53,7 @@ from typing import Any
 
 from coordinator.changes import local_changes
 
-from coordinator.image import EMPTY_IMAGE, MetadataImage
+from coordinator.image import EMPTY_IMAGE, MetadataImage, TopicCut
 from coordinator.partition_state import (
     MirrorPartitionKey,
 )
@@ -106,6 +106,15 @@ class _DesiredView:
     def latest(self, mirror_name: str) -> Desired:
         return self.worker.desired_for(mirror_name)
 
+    def cut(self, mirror_name: str, topic_id: uuid.UUID) -> TopicCut | None:
+        """The --consistent-cut of the topic's newest desired state: the image's, or an event's ahead of it."""
+        w = self.worker
+        m = w.image.mirrors.topics.get(topic_id)
+        ev = w.event_cuts.get((mirror_name, topic_id))
+        if ev is not None and (m is None or m.mirror_name != mirror_name or m.last_change_offset < ev[1]):
+            return ev[0]
+        return m.cut if m is not None and m.mirror_name == mirror_name else None
+
 
 class CoordinatorWorker:
     """One destination cluster's stream worker (see the module docstring)."""
@@ -143,6 +152,7 @@ class CoordinatorWorker:
         self.store = WorkerStateStore(config.state_partitions)
         self.image: MetadataImage = EMPTY_IMAGE
         self.event_desired: dict[tuple[str, uuid.UUID], tuple[DesiredState, int]] = {}
+        self.event_cuts: dict[tuple[str, uuid.UUID], tuple[TopicCut | None, int]] = {}  # the events' cuts, same keys
         self._desired_version = 0  # moves with every change of event_desired: desired_for's cache
         self._desired_cache: dict[str, tuple[tuple[Any, int], Desired]] = {}
         self._by_mirror: dict[int, tuple[list[MirrorPartitionKey], dict[str, list[MirrorPartitionKey]]]] = {}
@@ -264,6 +274,7 @@ class CoordinatorWorker:
             got = self.event_desired.get((name, tid))
             if got is not None and got[1] <= offset:
                 del self.event_desired[(name, tid)]
+                self.event_cuts.pop((name, tid), None)
                 self._desired_version += 1
             m = self.mirrors.get(name)
             if m is not None:
@@ -329,6 +340,7 @@ class CoordinatorWorker:
                     k = (change.mirror_name, change.topic_id)
                     if k not in self.event_desired or self.event_desired[k][1] < change.metadata_offset:
                         self.event_desired[k] = (DesiredState(change.desired_state), change.metadata_offset)
+                        self.event_cuts[k] = (change.cut, change.metadata_offset)
                         self._desired_version += 1
                     self.table_partitions.add_key(p, MirrorPartitionKey(change.mirror_name, change.topic_id, change.partition))
                 if time.monotonic() - self._last_step.get(p, 0.0) < 0.05:

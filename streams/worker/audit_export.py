@@ -39,7 +39,7 @@ from aiokafka import TopicPartition as KafkaTopicPartition
 
 from audit import layout
 from audit.export import ExportResult, export_snapshot
-from audit.model import UNDEFINED, AuditSnapshot, PartitionRow, TransitionRow
+from audit.model import UNDEFINED, AuditSnapshot, CutRow, PartitionRow, TransitionRow
 from coordinator.image import MetadataImage
 from coordinator.partition_state import MirrorPartitionState
 from coordinator.port_types import PartitionOffsets, TopicPartition
@@ -235,8 +235,14 @@ class AuditExporter:
         offset = max([image.offset, self.last.metadata_offset if self.last else -1,
                       *(t.metadata_offset for t in transitions)])  # fmt: skip
         configs = {name: dict(m.configs) for name, m in image.mirrors.mirrors.items()}
+        cuts = [CutRow(mirror=k[0], topic=topic_name(k[1]), topic_id=str(k[1]), partition=k[2], state=int(st.state),
+                       cut_timestamp=st.cut_timestamp, cut_offset=st.cut_offset,
+                       given_up_end_offset=st.given_up_end_offset, given_up_records=st.given_up_records,
+                       newest_given_up_timestamp=st.newest_given_up_timestamp)
+                for k, st in sorted(states.items(), key=lambda kv: (kv[0][0], str(kv[0][1]), kv[0][2]))
+                if st.cut_offset >= 0 and k[0] in image.mirrors.mirrors]  # fmt: skip
         snapshot = AuditSnapshot(metadata_offset=max(offset, 0), taken_at_ms=taken_at, partitions=partitions,
-                                 transitions=transitions, mirror_configs=configs)  # fmt: skip
+                                 transitions=transitions, mirror_configs=configs, consistent_cuts=cuts)  # fmt: skip
         return export_snapshot(snapshot, self.root, positions={str(p): o for p, o in positions.items()})
 
     def _offsets(self, mirror_name: str, mirror: Any, keys: list[Key]

@@ -18,6 +18,7 @@ from audit.model import (
     AclDriftRow,
     AuditSnapshot,
     ConfigDriftRow,
+    CutRow,
     GroupSyncRow,
     PartitionRow,
     TransitionRow,
@@ -231,3 +232,20 @@ def test_a_claim_whose_writer_crashed_is_published_by_the_next_export(
     manifests = layout.list_manifests(tmp_path)
     assert [m.metadata_offset for m in manifests] == [s.metadata_offset for s in (sample[5], sample[8], sample[-1])]
     assert result.manifest.previous_metadata_offset == sample[8].metadata_offset
+
+
+def test_consistent_cuts_are_kept_by_the_export(tmp_path: Path) -> None:
+    """A ``--consistent-cut`` stop's figures (T, the cut, what was given up) reach the Parquet snapshot."""
+    import pyarrow.parquet as pq
+
+    cuts = [CutRow(mirror="a-to-b", topic="orders", topic_id="00000000-0000-0000-0000-000000000001", partition=p,
+                   state=int(S.STOPPED), cut_timestamp=1_700, cut_offset=10 + p, given_up_end_offset=14 + p,
+                   given_up_records=3, newest_given_up_timestamp=1_750) for p in range(2)]  # fmt: skip
+    snap = AuditSnapshot(metadata_offset=5, taken_at_ms=1_767_225_600_000, consistent_cuts=cuts)
+    export_snapshot(snap, tmp_path)
+    (f,) = (tmp_path / "consistent_cuts").rglob("*.parquet")
+    rows = sorted(pq.read_table(f).to_pylist(), key=lambda r: r["partition"])
+    fields = set(CutRow.__struct_fields__) - {"mirror"}  # the mirror is the hive directory
+    assert [{k: v for k, v in r.items() if k in fields} for r in rows] == [
+        {k: getattr(c, k) for k in fields} for c in cuts]
+    assert {r["state_name"] for r in rows} == {"STOPPED"}

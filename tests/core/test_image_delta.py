@@ -299,6 +299,19 @@ def test_mirror_exists_while_it_has_configs_and_its_deletion_detaches_topics() -
     assert local_changes(d).removed == (MirrorPartitionKey("m", t, 0),)
 
 
+def test_a_consistent_cut_stop_keeps_its_cut_in_the_image_and_its_snapshot() -> None:
+    t = tid_(1)
+    part = S.nested("MirrorTopicStateChangeRecord", "CutPartition")
+    stop = R.State(topic_id=t, mirror_name="m", desired_state=int(DesiredState.STOP), cut_timestamp=1_234,
+                   cut_partitions=[part(partition_index=1, cut_offset=9), part(partition_index=0, cut_offset=7)])  # fmt: skip
+    img = image_of(R.topic("a", t, 2) + R.mirror("m") + [R.state(t, "m"), stop])
+    cut = img.mirror_topic(t).cut
+    assert cut is not None and (cut.timestamp, cut.offsets) == (1_234, ((0, 7), (1, 9))) and cut.offset_of(1) == 9
+    assert load_snapshot(img.to_records(), img.provenance) == img
+    restarted = replay_all([R.state(t, "m")], img).apply()  # a later start: no cut any more
+    assert restarted.mirror_topic(t).cut is None
+
+
 # ------------------------------------------------------------------------------ problems
 
 

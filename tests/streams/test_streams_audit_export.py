@@ -241,3 +241,39 @@ def test_offsets_are_looked_up_in_one_batch_where_the_port_has_one() -> None:
     batched = Batched()
     assert _list_offsets_all(batched, tps) == [offsets, None, offsets] and batched.calls == [3]
     assert _list_offsets_all(Single(), tps) == [offsets, offsets, None]
+
+
+def test_a_consistent_cut_stops_states_reach_the_export(tmp_path: Path) -> None:
+    """The worker's export writes a ``consistent_cuts`` row for each state that holds a cut (and none else)."""
+    from clustermodel import ClusterModel
+    from coordinator.partition_state import MirrorPartitionState
+    from streams.worker.audit_export import AuditExporter
+
+    a = ClusterModel("a")
+    topic = a.add_topic("orders", partitions=2)
+    config = WorkerConfig(bootstrap_servers="127.0.0.1:1", cluster_name="cut", audit_export_dir=str(tmp_path))
+    image = _image_with(topic, "a-to-b")
+    exporter = AuditExporter(config, lambda name, mirror: (a, a), lambda: image)
+    try:
+        cut = MirrorPartitionState(state=MirrorState.STOPPED, cut_offset=4, cut_timestamp=1_234, given_up_end_offset=9,
+                                   given_up_records=5, newest_given_up_timestamp=1_300)  # fmt: skip
+        plain = MirrorPartitionState(state=MirrorState.STOPPED)  # a stop without a cut: no row
+        states = {("a-to-b", topic.topic_id, 0): cut, ("a-to-b", topic.topic_id, 1): plain}
+        exporter._write(image, states, {}, [], {}, 1_767_225_600_000)
+    finally:
+        exporter.pool.shutdown()
+    (f,) = (Path(config.audit_export_root) / "consistent_cuts").rglob("*.parquet")
+    rows = pq.read_table(f).to_pylist()
+    assert [(r["topic"], r["partition"], r["cut_offset"], r["cut_timestamp"], r["given_up_end_offset"],
+             r["given_up_records"], r["newest_given_up_timestamp"]) for r in rows] == [("orders", 0, 4, 1_234, 9, 5, 1_300)]
+
+
+def _image_with(topic, mirror):  # a metadata image holding the topic as a member of ``mirror``
+    from coordinator.image import ClusterMirrorImage, MetadataImage, MirrorsImage, MirrorTopic, TopicImage, TopicsImage, frozen_map
+    from coordinator.states import DesiredState
+
+    t = TopicImage(topic.name, topic.topic_id, frozen_map({}))
+    topics = TopicsImage(frozen_map({topic.topic_id: t}), frozen_map({topic.name: topic.topic_id}))
+    mirrors = MirrorsImage(frozen_map({mirror: ClusterMirrorImage(mirror, frozen_map({}))}),
+                           frozen_map({topic.topic_id: MirrorTopic(topic.topic_id, mirror, DesiredState.STOP)}))
+    return MetadataImage(topics=topics, mirrors=mirrors)

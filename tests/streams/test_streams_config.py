@@ -53,6 +53,10 @@ def test_cli_usage_errors_are_one_line() -> None:
     err = io.StringIO()
     assert cli.main(["--bootstrap-server", "nonsense", "--list"], out=out, err=err) == 2
     assert "HOST:PORT" in err.getvalue() and "Traceback" not in err.getvalue()
+    err = io.StringIO()
+    argv = ["--bootstrap-server", "127.0.0.1:1", "--start", "--consistent-cut", "--mirror", "m", "--topics", "t"]
+    assert cli.main(argv, out=out, err=err) == 2
+    assert err.getvalue().strip() == "error: --consistent-cut goes with --stop"
 
 
 def test_add_config_is_read_as_kafka_configs_reads_it() -> None:

@@ -12,6 +12,7 @@ import uuid
 from contextlib import redirect_stdout
 from typing import Any
 
+import msgspec
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -201,3 +202,29 @@ def test_desired_state_events_are_co_partitioned_with_the_state() -> None:
     detach = default_schemas().struct("MirrorTopicStateChangeRecord")(topic_id=TID, mirror_name=None, desired_state=1)
     [event] = mss.desired_state_events(detach, 1, 50, 2, 50, mirror_name="a-to-b")
     assert event.key == codec.state_key("a-to-b", TID, 0) and mss.decode_desired_state(*event[1:]).mirror_name is None
+    assert mss.decode_desired_state(events[0].key, events[0].value, events[0].headers).cut is None
+    # A --consistent-cut stop's event carries its cut (for a worker whose image is behind the event).
+    part = default_schemas().nested("MirrorTopicStateChangeRecord", "CutPartition")
+    cut = msgspec.structs.replace(record, cut_timestamp=77, cut_partitions=[part(partition_index=0, cut_offset=5)])
+    [event] = mss.desired_state_events(cut, 1, 42, 2, 50)
+    got = mss.decode_desired_state(*event[1:]).cut
+    assert got is not None and (got.timestamp, got.offsets) == (77, ((0, 5),))
+
+
+def test_a_worker_takes_the_cut_of_the_newest_desired_state_image_or_event() -> None:
+    import dataclasses
+    from types import SimpleNamespace
+
+    from coordinator.image import EMPTY_IMAGE, MirrorsImage, MirrorTopic, TopicCut, frozen_map
+    from coordinator.states import DesiredState
+    from streams.worker.app import _DesiredView
+
+    old, new = TopicCut(5, ((0, 3),)), TopicCut(9, ((0, 4),))
+    mirrors = MirrorsImage(topics=frozen_map({TID: MirrorTopic(TID, "a-to-b", DesiredState.STOP, 10, old)}))
+    worker = SimpleNamespace(image=dataclasses.replace(EMPTY_IMAGE, mirrors=mirrors), event_cuts={})
+    view = _DesiredView(worker, "a-to-b")  # type: ignore[arg-type]
+    assert view.cut("a-to-b", TID) == old and view.cut("other", TID) is None
+    worker.event_cuts[("a-to-b", TID)] = (new, 12)  # an event ahead of the image
+    assert view.cut("a-to-b", TID) == new
+    worker.event_cuts[("a-to-b", TID)] = (None, 8)  # an older event: the image's
+    assert view.cut("a-to-b", TID) == old
