@@ -54,7 +54,7 @@ from streams.state.mirror_state import mirror_state_topic_spec
 from streams.state.sync_status import SyncStatusView, sync_status_topic_spec
 from streams.state.changelog_view import MirrorStateChangelogView, PartitionStatus, StateKey
 from streams.admin.members import DeadMemberRemover
-from streams.admin.preview import PreviewPorts, log_stop_impact, serve_preview
+from streams.admin.preview import PreviewPorts, predict_stop, serve_preview, with_impact_record
 from streams.admin.responses import alter_configs_response, describe_config, describe_response, error_response, list_response, names, topic_response
 
 log = logging.getLogger(__name__)
@@ -376,10 +376,13 @@ class ClusterMirrorController:
                 else:
                     records, response = await asyncio.to_thread(self.validator, req, image, statuses)
             else:
-                if api == "StopMirrorTopics":  # the stop's impact, logged as at the cut (issue #26)
-                    await log_stop_impact(image, body, who, {k: v.state for k, v in statuses.items()},
-                                          self.preview_ports, self.schemas)  # fmt: skip
+                prediction = None
+                if api == "StopMirrorTopics":  # the stop's impact, predicted as at the cut (issue #26)
+                    prediction = await predict_stop(image, body, who, {k: v.state for k, v in statuses.items()},
+                                                    self.preview_ports, self.schemas)  # fmt: skip
                 records, response = self.validator(req, image, statuses)
+                if prediction is not None and records:  # it travels with the stop, in the same append
+                    records = with_impact_record(self.schemas, body.mirror_name, prediction, records)  # type: ignore[attr-defined]
             secrets = secret_values({c.name: c.value for c in getattr(body, "config", None) or getattr(body, "configs", [])})
             code = getattr(response, "error_code", 0)
             log.info("%s %s by %s from %s: error %d, %d record(s)%s", api, getattr(body, "mirror_name", ""),
