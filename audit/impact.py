@@ -7,18 +7,18 @@ outcome the worker recorded when the partition reached STOPPED.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from audit.spark import SnapshotStore
 
-if TYPE_CHECKING:
-    from audit.queries import AuditParams
+class _Params(Protocol):  # audit.queries.AuditParams (which imports this module)
+    mirrors: tuple[str, ...]
 
 
-def impact_vs_outcome(spark: SparkSession, store: SnapshotStore, p: "AuditParams") -> DataFrame:
+def impact_vs_outcome(spark: SparkSession, store: SnapshotStore, p: _Params) -> DataFrame:
     """The partitions whose completed stop differs from its prediction: the records lost, the
     stop offset (the destination's LEO when predicted), the transactions aborted, or where the
     groups resume. Unknown figures (-1) are not compared; neither is a missing prediction."""

@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
 from records.registry import SchemaSet
-
-if TYPE_CHECKING:
-    from coordinator.impact import StopImpact
 
 RECORD = "MirrorFailoverImpactRecord"
 VALUE = "MirrorFailoverImpactValue"
@@ -92,8 +89,9 @@ def _u(value: int) -> int | None:
 
 
 def impact_record(schemas: SchemaSet, mirror_name: str, topic_ids: Iterable[uuid.UUID], now_ms: int,
-                  impact: "StopImpact | None", missing_reason: str | None = None) -> msgspec.Struct:  # fmt: skip
-    """The record a stop of ``topic_ids`` appends: ``impact``'s figures, or none and the reason."""
+                  impact: Any, missing_reason: str | None = None) -> msgspec.Struct:  # fmt: skip
+    """The record a stop of ``topic_ids`` appends: ``impact``'s figures (a ``coordinator.impact.StopImpact``,
+    not imported: the image imports this module), or None and the reason."""
     rec = schemas.struct(RECORD)
     topic_cls, part_cls = schemas.nested(RECORD, "TopicImpact"), schemas.nested(RECORD, "PartitionImpact")
     txn_cls, group_cls = schemas.nested(RECORD, "AbortedTransaction"), schemas.nested(RECORD, "GroupImpact")
