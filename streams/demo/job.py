@@ -307,8 +307,8 @@ class Demo:
             for c, root in roots.items():
                 results = run_queries(spark, SnapshotStore(root), [*VIOLATION_QUERIES, "impact_vs_outcome"], AuditParams(),
                                       limit=SHOWN_ROWS)  # fmt: skip
+                impact = results.pop()  # impact_vs_outcome, info: reported, never failing
                 text, passed = verdict_text(results, latest[c].metadata_offset, latest[c].taken_at)
-                impact = next(r for r in results if r.name == "impact_vs_outcome")  # info: reported, never failing
                 stops = latest[c].tables["failover_impacts"].rows if "failover_impacts" in latest[c].tables else 0
                 text += (f"; the stop's impact record ({stops} partition(s), prediction beside outcome): "
                          f"{impact.row_count} differ ({', '.join(sorted({r['differs'] for r in impact.rows})) or 'none'})")  # fmt: skip
