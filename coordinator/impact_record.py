@@ -106,7 +106,9 @@ def impact_record(schemas: SchemaSet, mirror_name: str, topic_ids: Iterable[uuid
             synced_offset=g.synced, re_read_records=_n(g.reread)))  # fmt: skip
     parts: dict[uuid.UUID, list[Any]] = {t: [] for t in ids}
     for p in impact.partitions:
-        parts.setdefault(p.tp.topic_id, []).append(part_cls(
+        if p.tp.topic_id not in parts:
+            continue  # not a topic of this record
+        parts[p.tp.topic_id].append(part_cls(
             partition_index=p.tp.partition, destination_end_offset=p.dest_leo, source_high_watermark=_n(p.source_hw),
             lost_records=_n(p.lost_records), oldest_lost_age_ms=_n(p.oldest_lost_age_ms),
             transactions=[txn_cls(producer_id=t.producer_id, producer_epoch=t.producer_epoch, first_offset=t.first_offset,
