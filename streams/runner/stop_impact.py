@@ -5,7 +5,8 @@ The prediction is the ``MirrorFailoverImpactRecord`` the controller appended wit
 stop runs, from the stop's own decisions:
 
 - the transactions it aborted: the ABORT markers its decision wrote, with each transaction's
-  first offset from the observation that decision read;
+  first offset from the observation that decision read (after a crash between those markers and
+  the next durable state: the markers read back from the log's tail, ``_aborts_in_tail``);
 - its stop offset: the state's, persisted at STOP_RECORD_LME;
 - where its last group sync left each group (``MirrorSyncer.final_positions``);
 - the records lost: the source's HW, read once with that sync, less the stop offset; unknown when
@@ -59,6 +60,20 @@ class StopImpacts:
         return StopOutcome(stored.stop_offset, tuple(PredictedAbort(a.producer_id, a.producer_epoch, a.first_offset)
                                                      for a in stored.aborts))  # fmt: skip
 
+    def _aborts_in_tail(self, tp: TopicPartition, o: StopOutcome, tail: Sequence[Any]) -> StopOutcome:
+        """After a crash: the ABORT markers the stop wrote before it (the tail of the log from the
+        stop offset, which only the stop writes), for those this run did not see written. A
+        marker names its producer, not the transaction's first offset: that is the prediction's
+        for the same producer and epoch, or -1 (unknown)."""
+        seen = {(a.producer_id, a.producer_epoch) for a in o.aborts}
+        pred = self._prediction(tp.topic_id)
+        p = pred.partition(tp.partition) if pred is not None else None
+        first = {(a.producer_id, a.producer_epoch): a.first_offset for a in (p.aborts if p is not None else ())}
+        found = tuple(PredictedAbort(b.producer_id, b.producer_epoch, first.get((b.producer_id, b.producer_epoch), -1))
+                      for b in tail if b.is_control and b.control_type == ControlType.ABORT
+                      and (b.producer_id, b.producer_epoch) not in seen)  # fmt: skip
+        return msgspec.structs.replace(o, aborts=o.aborts + found) if found else o
+
     def final_sync(self, states: Mapping[TopicPartition, MirrorPartitionState],
                    positions: Mapping[TopicPartition, Sequence[tuple[str, int]]] | None) -> None:  # fmt: skip
         """STOPPING's last group sync ran (``positions`` None: it failed): where it left each
@@ -89,6 +104,9 @@ class StopImpacts:
             first = {(t.producer_id, t.producer_epoch): t.first_offset for t in (stop.open_transactions if stop else ())}
             o = msgspec.structs.replace(o, aborts=o.aborts + tuple(
                 PredictedAbort(c.producer_id, c.producer_epoch, first.get((c.producer_id, c.producer_epoch), -1)) for c in aborts))  # fmt: skip
+        tail = getattr(getattr(obs, "stop", None), "tail", None)
+        if before.step is Step.STOP_PID_RESET and tail is not None:
+            o = self._aborts_in_tail(tp, o, tail)
         if after.stop_offset >= 0:
             o = msgspec.structs.replace(o, stop_offset=after.stop_offset)
         self.outcomes[tp] = o
