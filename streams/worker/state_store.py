@@ -158,6 +158,8 @@ class WorkerStateStore:
             state = self.durable.get(key)
             if state is not None and self.outlived(key, state.applied_offset):
                 del self.durable[key]
+            self.pending_impact.get(p, {}).pop(key, None)  # a stop of a membership that is gone
+            self.durable_impact.pop(key, None)
             if p in self.owned:
                 self.deletes[p].add(key)
 
