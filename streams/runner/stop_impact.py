@@ -50,12 +50,13 @@ class StopImpacts:
         pred = self.prediction(topic_id)
         return pred if pred is not None and pred.mirror_name == self.mirror_name else None
 
-    def _outcome(self, key: MirrorPartitionKey) -> StopOutcome:
+    def _outcome(self, key: MirrorPartitionKey, stop_offset: int) -> StopOutcome:
         got = self.outcomes.get(key.topic_partition)
         if got is not None:
             return got
+        # After a restart: the outcome so far of this stop (the same stop offset), never an earlier one's.
         stored = getattr(self.store, "get_impact", lambda k: None)(key)
-        if stored is None:
+        if stored is None or stored.completed or stop_offset < 0 or stored.stop_offset != stop_offset:
             return StopOutcome()
         return StopOutcome(stored.stop_offset, tuple(PredictedAbort(a.producer_id, a.producer_epoch, a.first_offset)
                                                      for a in stored.aborts))  # fmt: skip
@@ -83,7 +84,7 @@ class StopImpacts:
         hw = {tp: r.hw for tp, r in zip(tps, his) if not isinstance(r, PortError)}
         for tp, state in states.items():
             key = MirrorPartitionKey(self.mirror_name, tp.topic_id, tp.partition)
-            o = self._outcome(key)
+            o = self._outcome(key, state.stop_offset)
             if positions is not None:
                 o = msgspec.structs.replace(o, synced_groups=tuple(SyncedGroup(g, off) for g, off in sorted(positions.get(tp, ()))))
             if tp in hw and state.stop_offset >= 0:
@@ -94,10 +95,12 @@ class StopImpacts:
                 want: DesiredState, now_ms: int) -> None:  # fmt: skip
         """After ``decision``'s commands ran and its state was queued."""
         after = decision.state
-        if want is not DesiredState.STOP or before.state is not MirrorState.STOPPING:
-            return
         tp = key.topic_partition
-        o = self._outcome(key)
+        if want is not DesiredState.STOP or before.state is not MirrorState.STOPPING:
+            if want is DesiredState.STOP and after.state is MirrorState.STOPPING:
+                self.outcomes[tp] = StopOutcome()  # a new stop: nothing of an earlier one
+            return
+        o = self._outcome(key, before.stop_offset)
         aborts = [c for c in decision.commands if isinstance(c, AppendControl) and c.control_type is ControlType.ABORT]
         if aborts:
             stop = getattr(obs, "stop", None)
