@@ -19,6 +19,9 @@ Tables (``TABLES``), one row per ...:
 - ``mirror_configs``: a mirror's config entry, secrets redacted;
 - ``consistent_cuts``: mirror partition stopped with ``--consistent-cut``: T, the cut offset and
   what it gave up (``[cut_offset, given_up_end_offset)``, its records, their newest timestamp).
+- ``failover_impacts``: (mirror partition, stop): the stop's prediction (the metadata log's
+  ``MirrorFailoverImpactRecord``) beside its outcome, as ``__mirror_state`` keeps them (the
+  latest stop of each partition; -1 is unknown or none; lists as sorted text).
 
 Every table has a ``mirror`` column in memory; on disk it becomes the ``mirror=`` directory
 (hive layout), under which come ``date=``, ``snapshot_offset=`` and ``taken_at_ms=`` (see
@@ -150,6 +153,32 @@ class CutRow(msgspec.Struct, frozen=True, kw_only=True):
     newest_given_up_timestamp: int = UNDEFINED  # -1: none given up
 
 
+class FailoverImpactRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One partition's stop: what it was predicted to cost and what it did (issue #26).
+
+    ``*aborts``: ``producer_id@first_offset`` sorted, comma-joined; ``*groups``: ``group=offset``."""
+
+    mirror: str
+    topic: str
+    topic_id: str
+    partition: int
+    metadata_offset: int  # of the MirrorFailoverImpactRecord; -1: none
+    predicted_at_ms: int = UNDEFINED
+    missing_reason: str | None = None
+    completed: bool = False
+    completed_at_ms: int = UNDEFINED
+    predicted_end_offset: int = UNDEFINED
+    stop_offset: int = UNDEFINED
+    predicted_source_hw: int = UNDEFINED
+    predicted_lost_records: int = UNDEFINED
+    lost_records: int = UNDEFINED
+    predicted_oldest_lost_age_ms: int = UNDEFINED
+    predicted_aborts: str = ""
+    aborts: str = ""
+    predicted_groups: str = ""
+    synced_groups: str = ""
+
+
 class AuditSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """Everything one export writes, all taken at ``metadata_offset`` of the metadata log.
 
@@ -168,6 +197,7 @@ class AuditSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     acl_drift: list[AclDriftRow] = []
     mirror_configs: dict[str, dict[str, str]] = {}
     consistent_cuts: list[CutRow] = []
+    failover_impacts: list[FailoverImpactRow] = []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,6 +322,25 @@ TABLES: Final[dict[str, pa.Schema]] = {
             pa.field("config_value", _S, True),
             pa.field("redacted", pa.bool_(), False),
         ]
+    ),
+    "failover_impacts": pa.schema(
+        _key(
+            pa.field("metadata_offset", _I64, False),
+            pa.field("predicted_at_ms", _I64, False),
+            pa.field("missing_reason", _S, True),
+            pa.field("completed", pa.bool_(), False),
+            pa.field("completed_at_ms", _I64, False),
+            pa.field("predicted_end_offset", _I64, False),
+            pa.field("stop_offset", _I64, False),
+            pa.field("predicted_source_hw", _I64, False),
+            pa.field("predicted_lost_records", _I64, False),
+            pa.field("lost_records", _I64, False),
+            pa.field("predicted_oldest_lost_age_ms", _I64, False),
+            pa.field("predicted_aborts", _S, False),
+            pa.field("aborts", _S, False),
+            pa.field("predicted_groups", _S, False),
+            pa.field("synced_groups", _S, False),
+        )
     ),
 }
 
@@ -458,4 +507,6 @@ def snapshot_to_arrow(snapshot: AuditSnapshot) -> dict[str, pa.Table]:
             "redacted": [False] * len(items),
         },
     )
+    fi = snapshot.failover_impacts
+    tables["failover_impacts"] = build("failover_impacts", {n: col(fi, n) for n in TABLES["failover_impacts"].names})
     return tables

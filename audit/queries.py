@@ -14,6 +14,7 @@ lag_per_mirror                 info       lag per mirror, per snapshot (over tim
 lag_per_topic                  info       lag per mirror and topic, per snapshot (over time)
 failover_timeline              info       failover/failback episodes of each mirror, by event
 transition_counts              info       transitions by mirror and type
+impact_vs_outcome              info       partitions whose stop did otherwise than its prediction
 config_drift                   drift      config differences in the latest snapshot
 acl_drift                      drift      ACL differences in the latest snapshot
 =============================  =========  =======================================================
@@ -29,6 +30,7 @@ from typing import Final, Literal
 from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 
+from audit.impact import impact_vs_outcome
 from audit.rollup import FB_START, FO_DONE, FO_START, PM, ROLLUPS, RUN_GAP_MS
 from audit.spark import Scope, SnapshotStore
 from coordinator.states import MirrorState, is_legal_transition
@@ -490,6 +492,8 @@ QUERIES: Final[dict[str, Query]] = {
         Query("failover_timeline", "info", "failover and failback episodes of each mirror, by event",
               failover_timeline, ("transitions",)),
         Query("transition_counts", "info", "transitions by mirror and type", transition_counts, ("transitions",)),
+        Query("impact_vs_outcome", "info", "partitions whose stop did otherwise than its prediction (issue #26)",
+              impact_vs_outcome, ("failover_impacts",)),
         Query("config_drift", "drift", "config drift in the latest snapshot", config_drift, ("config_drift",)),
         Query("acl_drift", "drift", "ACL drift in the latest snapshot", acl_drift, ("acl_drift",)),
     )

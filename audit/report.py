@@ -298,6 +298,11 @@ def build_report(
         parts.append(_table(cols, e["rows"]))
     parts.append(_result_section(have["failover_timeline"]))
 
+    iv = have["impact_vs_outcome"]  # one line: the stops' predictions against their outcomes
+    parts.append("<p class='ok'>✓ every stop did what its prediction said</p>" if iv.row_count == 0 else
+                 f"<p class='note'>⚠ {iv.row_count:,} partition(s) stopped otherwise than predicted "
+                 "(query impact_vs_outcome)</p>")  # fmt: skip
+
     parts.append("<h2>Transitions by type</h2>")
     parts.append(_result_section(have["transition_counts"]))
     parts.append("<h2>Drift</h2>")

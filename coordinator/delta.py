@@ -26,9 +26,10 @@ from typing import Any, NamedTuple, Union
 
 import msgspec
 
-from coordinator.image import (EMPTY_IMAGE, AclsImage, ClusterMirrorImage, ConfigResource, ConfigResourceType,
+from coordinator.image import (EMPTY_IMAGE, TopicPrediction, AclsImage, ClusterMirrorImage, ConfigResource, ConfigResourceType,
                                ConfigsImage, MetadataImage, MetadataProvenance, MirrorsImage, MirrorTopic,
                                PartitionRegistration, StandardAcl, TopicCut, TopicImage, TopicsImage, frozen_map)
+from coordinator.impact_record import predictions
 from coordinator.states import DesiredState
 from records.framing import ApiMessageAndVersion, FrameError, MetadataRecordSerde
 from records.registry import SchemaSet, default_schemas
@@ -202,6 +203,7 @@ class MirrorsDelta:
         # (mirror, topic) -> offset at which the topic last left that mirror in this delta: kept
         # even if it joins again later in the delta, so a re-created mirror starts from nothing.
         self.left: dict[tuple[str, uuid.UUID], int] = {}
+        self.impacts: dict[uuid.UUID, TopicPrediction | None] = {}  # predictions set (None: dropped)
 
     def exists(self, name: str) -> bool:
         d = self.configs.get(name)
@@ -216,7 +218,13 @@ class MirrorsDelta:
         before = self.membership(topic_id)
         if before is not None and (member is None or member.mirror_name != before.mirror_name):
             self.left[(before.mirror_name, topic_id)] = offset
+        if member is None or member.desired_state is not DesiredState.STOP:
+            self.drop_impact(topic_id)  # a stop's prediction lasts until the topic moves on
         self.topics[topic_id] = member
+
+    def drop_impact(self, topic_id: uuid.UUID) -> None:
+        if self.impacts.get(topic_id, self.image.impacts.get(topic_id)) is not None:
+            self.impacts[topic_id] = None
 
     def set_config(self, name: str, key: str, value: str | None, offset: int) -> None:
         d = self.configs.get(name)
@@ -238,7 +246,7 @@ class MirrorsDelta:
                 self.set_membership(tid, None, offset)
 
     def apply(self) -> MirrorsImage:
-        if not self.configs and not self.topics:
+        if not self.configs and not self.topics and not self.impacts:
             return self.image
         mirrors = self.image.mirrors
         if self.configs:
@@ -258,7 +266,16 @@ class MirrorsDelta:
                 else:
                     t[tid] = m
             topics = frozen_map(t)
-        return MirrorsImage(mirrors, topics)
+        impacts = self.image.impacts
+        if self.impacts:
+            i = dict(impacts)
+            for tid, pred in self.impacts.items():
+                if pred is None:
+                    i.pop(tid, None)
+                else:
+                    i[tid] = pred
+            impacts = frozen_map(i)
+        return MirrorsImage(mirrors, topics, impacts)
 
 
 class AclsDelta:
@@ -456,6 +473,7 @@ class MetadataDelta:
         self.configs.clear(ConfigResource(int(ConfigResourceType.TOPIC), name))
         if self.mirrors.membership(r.topic_id) is not None:
             self.mirrors.set_membership(r.topic_id, None, offset)
+        self.mirrors.drop_impact(r.topic_id)
         return None
 
     def replay_config_record(self, r: Any, offset: int) -> _Outcome:
@@ -485,6 +503,17 @@ class MetadataDelta:
         if desired is DesiredState.STOP and r.cut_timestamp >= 0:
             cut = TopicCut(r.cut_timestamp, tuple(sorted((c.partition_index, c.cut_offset) for c in r.cut_partitions)))
         self.mirrors.set_membership(tid, MirrorTopic(tid, r.mirror_name, desired, offset, cut), offset)
+        return None
+
+    def replay_mirror_failover_impact_record(self, r: Any, offset: int) -> _Outcome:
+        # A prediction only: no membership or desired state changes here.
+        if not self.mirrors.exists(r.mirror_name):
+            return ProblemKind.UNKNOWN_MIRROR, f"failover impact for unknown cluster mirror {r.mirror_name!r}"
+        unknown = [str(t.topic_id) for t in r.topics if self.topics.view(t.topic_id) is None]
+        if unknown:
+            return ProblemKind.UNKNOWN_TOPIC, f"failover impact for unknown topic ID(s) {', '.join(unknown)}"
+        for pred in predictions(r, offset):
+            self.mirrors.impacts[pred.topic_id] = pred
         return None
 
     def replay_access_control_entry_record(self, r: Any, offset: int) -> _Outcome:

@@ -21,6 +21,9 @@ How cluster mirrors are recorded (KIP-1279 prototype, ``ConfigurationControlMana
 - A topic's membership is set by ``MirrorTopicStateChangeRecord``; a null ``MirrorName``
   detaches it (the controller writes DesiredState 1 = STOP there, ignored on replay; the
   prototype's blank name is read the same way).
+- A stop's prediction is a ``MirrorFailoverImpactRecord`` (``coordinator.impact_record``): the
+  image keeps each topic's latest (``MirrorsImage.impacts``) until the topic is started, paused,
+  detached or removed; it changes no mirror state.
 - ClusterMirror ACLs are ``AccessControlEntryRecord``s with ``ResourceType`` 8 (Kafka's ACL
   resource types end at USER = 7; 8 is the first unused one).
 
@@ -40,6 +43,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from coordinator.impact_record import TopicPrediction, snapshot_record
 from coordinator.states import DesiredState
 from records.framing import ApiMessageAndVersion
 from records.registry import SchemaSet, default_schemas
@@ -261,6 +265,7 @@ class MirrorTopic:
 class MirrorsImage:
     mirrors: Mapping[str, ClusterMirrorImage] = field(default_factory=lambda: _EMPTY_MAP)
     topics: Mapping[uuid.UUID, MirrorTopic] = field(default_factory=lambda: _EMPTY_MAP)
+    impacts: Mapping[uuid.UUID, TopicPrediction] = field(default_factory=lambda: _EMPTY_MAP)  # latest stop's prediction
 
     def get(self, name: str) -> ClusterMirrorImage | None:
         return self.mirrors.get(name)
@@ -329,7 +334,7 @@ class MetadataImage:
         """The image as records, in an order that replays cleanly into an empty delta.
 
         Topics and their partitions first, then configs, mirrors (configs, then memberships,
-        which need both) and ACLs. Each group is sorted so equal images give equal snapshots.
+        which need both, then the stops' predictions) and ACLs. Each group is sorted so equal images give equal snapshots.
         """
         return list(_SnapshotWriter(schemas or default_schemas()).write(self))
 
@@ -383,6 +388,8 @@ class _SnapshotWriter:
                        "cut_partitions": [part(partition_index=p, cut_offset=o) for p, o in m.cut.offsets]}
             yield self.amv("MirrorTopicStateChangeRecord", state_record(
                 topic_id=tid, mirror_name=m.mirror_name, desired_state=int(m.desired_state), **cut))
+        for tid in sorted(image.mirrors.impacts, key=lambda u: u.int):
+            yield self.amv("MirrorFailoverImpactRecord", snapshot_record(self.s, image.mirrors.impacts[tid]))
         for acl_id in sorted(image.acls.acls, key=lambda u: u.int):
             a = image.acls.acls[acl_id]
             yield self.amv("AccessControlEntryRecord", acl_record(
@@ -392,5 +399,6 @@ class _SnapshotWriter:
 
 
 _SNAPSHOT_TYPES = (
-    "TopicRecord", "PartitionRecord", "ConfigRecord", "MirrorTopicStateChangeRecord", "AccessControlEntryRecord",
+    "TopicRecord", "PartitionRecord", "ConfigRecord", "MirrorTopicStateChangeRecord", "MirrorFailoverImpactRecord",
+    "AccessControlEntryRecord",
 )

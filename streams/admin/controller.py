@@ -55,7 +55,7 @@ from streams.state.sync_status import SyncStatusView, sync_status_topic_spec
 from streams.state.changelog_view import MirrorStateChangelogView, PartitionStatus, StateKey
 from streams.admin.members import DeadMemberRemover
 from streams.admin.cut import attach_cuts, plan_stop_cut
-from streams.admin.preview import PreviewPorts, log_stop_impact, serve_preview
+from streams.admin.preview import PreviewPorts, predict_stop, serve_preview, with_impact_record
 from streams.admin.responses import alter_configs_response, describe_config, describe_response, error_response, list_response, names, topic_response
 
 log = logging.getLogger(__name__)
@@ -377,19 +377,21 @@ class ClusterMirrorController:
                 else:
                     records, response = await asyncio.to_thread(self.validator, req, image, statuses)
             else:
-                cuts = None
+                prediction, cuts = None, None
+                states = {k: v.state for k, v in statuses.items()} if api == "StopMirrorTopics" else {}
                 if api == "StopMirrorTopics" and getattr(body, "consistent_cut", False):  # planned, or refused
-                    cuts, preview = await plan_stop_cut(image, body, who, {k: v.state for k, v in statuses.items()},
-                                                        self.preview_ports, self.schemas)  # fmt: skip
-                    if cuts is None:
-                        refused = error_response(self.schemas, api, preview.error_code, preview.error_message)
-                        return refused, self.metadata_offset
-                elif api == "StopMirrorTopics":  # the stop's impact, logged as at the cut (issue #26)
-                    await log_stop_impact(image, body, who, {k: v.state for k, v in statuses.items()},
-                                          self.preview_ports, self.schemas)  # fmt: skip
+                    planned = await plan_stop_cut(image, body, who, states, self.preview_ports, self.schemas)
+                    if isinstance(planned, tuple):
+                        cuts, prediction = planned
+                    else:
+                        return error_response(self.schemas, api, planned.code, planned.message), self.metadata_offset
+                elif api == "StopMirrorTopics":  # the stop's impact, predicted as at the cut (issue #26)
+                    prediction = await predict_stop(image, body, who, states, self.preview_ports, self.schemas)
                 records, response = self.validator(req, image, statuses)
                 if cuts is not None:
                     records = attach_cuts(records, cuts, self.schemas)
+                if prediction is not None and records:  # it travels with the stop, in the same append
+                    records = with_impact_record(self.schemas, body.mirror_name, prediction, records)  # type: ignore[attr-defined]
             secrets = secret_values({c.name: c.value for c in getattr(body, "config", None) or getattr(body, "configs", [])})
             code = getattr(response, "error_code", 0)
             log.info("%s %s by %s from %s: error %d, %d record(s)%s", api, getattr(body, "mirror_name", ""),

@@ -2,7 +2,7 @@
 stop's records carry it.
 
 Before a StopMirrorTopics with ConsistentCut is appended, the controller runs the very dry run
-of that stop (``serve_preview`` with ConsistentCut: ``coordinator.cut.plan_cut`` on fresh reads
+of that stop (``predict`` with ConsistentCut: ``coordinator.cut.plan_cut`` on fresh reads
 of both clusters) and either refuses the stop with the planner's error (nothing is appended) or
 puts T and each partition's cut offset into the stop's MirrorTopicStateChangeRecords. The
 workers learn the cut only by replaying those records (``coordinator.delta``); the workflow
@@ -25,21 +25,28 @@ from coordinator.image import MetadataImage, TopicCut
 from coordinator.states import DesiredState
 from records.framing import ApiMessageAndVersion
 from records.registry import SchemaSet
-from streams.admin.preview import PreviewPorts, StopAsPreview, preview_rows, serve_preview
+from coordinator.impact import StopImpact
+from streams.admin.preview import (PreviewPorts, Refused, StopAsPreview, StopPrediction, impact_response, predict,
+                                   preview_rows)
 
 log = logging.getLogger(__name__)
 
 
 async def plan_stop_cut(image: MetadataImage, body: Any, principal: admin.Principal, states: Any,
-                        ports: PreviewPorts | None, schemas: SchemaSet) -> tuple[dict[uuid.UUID, TopicCut] | None, Any]:  # fmt: skip
-    """The cut of a StopMirrorTopics (ConsistentCut), per topic ID; or None and the preview's
-    refusal (its error code and message are the stop's). Logged as the stop's impact."""
+                        ports: PreviewPorts | None, schemas: SchemaSet,
+                        ) -> tuple[dict[uuid.UUID, TopicCut], StopPrediction] | Refused:  # fmt: skip
+    """The cut of a StopMirrorTopics (ConsistentCut), per topic ID, and the stop's prediction at
+    that cut (one dry run gives both); or the dry run's refusal, which is the stop's. Logged as
+    the stop's impact. Not bounded as a plain stop's prediction is: the cut needs its plan."""
     preview = StopAsPreview(body.mirror_name, [t.topic_name for t in body.topics], list(body.patterns),
-                             consistent_cut=True)  # fmt: skip
-    response = await serve_preview(image, preview, principal, states, ports, schemas)
-    if response.error_code:
-        log.warning("consistent cut of %s refused: %s", body.mirror_name, response.error_message)
-        return None, response
+                            consistent_cut=True)  # fmt: skip
+    got = await predict(image, preview, principal, states, ports, schemas)
+    if isinstance(got, Refused):
+        log.warning("consistent cut of %s refused: %s", body.mirror_name, got.message)
+        return got
+    impact, names, selected, now_ms, plan = got
+    assert isinstance(impact, StopImpact)
+    response = impact_response(schemas, impact, names, selected, False, plan)
     cuts: dict[uuid.UUID, TopicCut] = {}
     for t in response.topics:
         topic = image.topics.get_by_name(t.name)
@@ -51,7 +58,7 @@ async def plan_stop_cut(image: MetadataImage, body: Any, principal: admin.Princi
         log.info("failover impact %s", json.dumps({"mirror": body.mirror_name, "cut_timestamp": response.cut_timestamp,
                                                    **row}, sort_keys=True))  # fmt: skip
     log.info("failover impact of %s: %s", body.mirror_name, response.verdict)
-    return cuts, response
+    return cuts, StopPrediction(impact, now_ms)
 
 
 def attach_cuts(records: Sequence[ApiMessageAndVersion], cuts: dict[uuid.UUID, TopicCut],

@@ -19,7 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 import msgspec
 
@@ -27,9 +27,11 @@ from coordinator import admin
 from coordinator.image import ClusterMirrorImage, MetadataImage
 from coordinator.cut import CutPlan, CutRefusal
 from coordinator.impact import FailbackImpact, StopImpact
+from coordinator.impact_record import impact_record
 from coordinator.ports import PortError, TopicPartition
 from coordinator.states import DesiredState, ErrorCode
 from coordinator.workflows.config import MirrorConfig
+from records.framing import ApiMessageAndVersion
 from records.registry import SchemaSet
 from streams.runner.preview import preview_cut, preview_failback, preview_stop
 
@@ -59,16 +61,25 @@ def _response(schemas: SchemaSet, **fields: Any) -> Any:
     return schemas.struct("PreviewMirrorTopicsResponse")(throttle_time_ms=0, **fields)
 
 
-async def serve_preview(image: MetadataImage, body: Any, principal: admin.Principal, states: Any,
-                        ports: PreviewPorts | None, schemas: SchemaSet, max_partitions: int | None = None) -> msgspec.Struct:  # fmt: skip
-    def refuse(code: int, message: str) -> Any:
-        return _response(schemas, error_code=int(code), error_message=message, topics=[])
+class Refused(NamedTuple):
+    """Why there is no preview: the error the PreviewMirrorTopics response carries."""
 
+    code: int
+    message: str
+
+
+# (impact, topic names by ID, the selection, when, the consistent cut's plan if one was asked for)
+Predicted = tuple["StopImpact | FailbackImpact", dict[Any, str], admin.AdminResponse, int, "CutPlan | None"]
+
+
+async def predict(image: MetadataImage, body: Any, principal: admin.Principal, states: Any, ports: PreviewPorts | None,
+                  schemas: SchemaSet, max_partitions: int | None = None) -> Predicted | Refused:  # fmt: skip
+    """The impact of ``body``'s operation (``Predicted``), or why not."""
     selected = _selected(image, body, principal, states, schemas)
     if selected.error_code != ErrorCode.NONE:
-        return refuse(selected.error_code, selected.error_message or "")
+        return Refused(selected.error_code, selected.error_message or "")
     if ports is None:
-        return refuse(ErrorCode.INVALID_REQUEST, "this controller has no cluster ports to preview with (cluster.model.port)")
+        return Refused(ErrorCode.INVALID_REQUEST, "this controller has no cluster ports to preview with (cluster.model.port)")
     mirror = image.mirrors.get(body.mirror_name)
     assert mirror is not None  # the validation refused an unknown mirror
     ok = [t.name for t in selected.topics if t.error_code == ErrorCode.NONE]
@@ -84,10 +95,10 @@ async def serve_preview(image: MetadataImage, body: Any, principal: admin.Princi
         stopped = sorted(names[t] for t in names
                          if (m := image.mirror_topic(t)) is not None and m.desired_state is DesiredState.STOP)  # fmt: skip
         if stopped:
-            return refuse(ErrorCode.INVALID_REQUEST, f"a consistent cut is planned across topics still mirroring; "
-                                                     f"already stopped: {', '.join(stopped)}")  # fmt: skip
+            return Refused(ErrorCode.INVALID_REQUEST, f"a consistent cut is planned across topics still mirroring; "
+                                                      f"already stopped: {', '.join(stopped)}")  # fmt: skip
     if max_partitions is not None and len(tps) > max_partitions:
-        return refuse(ErrorCode.INVALID_REQUEST, f"{len(tps)} partitions, more than {max_partitions}")
+        return Refused(ErrorCode.INVALID_REQUEST, f"{len(tps)} partitions, more than {max_partitions}")
     try:
         config = MirrorConfig.from_properties(dict(mirror.configs))
     except ValueError:
@@ -95,7 +106,7 @@ async def serve_preview(image: MetadataImage, body: Any, principal: admin.Princi
     try:
         source, dest = ports(mirror)
     except ValueError as e:
-        return refuse(ErrorCode.INVALID_REQUEST, f"cannot open the mirror's ports: {e}")
+        return Refused(ErrorCode.INVALID_REQUEST, f"cannot open the mirror's ports: {e}")
     try:
         now_ms = int(time.time() * 1000)
         plan: CutPlan | CutRefusal | None = None
@@ -105,13 +116,22 @@ async def serve_preview(image: MetadataImage, body: Any, principal: admin.Princi
             if want_cut:
                 plan = await asyncio.to_thread(preview_cut, source, dest, tps)
                 if isinstance(plan, CutRefusal):
-                    return refuse(plan.error_code, f"no consistent cut: {plan.message}")
+                    return Refused(plan.error_code, f"no consistent cut: {plan.message}")
             cuts = None if plan is None else {p.tp: p.cut_offset for p in plan.partitions}
             impact = await asyncio.to_thread(preview_stop, source, dest, tps, now_ms, config, cuts)
     except PortError as e:  # the destination must answer (a failback: both)
-        return refuse(ErrorCode.UNKNOWN_SERVER_ERROR, f"preview failed: {e}")
+        return Refused(ErrorCode.UNKNOWN_SERVER_ERROR, f"preview failed: {e}")
     finally:
         await asyncio.to_thread(_close, source, dest)
+    return impact, names, selected, now_ms, plan
+
+
+async def serve_preview(image: MetadataImage, body: Any, principal: admin.Principal, states: Any,
+                        ports: PreviewPorts | None, schemas: SchemaSet, max_partitions: int | None = None) -> msgspec.Struct:  # fmt: skip
+    got = await predict(image, body, principal, states, ports, schemas, max_partitions)
+    if isinstance(got, Refused):
+        return _response(schemas, error_code=int(got.code), error_message=got.message, topics=[])
+    impact, names, selected, _, plan = got
     return impact_response(schemas, impact, names, selected, body.failback, plan)
 
 
@@ -126,30 +146,41 @@ class StopAsPreview(msgspec.Struct, frozen=True):
     consistent_cut: bool = False
 
 
-IMPACT_LOG_TIMEOUT_S = 5.0  # the stop waits at most this long for its impact record
+IMPACT_LOG_TIMEOUT_S = 5.0  # the stop waits at most this long for its prediction
 # The reads are a few round trips per partition, one after the other: a mass failover goes
-# without the record rather than wait for it (the preview itself has no such bound).
+# with a record that says the prediction is missing rather than wait for it.
 IMPACT_LOG_MAX_PARTITIONS = 2_000
 
 
-async def log_stop_impact(image: MetadataImage, body: Any, principal: admin.Principal, states: Any,
-                          ports: PreviewPorts | None, schemas: SchemaSet) -> Any:  # fmt: skip
-    """Before a StopMirrorTopics is appended: the preview of that very stop, one structured log
-    line per partition (``failover impact {json}``), so the prediction can be set beside the
-    outcome. Bounded (a slow source must not hold a failover up): on timeout it says so."""
+class StopPrediction(NamedTuple):
+    """A stop's prediction as the controller made it: the impact, or why there is none."""
+
+    impact: StopImpact | None
+    now_ms: int
+    missing_reason: str | None = None
+
+
+async def predict_stop(image: MetadataImage, body: Any, principal: admin.Principal, states: Any,
+                       ports: PreviewPorts | None, schemas: SchemaSet) -> StopPrediction:  # fmt: skip
+    """Before a StopMirrorTopics is appended: the preview of that very stop, also logged one
+    structured line per partition (``failover impact {json}``). Bounded (a slow source must not
+    hold a failover up): past the bound, the prediction is missing and says why."""
+    now_ms = int(time.time() * 1000)
     if ports is None:
-        return None
-    preview = StopAsPreview(body.mirror_name, [t.topic_name for t in body.topics], list(body.patterns),
-                             consistent_cut=bool(getattr(body, "consistent_cut", False)))  # fmt: skip
+        return StopPrediction(None, now_ms, "this controller has no cluster ports to predict with")
+    preview = StopAsPreview(body.mirror_name, [t.topic_name for t in body.topics], list(body.patterns))
     try:
-        response = await asyncio.wait_for(serve_preview(image, preview, principal, states, ports, schemas,
-                                                        IMPACT_LOG_MAX_PARTITIONS), IMPACT_LOG_TIMEOUT_S)  # fmt: skip
+        got = await asyncio.wait_for(predict(image, preview, principal, states, ports, schemas,
+                                             IMPACT_LOG_MAX_PARTITIONS), IMPACT_LOG_TIMEOUT_S)  # fmt: skip
     except asyncio.TimeoutError:
-        log.warning("failover impact of %s not recorded: no answer within %.0f s", body.mirror_name, IMPACT_LOG_TIMEOUT_S)
-        return None
-    if response.error_code:
-        log.info("failover impact of %s not recorded: %s", body.mirror_name, response.error_message)
-        return response
+        log.warning("failover impact of %s not predicted: no answer within %.0f s", body.mirror_name, IMPACT_LOG_TIMEOUT_S)
+        return StopPrediction(None, now_ms, f"no answer within {IMPACT_LOG_TIMEOUT_S:.0f} s")
+    if isinstance(got, Refused):
+        log.info("failover impact of %s not predicted: %s", body.mirror_name, got.message)
+        return StopPrediction(None, now_ms, got.message)
+    impact, names, selected, now_ms, _ = got
+    assert isinstance(impact, StopImpact)
+    response = impact_response(schemas, impact, names, selected, False)
     for row in preview_rows(response):
         log.info("failover impact %s", json.dumps({"mirror": body.mirror_name, **row}, sort_keys=True))
     for g in response.groups:
@@ -157,7 +188,25 @@ async def log_stop_impact(image: MetadataImage, body: Any, principal: admin.Prin
                                                    "partition": g.partition_index, "synced_offset": g.synced_offset,
                                                    "re_read_records": _none_json(g.re_read_records)}, sort_keys=True))  # fmt: skip
     log.info("failover impact of %s: %s", body.mirror_name, response.verdict)
-    return response
+    return StopPrediction(impact, now_ms)
+
+
+def with_impact_record(schemas: SchemaSet, mirror_name: str, prediction: StopPrediction,
+                       records: Sequence[ApiMessageAndVersion]) -> list[ApiMessageAndVersion]:  # fmt: skip
+    """The stop's records with its ``MirrorFailoverImpactRecord`` first (same append): for the
+    topics the stop sets to STOP, so the prediction reaches the workers before the stop does."""
+    state_cls = schemas.struct("MirrorTopicStateChangeRecord")
+    stopped = [r.message.topic_id for r in records if isinstance(r.message, state_cls)
+               and r.message.mirror_name == mirror_name and r.message.desired_state == int(DesiredState.STOP)]  # fmt: skip
+    if not stopped:
+        return list(records)
+    impact = prediction.impact
+    if impact is not None:  # only the partitions of the topics it stops
+        keep = set(stopped)
+        impact = msgspec.structs.replace(impact, partitions=tuple(p for p in impact.partitions if p.tp.topic_id in keep),
+                                         groups=tuple(g for g in impact.groups if g.tp.topic_id in keep))  # fmt: skip
+    record = impact_record(schemas, mirror_name, stopped, prediction.now_ms, impact, prediction.missing_reason)
+    return [ApiMessageAndVersion(record, 0, schemas.spec("MirrorFailoverImpactRecord").api_key), *records]  # type: ignore[arg-type]
 
 
 def _close(*ports: Any) -> None:

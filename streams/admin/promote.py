@@ -13,7 +13,7 @@ nothing, when the source does not answer (that is ``--stop``'s case), and gives 
 
 Records written on the source between the last check and the stop are not covered: a planned
 migration stops the source's producers first, and the stop's own impact record (the
-controller's ``failover impact`` log line) shows what it found at the cut.
+``MirrorFailoverImpactRecord`` the controller appends with it) keeps what it found at the cut.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ producers on A (keyed records, transactions committed and aborted) and consumer 
 failover (``--stop --dry-run`` first, then ``--stop``, with transactions still open on A: copied to B, aborted there once each;
 its last group offset sync carries the group's last commit to B) -> the group resumes on B,
 producers on B (again leaving transactions open) -> failback (``b-to-a``) -> A catches up with
-B's HW -> describe and a verdict computed from the two clusters' logs and what the clients saw -> the audit verdict (Spark)
+B's HW -> describe and a verdict computed from the two clusters' logs and what the clients saw -> ``--promote``
+of ``b-to-a`` (A writable again; what it reports at the cut is printed) -> the audit verdict (Spark)
 on the snapshots the workers export every second (``audit.export.*``: states, transitions from
 ``__mirror_state``, the clusters' offsets and leader epochs) to Parquet, one store per
 coordinator under ``<workdir>/audit/<cluster>``; ``--no-audit`` turns both off. Every process is stopped on exit, on failure and on Ctrl-C.
@@ -212,8 +213,6 @@ class Demo:
             return True
 
         wait_for("A to match B (LEO, HW and LSO equal)", in_sync, 60, clock)
-        if self.audit_enabled:
-            self.await_exports()
         clock.stop()
         left_open = sum(len(b.open_transactions(tp)) for tp in tps)
         self.say(f"A matches B: same LEO, HW and LSO on every partition ({left_open} transaction(s) B's producers "
@@ -222,9 +221,46 @@ class Demo:
         self.cli("B", "--describe", "--mirror", "a-to-b")
         self.cli("A", "--describe", "--mirror", "b-to-a")
         code = self.verdict(a, b, tps, a_before, b_at_stop, a_open)
+        self.clock = clock = Clock(port)  # the promote's stop needs the model's replication again
+        clock.start()
+        code = max(code, self.promote(a, ids, left_open))
+        if self.audit_enabled:
+            self.await_exports()
+        clock.stop()
         if self.audit_enabled:
             code = max(code, self.audit())
         return code
+
+    def promote(self, a: ClusterClient, ids: dict[str, Any], left_open: int) -> int:
+        """The failback's last step, once the verdict has compared the logs: ``--promote`` of b-to-a
+        makes A the writable primary again. Lag 0 and every group synced hold already; the
+        transactions B's producers left open (copied to A) are aborted on A by the stop
+        (``--abort-open-transactions``), as the promote reports at the cut."""
+        self.say("failback complete: promote b-to-a (waits for lag 0 and a group sync after the last commit, "
+                 "then stops; --abort-open-transactions for those B's producers left open):")  # fmt: skip
+        argv = ("--promote", "--mirror", "b-to-a", "--topics", ",".join(TOPICS), "--abort-open-transactions",
+                "--timeout", "60")  # fmt: skip
+        code, text = run_cli(self.endpoints["A"], *argv)
+        for line in text.rstrip().splitlines():
+            self.out.write(f"    {line}\n")
+        expected = f"would lose 0 records on 0 partitions; would abort {left_open} transactions"
+        problems = []
+        if code != (3 if left_open else 0) or "Promoted: stopped" not in text or (left_open and expected not in text):
+            problems.append(f"kafka-cluster-mirrors {' '.join(argv)}: exit {code}, expected 'Promoted' and '{expected}'")
+        try:
+            wait_for("A's topics to become writable", lambda: all(
+                not t.read_only for t in a.describe_topics(list(ids.values()))), 30, self.clock)  # fmt: skip
+        except DemoError as e:
+            problems.append(str(e))
+        opened = sum(len(a.open_transactions(TopicPartition(tid, p))) for t, tid in ids.items() for p in range(TOPICS[t]))
+        if opened:
+            problems.append(f"{opened} transaction(s) still open on A after the promote")
+        if problems:
+            self.out.write("\nPROMOTE: FAILED\n" + "".join(f"  - {p}\n" for p in problems))
+            return 1
+        self.out.write(f"\nPROMOTE: OK - b-to-a stopped at lag 0; A is writable; the {left_open} transaction(s) "
+                       "open on A were aborted there, as the promote said at the cut\n")  # fmt: skip
+        return 0
 
     def await_exports(self) -> None:
         """Waits for each coordinator's timed audit export (``audit.export.*``, one store per
@@ -269,8 +305,13 @@ class Demo:
         texts, ok = [], True
         try:
             for c, root in roots.items():
-                results = run_queries(spark, SnapshotStore(root), list(VIOLATION_QUERIES), AuditParams(), limit=SHOWN_ROWS)
+                results = run_queries(spark, SnapshotStore(root), [*VIOLATION_QUERIES, "impact_vs_outcome"], AuditParams(),
+                                      limit=SHOWN_ROWS)  # fmt: skip
+                impact = results.pop()  # impact_vs_outcome, info: reported, never failing
                 text, passed = verdict_text(results, latest[c].metadata_offset, latest[c].taken_at)
+                stops = latest[c].tables["failover_impacts"].rows if "failover_impacts" in latest[c].tables else 0
+                text += (f"; the stop's impact record ({stops} partition(s), prediction beside outcome): "
+                         f"{impact.row_count} differ ({', '.join(sorted({r['differs'] for r in impact.rows})) or 'none'})")  # fmt: skip
                 texts.append(f"coordinator {c} ({', '.join(latest[c].mirrors)}): {text}")
                 ok = ok and passed
         finally:

@@ -67,6 +67,7 @@ from streams.runner.observers import MirrorObservers
 from streams.runner.driver import drive_all
 from streams.runner.syncer import MirrorStats, MirrorSyncer
 from streams.runner.executor import Executor
+from streams.runner.stop_impact import StopImpacts
 from streams.runner.stores import DesiredStateLog, InMemoryStateStore
 
 _SETTLE_STEPS = 12  # workflow steps per partition per round; every workflow is shorter
@@ -138,6 +139,7 @@ class MirrorRunner:
                                          self.final_sync, lambda: (self._source_cluster_id, self._dest_cluster_id))
         self.syncer = MirrorSyncer(mirror_name, source, dest, self.config, self.executor, self.stats,
                                    self._topic_name, self._note, self.warnings)  # fmt: skip
+        self.impacts = StopImpacts(mirror_name, source, self.store)  # a stop's prediction and outcome (issue #26)
         self.now_ms = 0
         self._next_sync_ms = 0
         self._source_cluster_id: str | None = None
@@ -351,9 +353,11 @@ class MirrorRunner:
         to each partition's next stop observation."""
         if not tps:
             return
-        outcome = self.syncer.final_group_sync({tp: self.state(tp) for tp in tps}, self.now_ms)
+        states = {tp: self.state(tp) for tp in tps}
+        outcome = self.syncer.final_group_sync(states, self.now_ms)
         for tp in tps:
             self.final_sync[tp] = outcome
+        self.impacts.final_sync(states, self.syncer.final_positions if outcome is FinalSync.RAN else None)
 
     def _all_stopped(self, topic_id: uuid.UUID) -> bool:
         return all(self.state(TopicPartition(topic_id, p)).state in (MirrorState.STOPPED, MirrorState.UNKNOWN)
@@ -467,6 +471,7 @@ class MirrorRunner:
                     self.store.put_lme(decision.last_mirror_epoch)
                 if decision.state is states[key] or not self.persist(key, decision.state):
                     continue
+                self.impacts.decided(key, states[key], decision, observed[key], want, self.now_ms)
                 tp = key.topic_partition
                 self.backoff_until.pop(tp, None)
                 self.source_errors.pop(tp, None)

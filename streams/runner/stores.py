@@ -4,6 +4,9 @@ log of desired states (the worker uses RocksDB tables and the metadata image ins
 from __future__ import annotations
 
 import uuid
+
+import msgspec
+
 from coordinator.partition_state import (
     LastMirrorEpoch,
     MirrorPartitionKey,
@@ -22,6 +25,7 @@ class InMemoryStateStore:
     def __init__(self) -> None:
         self._values: dict[MirrorPartitionKey, bytes] = {}
         self.last_mirror_epochs: dict[MirrorPartitionKey, LastMirrorEpoch] = {}
+        self.impacts: dict[MirrorPartitionKey, msgspec.Struct] = {}  # MirrorFailoverImpactValues
         self.history: list[tuple[MirrorPartitionKey, MirrorState, MirrorState]] = []
 
     def get(self, key: MirrorPartitionKey) -> MirrorPartitionState | None:
@@ -40,6 +44,12 @@ class InMemoryStateStore:
 
     def put_lme(self, record: LastMirrorEpoch) -> None:
         self.last_mirror_epochs[record.key] = record
+
+    def put_impact(self, key: MirrorPartitionKey, value: msgspec.Struct) -> None:
+        self.impacts[key] = value
+
+    def get_impact(self, key: MirrorPartitionKey) -> msgspec.Struct | None:
+        return self.impacts.get(key)
 
     def keys(self, mirror_name: str) -> list[MirrorPartitionKey]:
         return sorted(k for k in self._values if k.mirror_name == mirror_name)

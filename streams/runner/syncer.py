@@ -87,6 +87,8 @@ class MirrorSyncer:
         self.topic_name = topic_name
         self.note = note
         self.warnings = warnings  # the runner's: config sync warnings join them
+        # the last final sync's group positions per partition (group, offset): a stop's outcome
+        self.final_positions: dict[TopicPartition, list[tuple[str, int]]] = {}
         self.now_ms = 0
         self._warned: tuple[tuple[str, str], ...] = ()
 
@@ -204,6 +206,7 @@ class MirrorSyncer:
         self.now_ms = now_ms
         error: PortError | None = None
         tps = list(stopping)
+        self.final_positions = {}
         try:
             self._sync_groups(stopping, final=True)
             outcome = FinalSync.RAN
@@ -251,6 +254,10 @@ class MirrorSyncer:
             partitions[tp] = DestPartition(live[tp].state, off.log_start, off.leo, final=final)
         plan = plan_group_sync(groups, source_offsets, active, dest_committed, partitions,
                                self.config.groups_include, self.config.groups_exclude)
+        if final:  # where each group resumes, rewritten or already there: the stop's outcome (issue #26)
+            for p in plan_group_sync(groups, source_offsets, active, {}, partitions, self.config.groups_include,
+                                     self.config.groups_exclude).offsets:  # fmt: skip
+                self.final_positions.setdefault(p.tp, []).append((p.group_id, p.offset))
         epochs = {(tp, o): self._epoch_before(tp, o) for tp, o in plan.epoch_lookups()}
         for cmd in finish_group_sync(plan, epochs):
             try:

@@ -4,11 +4,12 @@
 does, built from the project's schemas:
 
 - key   = int16 record type (the key schema's apiKey) + the key body at version 0:
-  type 2 ``MirrorPartitionStateKey``, type 1 ``LastMirrorEpochsKey``;
+  type 2 ``MirrorPartitionStateKey``, type 1 ``LastMirrorEpochsKey``, type 3
+  ``MirrorFailoverImpactKey`` (a stop's prediction and outcome, issue #26);
 - value = int16 value version + the value body (``MirrorPartitionStateValue`` /
-  ``LastMirrorEpochsValue``); a null value is a tombstone.
+  ``LastMirrorEpochsValue`` / ``MirrorFailoverImpactValue``); a null value is a tombstone.
 
-Both record types live in one table (their keys differ by the type prefix), because Faust
+Every record type lives in one table (their keys differ by the type prefix), because Faust
 maps each changelog partition to exactly one table. ``kafka-records decode --type
 MirrorPartitionStateKey --version 0 HEX`` reads a key once its 2-byte type is dropped, and
 the value likewise (``decode_changelog_record`` does both).
@@ -18,8 +19,8 @@ topic partition, and so the RocksDB partition that holds it) is::
 
     toPositive(murmur2(MirrorPartitionStateKey v0 body)) % mirror.state.topic.num.partitions
 
-Kafka's default partitioner over the key body (not the type prefix), so the state and the
-last mirror epoch of one mirror partition always share a partition. The table never takes
+Kafka's default partitioner over the key body (not the type prefix), so the state, the
+last mirror epoch and the failover impact of one mirror partition always share a partition. The table never takes
 the partition from the current event implicitly: it computes it from the key and refuses a
 write made while processing an event of another partition (a routing bug).
 
@@ -64,12 +65,15 @@ class RecordType(enum.IntEnum):
 
     LAST_MIRROR_EPOCHS = 1
     MIRROR_PARTITION_STATE = 2
+    MIRROR_FAILOVER_IMPACT = 3
 
 
-_KEY_SCHEMA = {RecordType.LAST_MIRROR_EPOCHS: "LastMirrorEpochsKey", RecordType.MIRROR_PARTITION_STATE: "MirrorPartitionStateKey"}
+_KEY_SCHEMA = {RecordType.LAST_MIRROR_EPOCHS: "LastMirrorEpochsKey", RecordType.MIRROR_PARTITION_STATE: "MirrorPartitionStateKey",
+               RecordType.MIRROR_FAILOVER_IMPACT: "MirrorFailoverImpactKey"}
 _VALUE_SCHEMA = {
     RecordType.LAST_MIRROR_EPOCHS: "LastMirrorEpochsValue",
     RecordType.MIRROR_PARTITION_STATE: "MirrorPartitionStateValue",
+    RecordType.MIRROR_FAILOVER_IMPACT: "MirrorFailoverImpactValue",
 }
 
 
@@ -103,6 +107,10 @@ class MirrorStateCodec:
         # LastMirrorEpochsKey has the same fields as MirrorPartitionStateKey, so the same body.
         body = self.schemas.encode(self.lme_key_cls(mirror_name=mirror_name, topic_id=topic_id, partition=partition), KEY_VERSION)
         return _INT16.pack(RecordType.LAST_MIRROR_EPOCHS) + body
+
+    def impact_key(self, mirror_name: str, topic_id: uuid.UUID, partition: int) -> bytes:
+        # The same body again: the impact lands in the state's partition.
+        return _INT16.pack(RecordType.MIRROR_FAILOVER_IMPACT) + self.key_body(mirror_name, topic_id, partition)
 
     def state_value(self, **fields: Any) -> msgspec.Struct:
         return self.state_value_cls(**fields)
@@ -146,6 +154,13 @@ def default_codec() -> MirrorStateCodec:
 
 def decode_changelog_record(key: bytes, value: bytes | None) -> ChangelogRecord:
     return default_codec().decode(key, value)
+
+
+def applied_offset_of(rtype: RecordType, value: msgspec.Struct) -> int:
+    """The metadata offset a value was written for (a failover impact: its prediction's record)."""
+    if rtype == RecordType.MIRROR_FAILOVER_IMPACT:
+        return value.metadata_offset  # type: ignore[attr-defined, no-any-return]
+    return value.applied_offset  # type: ignore[attr-defined, no-any-return]
 
 
 # ---------------------------------------------------------------------------------- partitioning

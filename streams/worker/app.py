@@ -402,6 +402,7 @@ class CoordinatorWorker:
                                   store=self.store, metadata=_DesiredView(self, name),  # type: ignore[arg-type]
                                   stats=self.stats.setdefault(name, MirrorStats()),
                                   jitter=full_jitter, long_poll=True)  # fmt: skip
+            runner.impacts.prediction = lambda topic_id: self.image.mirrors.impacts.get(topic_id)
             return MirrorJob(runner, ports, image.configs)
 
         m = self.mirrors[name] = await loop.run_in_executor(self.pool, build)

@@ -8,7 +8,8 @@ One worker per coordinator exports: the owner of table partition 0 (the store ha
 writer). Per export it
 
 1. reads ``__mirror_state`` from where it stopped (async, on the loop; it is I/O, not CPU):
-   every write of a mirror partition's state, its LME, tombstones. A write whose state differs
+   every write of a mirror partition's state, its LME, its latest stop's impact (prediction
+   and outcome: the ``failover_impacts`` table), tombstones. A write whose state differs
    from the key's last one is a transition, stamped with the metadata offset the writer had
    applied; the first write of a key (UNKNOWN, its registration) is none;
 2. hands the folded states, the transitions read since the last export and the image to one
@@ -39,7 +40,7 @@ from aiokafka import TopicPartition as KafkaTopicPartition
 
 from audit import layout
 from audit.export import ExportResult, export_snapshot
-from audit.model import UNDEFINED, AuditSnapshot, CutRow, PartitionRow, TransitionRow
+from audit.model import UNDEFINED, AuditSnapshot, CutRow, FailoverImpactRow, PartitionRow, TransitionRow
 from coordinator.image import MetadataImage
 from coordinator.partition_state import MirrorPartitionState
 from coordinator.port_types import PartitionOffsets, TopicPartition
@@ -64,6 +65,7 @@ class ChangelogFold:
     def __init__(self, emit_from: dict[int, int] | None = None) -> None:
         self.states: dict[Key, MirrorPartitionState] = {}
         self.lme: dict[Key, int] = {}
+        self.impacts: dict[Key, Any] = {}  # each partition's latest stop: prediction and outcome
         self.pending: list[_Transition] = []
         self.emit_from = dict(emit_from or {})
 
@@ -77,6 +79,12 @@ class ChangelogFold:
                 self.lme.pop(k, None)
             else:
                 self.lme[k] = rec.value.last_mirror_epoch
+            return
+        if rec.type == RecordType.MIRROR_FAILOVER_IMPACT:
+            if rec.value is None:
+                self.impacts.pop(k, None)
+            else:
+                self.impacts[k] = rec.value
             return
         if rec.value is None:  # the topic left its mirror: a re-created mirror starts from UNKNOWN
             self.states.pop(k, None)
@@ -174,11 +182,11 @@ class AuditExporter:
             assert self.fold is not None
             positions = await self._read()
             pending, self.fold.pending = self.fold.pending, []
-            states, lme = dict(self.fold.states), dict(self.fold.lme)
+            states, lme, impacts = dict(self.fold.states), dict(self.fold.lme), dict(self.fold.impacts)
             image, taken_at = self.image(), self.clock_ms()
             try:
                 result = await loop.run_in_executor(
-                    self.pool, self._write, image, states, lme, pending, positions, taken_at)  # fmt: skip
+                    self.pool, self._write, image, states, lme, pending, positions, taken_at, impacts)  # fmt: skip
             except BaseException:
                 self.fold.pending = pending + self.fold.pending  # exported next time
                 raise
@@ -198,7 +206,8 @@ class AuditExporter:
         return bool(names) and names[-1] != ours
 
     def _write(self, image: MetadataImage, states: dict[Key, MirrorPartitionState], lme: dict[Key, int],
-               pending: list[_Transition], positions: dict[int, int], taken_at: int) -> ExportResult:  # fmt: skip
+               pending: list[_Transition], positions: dict[int, int], taken_at: int,
+               impacts: dict[Key, Any] | None = None) -> ExportResult:  # fmt: skip
         def topic_name(tid: uuid.UUID) -> str:
             t = image.topics.get(tid)
             return t.name if t is not None else str(tid)
@@ -241,8 +250,11 @@ class AuditExporter:
                        newest_given_up_timestamp=st.newest_given_up_timestamp)
                 for k, st in sorted(states.items(), key=lambda kv: (kv[0][0], str(kv[0][1]), kv[0][2]))
                 if st.cut_offset >= 0 and k[0] in image.mirrors.mirrors]  # fmt: skip
+        rows = [impact_row(k, topic_name(k[1]), v) for k, v in sorted((impacts or {}).items(), key=lambda kv: (kv[0][0], str(kv[0][1]), kv[0][2]))
+                if k[0] in image.mirrors.mirrors]  # fmt: skip
         snapshot = AuditSnapshot(metadata_offset=max(offset, 0), taken_at_ms=taken_at, partitions=partitions,
-                                 transitions=transitions, mirror_configs=configs, consistent_cuts=cuts)  # fmt: skip
+                                 transitions=transitions, mirror_configs=configs, failover_impacts=rows,
+                                 consistent_cuts=cuts)  # fmt: skip
         return export_snapshot(snapshot, self.root, positions={str(p): o for p, o in positions.items()})
 
     def _offsets(self, mirror_name: str, mirror: Any, keys: list[Key]
@@ -264,6 +276,24 @@ class AuditExporter:
                 await self.consumer.stop()
                 self.consumer = None
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def impact_row(k: Key, topic: str, v: Any) -> FailoverImpactRow:
+    """A ``MirrorFailoverImpactValue`` as a ``failover_impacts`` row (lists as sorted text)."""
+    def aborts(xs: Any) -> str:
+        return ",".join(f"{a.producer_id}@{a.first_offset}" for a in sorted(xs, key=lambda a: (a.producer_id, a.first_offset)))
+
+    def groups(xs: Any) -> str:
+        return ",".join(f"{g.group_id}={g.offset}" for g in sorted(xs, key=lambda g: (g.group_id, g.offset)))
+
+    return FailoverImpactRow(
+        mirror=k[0], topic=topic, topic_id=str(k[1]), partition=k[2], metadata_offset=v.metadata_offset,
+        predicted_at_ms=v.predicted_at_ms, missing_reason=v.missing_reason, completed=v.completed,
+        completed_at_ms=v.completed_at_ms, predicted_end_offset=v.predicted_end_offset, stop_offset=v.stop_offset,
+        predicted_source_hw=v.predicted_source_high_watermark, predicted_lost_records=v.predicted_lost_records,
+        lost_records=v.lost_records, predicted_oldest_lost_age_ms=v.predicted_oldest_lost_age_ms,
+        predicted_aborts=aborts(v.predicted_aborts), aborts=aborts(v.aborts),
+        predicted_groups=groups(v.predicted_groups), synced_groups=groups(v.synced_groups))  # fmt: skip
 
 
 def _list_offsets_all(port: Any, tps: list[TopicPartition]) -> list[PartitionOffsets | None]:

@@ -10,6 +10,9 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import msgspec
+
 from coordinator.partition_state import (
     UNKNOWN_STATE,
     LastMirrorEpoch,
@@ -84,6 +87,9 @@ class WorkerStateStore:
         self.durable: DurableStates = DurableStates()
         self.pending: dict[int, dict[MirrorPartitionKey, MirrorPartitionState]] = defaultdict(dict)
         self.pending_lme: dict[int, dict[MirrorPartitionKey, LastMirrorEpoch]] = defaultdict(dict)
+        # MirrorFailoverImpactValues (issue #26), written with the same partition's state writes
+        self.pending_impact: dict[int, dict[MirrorPartitionKey, msgspec.Struct]] = defaultdict(dict)
+        self.durable_impact: dict[MirrorPartitionKey, msgspec.Struct] = {}  # of stops under way: their outcome so far
         self.owned: set[int] = set()
         # Latest states of table partitions other workers own, from the changelog (read-only):
         # the topic level needs every partition of a topic, wherever it is owned. None: not read
@@ -152,6 +158,8 @@ class WorkerStateStore:
             state = self.durable.get(key)
             if state is not None and self.outlived(key, state.applied_offset):
                 del self.durable[key]
+            self.pending_impact.get(p, {}).pop(key, None)  # a stop of a membership that is gone
+            self.durable_impact.pop(key, None)
             if p in self.owned:
                 self.deletes[p].add(key)
 
@@ -173,6 +181,30 @@ class WorkerStateStore:
             p = self.partition_of(record.key)
             if p in self.owned and not self.outlived(record.key, record.applied_offset):
                 self.pending_lme[p][record.key] = record
+
+    def put_impact(self, key: MirrorPartitionKey, value: msgspec.Struct) -> None:
+        """A stop's prediction and outcome so far: written with the state write it accompanies."""
+        with self.lock:
+            p = self.partition_of(key)
+            if p in self.owned:
+                self.pending_impact[p][key] = value
+
+    def take_impacts(self, partition: int) -> dict[MirrorPartitionKey, msgspec.Struct]:
+        with self.lock:
+            return self.pending_impact.pop(partition, {})
+
+    def land_impacts(self, written: dict[MirrorPartitionKey, Any]) -> None:
+        with self.lock:
+            for key, value in written.items():
+                if value.completed:
+                    self.durable_impact.pop(key, None)  # done: nothing more to add to it
+                else:
+                    self.durable_impact[key] = value
+
+    def get_impact(self, key: MirrorPartitionKey) -> msgspec.Struct | None:
+        with self.lock:
+            pending = self.pending_impact.get(self.partition_of(key), {}).get(key)
+            return pending if pending is not None else self.durable_impact.get(key)
 
     def may_run(self, key: MirrorPartitionKey, current: MirrorPartitionState, proposed: MirrorPartitionState | None) -> bool:
         """May a step that moves ``key`` from ``current`` to ``proposed`` (None: any step) run
@@ -207,7 +239,8 @@ class WorkerStateStore:
                 self.deletes[partition] |= keys
 
     def requeue(self, partition: int, states: dict[MirrorPartitionKey, MirrorPartitionState],
-                lmes: dict[MirrorPartitionKey, LastMirrorEpoch]) -> None:
+                lmes: dict[MirrorPartitionKey, LastMirrorEpoch],
+                impacts: dict[MirrorPartitionKey, msgspec.Struct] | None = None) -> None:  # fmt: skip
         """Puts back writes that were taken but not acknowledged (newer writes of a key win)."""
         with self.lock:
             if partition not in self.owned:
@@ -216,6 +249,8 @@ class WorkerStateStore:
                 self.pending[partition].setdefault(key, state)
             for key, lme in lmes.items():
                 self.pending_lme[partition].setdefault(key, lme)
+            for key, value in (impacts or {}).items():
+                self.pending_impact[partition].setdefault(key, value)
 
     def prepare(self, partition: int) -> tuple[list[tuple[MirrorPartitionKey, MirrorPartitionState]],
                                                dict[MirrorPartitionKey, LastMirrorEpoch],
@@ -255,6 +290,7 @@ class WorkerStateStore:
         with self.lock:
             self.pending.clear()
             self.pending_lme.clear()
+            self.pending_impact.clear()
             self.deletes.clear()
 
     def has_pending(self, key: MirrorPartitionKey) -> bool:
@@ -271,7 +307,10 @@ class WorkerStateStore:
             self.owned.discard(partition)
             self.pending.pop(partition, None)
             self.pending_lme.pop(partition, None)
+            self.pending_impact.pop(partition, None)
             self.deletes.pop(partition, None)
+            for k in [k for k in self.durable_impact if self.partition_of(k) == partition]:
+                del self.durable_impact[k]
             gone = [k for k in self.durable if self.partition_of(k) == partition]
             for k in gone:
                 del self.durable[k]

@@ -19,7 +19,7 @@ from typing import Any
 from coordinator.image import MetadataImage
 from coordinator.partition_state import MirrorPartitionKey, decode_state, encode_state, key_order
 from streams.config import WorkerConfig
-from streams.state.mirror_state import RecordType, default_codec, partition_for_key
+from streams.state.mirror_state import RecordType, applied_offset_of, default_codec, partition_for_key
 from streams.config import dlq_topic_spec, metadata_topic_spec
 from streams.state.mirror_state import desired_state_topic_spec, mirror_state_topic_spec
 from streams.state.sync_status import sync_status_topic_spec
@@ -90,10 +90,14 @@ class WorkerTable:
                     state = decode_state(raw_value[2:])
                     applied = state.applied_offset
                 else:
-                    applied = codec.decode_value(rtype, raw_value).applied_offset  # type: ignore[attr-defined]
+                    applied = applied_offset_of(rtype, codec.decode_value(rtype, raw_value))
                 if self.orphaned(key, applied):
                     self.store.deletes[p].add(key)  # its mirror no longer holds the topic: tombstones
                     continue
+                if rtype == RecordType.MIRROR_FAILOVER_IMPACT:
+                    value = codec.decode_value(rtype, raw_value)
+                    if not value.completed:  # type: ignore[attr-defined]
+                        self.store.durable_impact[key] = value  # a stop under way: its outcome so far
                 if rtype != RecordType.MIRROR_PARTITION_STATE:
                     continue
                 self.store.durable[key] = state
@@ -120,7 +124,8 @@ class WorkerTable:
         partition) and waits for the changelog to acknowledge them. Returns how many were written."""
         deletes = self.store.take_deletes(partition)
         ready, lmes, taken = self.store.prepare(partition)
-        if not taken and not lmes and not deletes:
+        impacts = self.store.take_impacts(partition)
+        if not taken and not lmes and not deletes and not impacts:
             return 0
         codec = default_codec()
         writes: list[tuple[bytes, bytes | None]] = [(raw, None) for raw in self.tombstones(deletes)]  # before new states
@@ -129,6 +134,8 @@ class WorkerTable:
         for key, lme in lmes.items():
             value = codec.lme_value(lme.last_mirror_epoch, lme.applied_offset)
             writes.append((codec.lme_key(key.mirror_name, key.topic_id, key.partition), codec.encode_value(value)))
+        # a stop's impact rides with the state write of the same step: no write of its own
+        writes += [(codec.impact_key(k.mirror_name, k.topic_id, k.partition), codec.encode_value(v)) for k, v in impacts.items()]
         try:
             # durable before the next step's commands run
             started = time.perf_counter()
@@ -136,10 +143,11 @@ class WorkerTable:
             await self.table.write_durably(partition, writes, await self.changelog_producer(), keys_checked=True)
             self.on_write(time.perf_counter() - started)
         except BaseException:
-            self.store.requeue(partition, taken, lmes)  # not acknowledged: the next round writes them again
+            self.store.requeue(partition, taken, lmes, impacts)  # not acknowledged: the next round writes them again
             self.store.requeue_deletes(partition, deletes)
             raise
         self.store.land(ready)
+        self.store.land_impacts(impacts)
         return len(writes)
 
     def tombstones(self, keys: Iterable[MirrorPartitionKey]) -> list[bytes]:
@@ -150,11 +158,12 @@ class WorkerTable:
         for key in sorted(keys):
             fields = (key.mirror_name, key.topic_id, key.partition)
             for rtype, raw in ((RecordType.MIRROR_PARTITION_STATE, codec.state_key(*fields)),
-                               (RecordType.LAST_MIRROR_EPOCHS, codec.lme_key(*fields))):  # fmt: skip
+                               (RecordType.LAST_MIRROR_EPOCHS, codec.lme_key(*fields)),
+                               (RecordType.MIRROR_FAILOVER_IMPACT, codec.impact_key(*fields))):  # fmt: skip
                 value = self.table.get(raw)
                 if value is None:
                     continue
-                applied = codec.decode_value(rtype, value).applied_offset  # type: ignore[attr-defined]
+                applied = applied_offset_of(rtype, codec.decode_value(rtype, value))
                 if self.orphaned(key, applied):
                     out.append(raw)
         return out

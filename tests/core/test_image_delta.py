@@ -50,6 +50,23 @@ class R:
     Begin = S.struct("BeginTransactionRecord")
     End = S.struct("EndTransactionRecord")
     Abort = S.struct("AbortTransactionRecord")
+    Impact = S.struct("MirrorFailoverImpactRecord")
+    ImpactTopic = S.nested("MirrorFailoverImpactRecord", "TopicImpact")
+    ImpactPart = S.nested("MirrorFailoverImpactRecord", "PartitionImpact")
+    ImpactTxn = S.nested("MirrorFailoverImpactRecord", "AbortedTransaction")
+    ImpactGroup = S.nested("MirrorFailoverImpactRecord", "GroupImpact")
+
+    @staticmethod
+    def impact(mirror: str, tid: uuid.UUID, partitions: list[int], n: int, missing: str | None = None) -> Any:
+        """A stop's prediction, figures varied by ``n``; with ``missing``, none and why."""
+        parts = [] if missing else [R.ImpactPart(
+            partition_index=p, destination_end_offset=10 * n + p, source_high_watermark=-1 if n % 3 == 0 else 12 * n + p,
+            lost_records=-1 if n % 3 == 0 else 2 * n, oldest_lost_age_ms=-1 if n % 2 else n,
+            transactions=[R.ImpactTxn(producer_id=n, producer_epoch=1, first_offset=p, record_count=2)] if n % 2 else [],
+            groups=[R.ImpactGroup(group_id=f"g{n % 2}", group_type="consumer", source_committed_offset=5 * n,
+                                  synced_offset=4 * n, re_read_records=n)]) for p in partitions]  # fmt: skip
+        return R.Impact(mirror_name=mirror, predicted_at_ms=1000 + n, missing_reason=missing, source_available=n % 3 != 0,
+                        topics=[R.ImpactTopic(topic_id=tid, partitions=parts)], active_groups=[f"busy{n}"] if n % 4 == 0 else [])  # fmt: skip
 
     @staticmethod
     def topic(name: str, tid: uuid.UUID, partitions: int = 1, leader: int = 1) -> list[Any]:
@@ -110,7 +127,7 @@ class LogBuilder:
         tids = list(self.topics)
         tid = self.pick(tids, a)
         mirror_names = sorted(self.mirrors)
-        if kind == 0 or (tid is None and kind in (1, 2, 3, 7, 8, 9, 12)):
+        if kind == 0 or (tid is None and kind in (1, 2, 3, 7, 8, 9, 12, 15)):
             self.n += 1
             t = tid_(self.n)
             self.topics[t], self.names[t] = list(range(1 + a % 3)), f"t{self.n}.x"
@@ -161,6 +178,13 @@ class LogBuilder:
                          name="retention.ms", value=None if c == 0 else str(c)))
         elif kind == 13:
             rec(R.NoOp() if a % 2 else R.Feature(name="metadata.version", feature_level=20))
+        elif kind == 15:  # a stop, its prediction appended first (as the controller does)
+            if not mirror_names:
+                self.mirrors["m0"] = {"bootstrap.servers"}
+                self.records.extend(R.mirror("m0"))
+            mirror = self.pick(sorted(self.mirrors), b)
+            rec(R.impact(mirror, tid, self.topics[tid], a, missing="more than 2000 partitions" if c == 3 else None))
+            rec(R.state(tid, mirror, DesiredState.STOP))
         else:  # records a good controller would not write: reported, then skipped
             bad = [R.part(tid_(10**6 + a), 0), R.state(tid_(10**6 + a), "m0"),
                    R.state(tid or tid_(1), "no-such-mirror"), R.State(topic_id=tid or tid_(1), mirror_name="m0", desired_state=7),
@@ -169,7 +193,7 @@ class LogBuilder:
 
 
 # mirror state changes and topic lifecycle weigh most; every kind still shows up
-KINDS = st.sampled_from([0, 0, 1, 2, 2, 3, 4, 5, 6, 7, 7, 7, 7, 8, 9, 10, 11, 12, 13, 14])
+KINDS = st.sampled_from([0, 0, 1, 2, 2, 3, 4, 5, 6, 7, 7, 7, 7, 8, 9, 10, 11, 12, 13, 14, 15, 15])
 OPS = st.lists(st.tuples(KINDS, st.integers(0, 50), st.integers(0, 50), st.integers(0, 3)), min_size=8, max_size=40)
 
 
@@ -218,11 +242,11 @@ def test_every_prefix_then_the_rest_equals_the_whole_log(ops: list[tuple[int, in
 
 def test_every_prefix_of_one_long_log() -> None:
     rng = random.Random(1279)
-    kinds = [0, 0, 1, 2, 2, 3, 4, 5, 6, 7, 7, 7, 7, 8, 9, 10, 11, 12, 13, 14]
+    kinds = [0, 0, 1, 2, 2, 3, 4, 5, 6, 7, 7, 7, 7, 8, 9, 10, 11, 12, 13, 14, 15, 15]
     log = build_log([(rng.choice(kinds), rng.randrange(50), rng.randrange(50), rng.randrange(4)) for _ in range(250)])
     assert len(log) > 300
     final = replay_all(log, start=0).apply()
-    assert final.mirrors.topics and final.mirrors.mirrors and final.acls.acls  # the log exercises every domain
+    assert final.mirrors.topics and final.mirrors.mirrors and final.acls.acls and final.mirrors.impacts  # every domain
     for k in range(len(log) + 1):
         mid = replay_all(log[:k], start=0).apply()
         assert replay_all(log[k:], mid, start=k).apply() == final
@@ -467,3 +491,36 @@ def test_local_changes_keeps_only_owned_partitions() -> None:
     d = replay_all([R.state(a, "m")], img)
     assert local_changes(d, owns=lambda k: k.partition == 1).start == keys("m", a, [1])
     assert local_changes(img, img).is_empty()
+
+
+def test_a_stops_prediction_replays_without_changing_mirror_state_and_lasts_until_the_topic_moves_on() -> None:
+    t, m = tid_(1), "m"
+    base = R.topic("t", t, 2) + R.mirror(m) + [R.state(t, m)]
+    before = image_of(base)
+    d = replay_all([R.impact(m, t, [0, 1], 5)], before)
+    assert d.problems == []
+    img = d.apply()
+    assert img.mirrors.topics == before.mirrors.topics and img.topics == before.topics  # no mirror state moved
+    pred = img.mirrors.impacts[t]
+    assert (pred.offset, pred.mirror_name, pred.missing_reason) == (before.offset + 1, m, None)
+    p1 = pred.partition(1)
+    assert (p1.dest_leo, p1.source_hw, p1.lost_records, p1.oldest_lost_age_ms) == (51, 61, 10, None)
+    assert [(a.producer_id, a.first_offset, a.record_count) for a in p1.aborts] == [(5, 1, 2)]
+    assert [(g.group_id, g.source_committed, g.synced, g.reread) for g in p1.groups] == [("g1", 25, 20, 5)]
+    # the stop itself keeps it, and so does a snapshot, with the offset of the record it came from
+    stopped = replay_all([R.state(t, m, DesiredState.STOP)], img).apply()
+    assert stopped.mirrors.impacts[t] == pred
+    snap = load_snapshot(stopped.to_records(), stopped.provenance)
+    assert snap == stopped and snap.mirrors.impacts[t].offset == pred.offset != snap.offset
+    # a start (failback) or a pause drops it; so does the topic's removal
+    for after in ([R.state(t, m, DesiredState.START)], [R.state(t, m, DesiredState.PAUSE)], [R.RemoveTopic(topic_id=t)]):
+        assert t not in replay_all(after, snap).apply().mirrors.impacts
+
+
+def test_a_prediction_missing_says_why_and_one_for_an_unknown_mirror_or_topic_is_reported() -> None:
+    t, m = tid_(1), "m"
+    img = image_of(R.topic("t", t, 1) + R.mirror(m) + [R.state(t, m), R.impact(m, t, [0], 1, missing="no answer within 5 s")])
+    assert img.mirrors.impacts[t].missing_reason == "no answer within 5 s" and img.mirrors.impacts[t].partitions == ()
+    d = replay_all([R.impact("nope", t, [0], 1), R.impact(m, tid_(9), [0], 1)], img)
+    assert [p.kind for p in d.problems] == [ProblemKind.UNKNOWN_MIRROR, ProblemKind.UNKNOWN_TOPIC]
+    assert d.apply().mirrors.impacts == img.mirrors.impacts

@@ -49,10 +49,11 @@ def latest(records: list[tuple[Key, Any]], mirror: str) -> dict[Key, Any]:
 
 
 def tombstoned(rig: Rig, cluster: str, mirror: str) -> bool:
-    """Every state and LME key of ``mirror`` (one each per partition) ends with a tombstone."""
+    """Every state, LME and stop impact key of ``mirror`` (one each per partition: the mirror was
+    stopped) ends with a tombstone."""
     last = latest(changelog(rig, cluster), mirror)
     want = {(t, mirror, tp.topic_id, tp.partition) for tp in rig.tps
-            for t in (RecordType.MIRROR_PARTITION_STATE, RecordType.LAST_MIRROR_EPOCHS)}  # fmt: skip
+            for t in (RecordType.MIRROR_PARTITION_STATE, RecordType.LAST_MIRROR_EPOCHS, RecordType.MIRROR_FAILOVER_IMPACT)}  # fmt: skip
     return set(last) == want and all(v is None for v in last.values())
 
 

@@ -14,6 +14,7 @@ A, with a transaction left open on A (copied to B) and a consumer group committi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -25,6 +26,8 @@ from worker_harness import Rig
 from coordinator.ports import ControlType, IsolationLevel
 from coordinator.states import MirrorState
 from streams.brokers.noida import LocalBroker
+from streams.demo.harness import read_changelog
+from streams.state.mirror_state import RecordType
 
 
 def _lines(text: str, column: str) -> list[list[str]]:
@@ -119,6 +122,13 @@ def test_stop_dry_run_with_a_dead_source_shows_unknown_and_still_counts_transact
         parts = sorted((r["topic"], r["partition"], r["lost_records"], [t["producer_id"] for t in r["aborted_transactions"]])
                        for r in logged if "partition" in r and "group" not in r)  # fmt: skip
         assert parts == [("orders", 0, None, [pid]), ("orders", 1, None, [])], logged
+        # ... and the prediction went through the metadata log into __mirror_state, the outcome beside it.
+        records = asyncio.run(read_changelog(broker.bootstrap, rig.config("B").mirror_state_topic_name))
+        impacts = {k.partition: v for t, k, v in records if t == RecordType.MIRROR_FAILOVER_IMPACT and v is not None}
+        assert sorted(impacts) == [0, 1] and all(v.completed and v.metadata_offset >= 0 for v in impacts.values()), impacts
+        assert [(a.producer_id, a.first_offset) for a in impacts[0].aborts] == [
+            (a.producer_id, a.first_offset) for a in impacts[0].predicted_aborts] == [(pid, before[tp0][0].leo - 2)]
+        assert impacts[0].stop_offset == stop_offset and not impacts[1].aborts
     finally:
         rig.close()
 

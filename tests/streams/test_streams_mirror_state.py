@@ -42,8 +42,10 @@ def test_murmur2_matches_kafka_and_both_record_types_share_a_partition() -> None
         assert _signed(murmur2(data)) == expected
     for p in range(20):
         state_key, lme_key = codec.state_key("a-to-b", TID, p), codec.lme_key("a-to-b", TID, p)
-        assert state_key != lme_key
+        impact_key = codec.impact_key("a-to-b", TID, p)
+        assert len({state_key, lme_key, impact_key}) == 3
         assert mss.partition_for_key(state_key, 50) == mss.partition_for_key(lme_key, 50) == mss.partition_for("a-to-b", TID, p, 50)
+        assert mss.partition_for_key(impact_key, 50) == mss.partition_for_key(state_key, 50)
     assert len({mss.partition_for("a-to-b", TID, p, 50) for p in range(200)}) > 30  # spread, not one hot partition
 
 
@@ -71,6 +73,13 @@ def test_keys_and_values_are_our_schemas_readable_by_kafka_records() -> None:
     lme = mss.decode_changelog_record(codec.lme_key("a-to-b", TID, 7), codec.encode_value(codec.lme_value(4, 40)))
     assert lme.type == mss.RecordType.LAST_MIRROR_EPOCHS and lme.value.last_mirror_epoch == 4
     assert mss.decode_changelog_record(key, None).value is None  # tombstone
+    ikey = codec.impact_key("a-to-b", TID, 7)
+    assert ikey[:2] == b"\x00\x03"  # record type 3: a stop's prediction and outcome
+    assert _decode_with_records_cli("MirrorFailoverImpactKey", ikey[2:].hex()) == k
+    value = codec.encode_value(codec.schemas.struct("MirrorFailoverImpactValue")(metadata_offset=12, stop_offset=30, completed=True))
+    assert _decode_with_records_cli("MirrorFailoverImpactValue", value[2:].hex())["stopOffset"] == 30
+    rec = mss.decode_changelog_record(ikey, value)
+    assert rec.type == mss.RecordType.MIRROR_FAILOVER_IMPACT and mss.applied_offset_of(rec.type, rec.value) == 12
 
 
 def test_fencing_refuses_stale_leader_and_state_epochs() -> None:

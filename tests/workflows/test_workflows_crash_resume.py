@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from workflow_harness import Crash, CrashingPort, World, all_in, batches, control_types, prefix, run_until, shape
 
+from coordinator.partition_state import MirrorPartitionKey
 from coordinator.ports import ControlType
 from coordinator.states import DesiredState, MirrorState
 
@@ -47,12 +48,20 @@ def _stop_outcome(w, m, tp):
     return shape(batches(w["b"], tp)), w["b"].list_offsets(tp).leader_epoch, s.last_mirrored_epoch, w["b"].last_mirrored_epoch("a-to-b", tp)
 
 
+def _impact(m, tp):
+    """The stop's outcome as __mirror_state keeps it: (completed, stop offset, aborts)."""
+    v = m.store.impacts[MirrorPartitionKey(m.name, tp.topic_id, tp.partition)]
+    return v.completed, v.stop_offset, [(a.producer_id, a.first_offset) for a in v.aborts]
+
+
 def test_stop_resumes_after_a_crash_at_every_step():
     w, topic, tp, m = _mirroring_with_open_txn()
     m.set_desired(topic.topic_id, DesiredState.STOP)
     expected = _stop_outcome(w, m, tp)
     assert [x[7] for x in expected[0] if x[7] is not None] == [ControlType.COMMIT, ControlType.ABORT,
                                                                ControlType.MIRROR_PID_RESET]
+    expected_impact = _impact(m, tp)
+    assert expected_impact[:2] == (True, 4) and [first for _, first in expected_impact[2]] == [2]  # t2: open from offset 2
     crashes = 0
     for after_call in (False, True):
         for calls in range(0, 8):
@@ -60,6 +69,11 @@ def test_stop_resumes_after_a_crash_at_every_step():
             m.set_desired(topic.topic_id, DesiredState.STOP)
             crashes += _crash_then_resume(w, m, calls, after_call)
             assert _stop_outcome(w, m, tp) == expected, f"crash at call {calls} (after={after_call})"
+            completed, stop_offset, aborts = _impact(m, tp)
+            assert (completed, stop_offset) == expected_impact[:2]
+            # A crash after an ABORT was written and before the state after it was durable: the
+            # marker is read back from the log's tail; its first offset is unknown (no prediction here).
+            assert aborts in (expected_impact[2], [(expected_impact[2][0][0], -1)]), f"crash at call {calls} (after={after_call})"
     assert crashes >= 10, "the crash points covered the workflow"
 
 

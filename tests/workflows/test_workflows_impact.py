@@ -11,7 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from workflow_harness import FAST, World, all_in, batches, run_until
 
+from coordinator.impact_record import differences, impact_record, predictions
+from coordinator.partition_state import MirrorPartitionKey
 from coordinator.ports import ControlType, GroupType
+from records.registry import default_schemas
 from coordinator.states import DesiredState, MirrorState
 from streams.runner.preview import preview_failback, preview_stop
 
@@ -77,8 +80,25 @@ def test_stop_preview_is_what_the_stop_does(before, after, data):
     impact = preview_stop(a, b, tps, now, FAST)
     assert _journals(w) == journals, "the preview wrote to a cluster"
 
+    # the prediction as the metadata log carries it (record at offset 41), as a worker's image hands it out
+    (pred,) = predictions(impact_record(default_schemas(), ab.name, [topic.topic_id], now, impact), 41)
+    ab.runner.impacts.prediction = lambda topic_id: pred if topic_id == topic.topic_id else None
     ab.set_desired(topic.topic_id, DesiredState.STOP)
     run_until(w, lambda: all_in(ab, MirrorState.STOPPED))
+
+    # __mirror_state keeps the prediction beside what the stop did: for a stop in the model, the same
+    for tp in tps:
+        v = ab.store.impacts[MirrorPartitionKey(ab.name, tp.topic_id, tp.partition)]
+        assert (v.completed, v.metadata_offset, v.missing_reason) == (True, 41, None)
+        assert differences(v) == []
+        assert v.lost_records == v.predicted_lost_records == a.list_offsets(tp).hw - ab.runner.state(tp).stop_offset
+        assert v.stop_offset == v.predicted_end_offset == ab.runner.state(tp).stop_offset
+        assert sorted((t.producer_id, t.first_offset) for t in v.aborts) == sorted(
+            (t.producer_id, t.first_offset) for t in v.predicted_aborts)
+        synced = sorted((g.group_id, g.offset) for g in v.synced_groups)
+        assert synced == sorted((g.group_id, g.offset) for g in v.predicted_groups)
+        assert synced == sorted((g, o.offset) for g in groups if g not in active
+                                for o in b.group_offsets(g) if o.partition == tp.partition)
 
     by_tp = {p.tp: p for p in impact.partitions}
     for tp in tps:

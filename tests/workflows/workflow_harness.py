@@ -131,6 +131,7 @@ class WorkerMirror(Mirror):
                 before = store.durable.get(key)  # type: ignore[attr-defined]
                 self._history.append((key, before.state if before else MirrorState.UNKNOWN, state.state))
             store.land(ready)  # type: ignore[attr-defined]
+            store.land_impacts(store.take_impacts(p))  # type: ignore[attr-defined]
             written += len(ready) + len(lmes)
         return written
 
