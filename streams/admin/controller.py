@@ -55,7 +55,7 @@ from streams.state.sync_status import SyncStatusView, sync_status_topic_spec
 from streams.state.changelog_view import MirrorStateChangelogView, PartitionStatus, StateKey
 from streams.admin.members import DeadMemberRemover
 from streams.admin.cut import attach_cuts, plan_stop_cut
-from streams.admin.preview import PreviewPorts, predict_stop, serve_preview, with_impact_record
+from streams.admin.preview import PreviewPorts, Refused, predict_stop, serve_preview, with_impact_record
 from streams.admin.responses import alter_configs_response, describe_config, describe_response, error_response, list_response, names, topic_response
 
 log = logging.getLogger(__name__)
@@ -381,10 +381,9 @@ class ClusterMirrorController:
                 states = {k: v.state for k, v in statuses.items()} if api == "StopMirrorTopics" else {}
                 if api == "StopMirrorTopics" and getattr(body, "consistent_cut", False):  # planned, or refused
                     planned = await plan_stop_cut(image, body, who, states, self.preview_ports, self.schemas)
-                    if isinstance(planned, tuple):
-                        cuts, prediction = planned
-                    else:
+                    if isinstance(planned, Refused):
                         return error_response(self.schemas, api, planned.code, planned.message), self.metadata_offset
+                    cuts, prediction = planned
                 elif api == "StopMirrorTopics":  # the stop's impact, predicted as at the cut (issue #26)
                     prediction = await predict_stop(image, body, who, states, self.preview_ports, self.schemas)
                 records, response = self.validator(req, image, statuses)
