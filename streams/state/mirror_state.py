@@ -238,9 +238,8 @@ class MirrorStateTable(faust.Table):  # type: ignore[misc]
         records go out as whole record batches on ``producer`` (an ``AIOKafkaProducer`` with
         acks=all) and every ack is awaited, which is what makes a state durable before the next
         step's commands run. The local store gets them as one write batch into ``partition``'s
-        RocksDB, as Faust's changelog recovery writes (``table[key] = value`` would file them
-        under the current event's partition): the worker makes several table partitions'
-        writes durable side by side.
+        RocksDB, as Faust's changelog recovery writes (``table[key] = value`` files each one
+        under the current event's partition, one put at a time).
 
         ``keys_checked``: the caller worked out each key's partition (murmur2, ~9 us a key) and
         queued it under ``partition``; otherwise each key's partition is checked.
@@ -268,11 +267,6 @@ class MirrorStateTable(faust.Table):  # type: ignore[misc]
         # Where a restart's changelog recovery resumes for this partition (what Faust's own
         # changelog callback records): the last record's offset.
         store.set_persisted_offset(TP(topic, partition), max(m.offset + n - 1 for m, (_, n) in zip(acked, sent)))
-
-    def get_in(self, partition: int, key: bytes) -> bytes | None:
-        """``key``'s value in table partition ``partition``'s store, whatever event is current
-        (``table.get`` reads the current event's partition)."""
-        return self.data._db_for_partition(partition).get(key)  # type: ignore[no-any-return]
 
     def info(self) -> Any:
         return {**super().info(), "num_partitions": self.num_partitions}

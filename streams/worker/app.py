@@ -388,37 +388,32 @@ class CoordinatorWorker:
         return m
 
     async def step_partition(self, partition: int) -> None:
-        """Steps every mirror partition of every owned table partition (an event of ``partition``
-        wakes them all); state writes are made durable between steps.
-
-        One job covers all owned table partitions and their durable writes go out side by side:
-        a wave of port calls carries every hot partition (8 times fewer round trips with 8 table
-        partitions), and the changelog acknowledges the writes of all of them in one wait, where
-        stepping them one after another left the worker waiting on each in turn. The rule is the
-        same: a round's writes are durable before the next round's steps."""
+        """Steps every mirror partition of ``partition``; state writes are made durable between steps."""
+        self._last_step[partition] = time.monotonic()
+        self._last_step_ms[partition] = self.clock_ms()
         self._sync_ownership()
         if partition not in self.store.owned:
             return
-        batch = sorted(self.store.owned)
-        started, started_ms = time.monotonic(), self.clock_ms()
-        for p in batch:  # the ticks and events of the others sent until now are covered by this step
-            self._last_step[p], self._last_step_ms[p] = started, started_ms
         await self._read_other_workers_states()
-        await self.table_partitions.persist_many(batch)
-        by_mirror: dict[str, dict[int, list[MirrorPartitionKey]]] = {name: {} for name in self.image.mirrors.mirrors}
-        for p in batch:
-            for name, mkeys in self._grouped(p).items():
-                by_mirror.setdefault(name, {})[p] = mkeys
+        await self.table_partitions.persist(partition)
+        keys = self.table_partitions.keys_of(partition)
+        cached = self._by_mirror.get(partition)
+        if cached is None or cached[0] is not keys:  # grouped again only when keys come or go
+            grouped: dict[str, list[MirrorPartitionKey]] = defaultdict(list)
+            for k in keys:
+                grouped[k.mirror_name].append(k)
+            cached = self._by_mirror[partition] = (keys, grouped)
+        by_mirror = dict(cached[1])
+        for name in self.image.mirrors.mirrors:
+            by_mirror.setdefault(name, [])
         loop = asyncio.get_running_loop()
         for _ in range(self.max_rounds):
             jobs = []
-            for name, shares in by_mirror.items():
+            for name, mkeys in by_mirror.items():
                 m = await self._mirror(name)
                 if m is None or m.busy is not None:
                     continue  # still busy with a slow port call: only this mirror's partitions wait
-                keys = [k for mkeys in shares.values() for k in mkeys]
-                fut = loop.run_in_executor(self.pool, self._paused_job, m, keys, self.clock_ms(), partition,
-                                           {p: shares.get(p, []) for p in batch})  # fmt: skip
+                fut = loop.run_in_executor(self.pool, self._paused_job, m, mkeys, self.clock_ms(), partition)
                 m.busy = fut
                 fut.add_done_callback(lambda f, m=m: self._job_done(m, f))
                 jobs.append(fut)
@@ -427,23 +422,12 @@ class CoordinatorWorker:
             t0 = time.perf_counter()
             await asyncio.wait(jobs, timeout=self.step_timeout)
             t1 = time.perf_counter()
-            written = await self.table_partitions.persist_many(batch)
+            written = await self.table_partitions.persist(partition)
             if log.isEnabledFor(logging.DEBUG):
-                log.debug("table partitions %s: jobs %.3fs, %d write(s) durable in %.3fs",
-                          batch, t1 - t0, written, time.perf_counter() - t1)
+                log.debug("table partition %d: jobs %.3fs, %d write(s) durable in %.3fs",
+                          partition, t1 - t0, written, time.perf_counter() - t1)
             if not written:
                 break
-
-    def _grouped(self, partition: int) -> dict[str, list[MirrorPartitionKey]]:
-        """The keys of table partition ``partition`` by mirror (grouped again only when keys come or go)."""
-        keys = self.table_partitions.keys_of(partition)
-        cached = self._by_mirror.get(partition)
-        if cached is None or cached[0] is not keys:
-            grouped: dict[str, list[MirrorPartitionKey]] = defaultdict(list)
-            for k in keys:
-                grouped[k.mirror_name].append(k)
-            cached = self._by_mirror[partition] = (keys, grouped)
-        return cached[1]
 
     async def _read_other_workers_states(self) -> None:
         """While other workers own some table partitions and a stop is under way, their states
@@ -467,14 +451,12 @@ class CoordinatorWorker:
             del self.mirrors[name]
         m.close()
 
-    def _paused_job(self, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: int, partition: int | None = None,
-                    shares: Mapping[int, list[MirrorPartitionKey]] | None = None) -> None:  # fmt: skip
+    def _paused_job(self, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: int, partition: int | None = None) -> None:
         with cyclic_gc_paused(), profiled_job():
-            self._job(m, keys, now_ms, partition, shares)
+            self._job(m, keys, now_ms, partition)
 
-    def _job(self, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: int, partition: int | None = None,
-             shares: Mapping[int, list[MirrorPartitionKey]] | None = None) -> None:  # fmt: skip
-        run_job(self, m, keys, now_ms, partition, shares)
+    def _job(self, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: int, partition: int | None = None) -> None:
+        run_job(self, m, keys, now_ms, partition)
 
     # ---------------------------------------------------------------------------- lifecycle
 

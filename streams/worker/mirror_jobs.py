@@ -92,13 +92,8 @@ def cyclic_gc_paused() -> Iterator[None]:
                 gc.enable()
 
 
-def run_job(w: JobHost, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: int, partition: int | None = None,
-            shares: Mapping[int, list[MirrorPartitionKey]] | None = None) -> None:  # fmt: skip
-    """On a pool thread: one step per partition, the topic level, the fetch round, the sync.
-
-    ``shares`` (table partition -> this mirror's keys of it) covers several table partitions in
-    one job; ``partition`` alone stands for ``{partition: keys}``. Without either, ``keys`` are
-    stepped as they are."""
+def run_job(w: JobHost, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: int, partition: int | None = None) -> None:
+    """On a pool thread: one step per partition, the topic level, the fetch round, the sync."""
     r = m.runner
     t0 = time.perf_counter()
     desired = w.desired_for(r.mirror_name)
@@ -112,19 +107,17 @@ def run_job(w: JobHost, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: in
     except PortError as e:
         r._note(f"topic level: {e}")
     t1 = time.perf_counter()
-    if shares is None and partition is not None:
-        shares = {partition: keys}
-    if shares is not None:  # only what changed: partitions whose desired state, state or source moved
+    if partition is not None:  # only what changed: partitions whose desired state, state or source moved
         r.interest.wake()
         r.interest.desired(desired, r.partitions)
         t = w.table_partitions
-        keys = [k for p, mine in shares.items() for k in r.interest.select(p, t.keys_of(p), mine, t.key_set(p))]
+        keys = r.interest.select(partition, t.keys_of(partition), keys, t.key_set(partition))
     r.step_partitions(now_ms, keys, desired)
     t2 = time.perf_counter()
-    if shares is None:
+    if partition is None:
         free = {k.topic_partition: k for k in keys if not w.store.has_pending(k)}
     else:
-        pending = set().union(*(w.store.pending_keys(p) for p in shares))
+        pending = w.store.pending_keys(partition)
         free = {k.topic_partition: k for k in keys if k not in pending}
     only, rounds = set(free), 0
     while only:
@@ -139,7 +132,7 @@ def run_job(w: JobHost, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: in
         if time.perf_counter() - t2 >= w.tick_interval:
             break
     t3 = time.perf_counter()
-    if shares is not None:
+    if partition is not None:
         r.interest.cool(keys, r.quiet)
     synced = r.sync_if_due(now_ms, desired)
     if log.isEnabledFor(logging.DEBUG):

@@ -115,21 +115,15 @@ class WorkerTable:
 
     # ---------------------------------------------------------------- durable writes
 
-    async def persist_many(self, partitions: Iterable[int]) -> int:
-        """``persist`` for several table partitions at once: their writes are in flight together
-        and every one is acknowledged on return. Returns how many were written."""
-        got = await asyncio.gather(*(self.persist(p) for p in partitions))
-        return sum(got)
-
     async def persist(self, partition: int) -> int:
-        """Writes the queued writes of ``partition`` into the table and waits for the changelog
-        to acknowledge them. Returns how many were written."""
+        """Writes the queued writes of ``partition`` into the table (inside an event of that
+        partition) and waits for the changelog to acknowledge them. Returns how many were written."""
         deletes = self.store.take_deletes(partition)
         ready, lmes, taken = self.store.prepare(partition)
         if not taken and not lmes and not deletes:
             return 0
         codec = default_codec()
-        writes: list[tuple[bytes, bytes | None]] = [(raw, None) for raw in self.tombstones(partition, deletes)]  # before new states
+        writes: list[tuple[bytes, bytes | None]] = [(raw, None) for raw in self.tombstones(deletes)]  # before new states
         state_key = self.store.state_key
         writes += [(state_key(k), _VALUE_PREFIX + encode_state(st)) for k, st in ready]
         for key, lme in lmes.items():
@@ -138,8 +132,7 @@ class WorkerTable:
         try:
             # durable before the next step's commands run
             started = time.perf_counter()
-            # every key's partition was worked out (murmur2) when it was queued under ``partition``;
-            # written to that partition's store whatever event is being processed
+            # every key's partition was worked out (murmur2) when it was queued under ``partition``
             await self.table.write_durably(partition, writes, await self.changelog_producer(), keys_checked=True)
             self.on_write(time.perf_counter() - started)
         except BaseException:
@@ -149,7 +142,7 @@ class WorkerTable:
         self.store.land(ready)
         return len(writes)
 
-    def tombstones(self, partition: int, keys: Iterable[MirrorPartitionKey]) -> list[bytes]:
+    def tombstones(self, keys: Iterable[MirrorPartitionKey]) -> list[bytes]:
         """The table keys (MirrorPartitionState and LastMirrorEpochs) of ``keys`` that still hold
         a value of a membership that is gone; a newer membership's value is kept."""
         codec = default_codec()
@@ -158,7 +151,7 @@ class WorkerTable:
             fields = (key.mirror_name, key.topic_id, key.partition)
             for rtype, raw in ((RecordType.MIRROR_PARTITION_STATE, codec.state_key(*fields)),
                                (RecordType.LAST_MIRROR_EPOCHS, codec.lme_key(*fields))):  # fmt: skip
-                value = self.table.get_in(partition, raw)
+                value = self.table.get(raw)
                 if value is None:
                     continue
                 applied = codec.decode_value(rtype, value).applied_offset  # type: ignore[attr-defined]
