@@ -4,7 +4,7 @@
 
 Starts what ``streams.demo.job`` starts (the broker of the coordinator's own topics: Apache Kafka, or
 noida-db with ``--broker noida``; cluster-model server with A and B, the
-controller and the worker of B), creates ``--topics`` x ``--partitions`` topics on A (a few
+controller and the worker of B; ``--workers 2``: two workers of B sharing its table partitions), creates ``--topics`` x ``--partitions`` topics on A (a few
 records in some partitions; the rest idle, the "link flap" case), creates mirror ``a-to-b`` on
 B, starts every topic and waits until every partition is MIRRORING -- none of that is timed.
 Then ONE CLI call (``kafka-cluster-mirrors --stop --mirror a-to-b --topics '.*' --wait S``)
@@ -15,7 +15,8 @@ The LAST line is one JSON object: ``mass_failover_50k_seconds`` (the failover ti
 scale; ``null`` if it did not finish), ``mass_failover_200k_seconds`` (the same, only for a run
 of 200,000 partitions or more: ``--topics 4000 --partitions 50``), ``transitions_per_s``
 (partitions STOPPED per second), ``worker_peak_rss_mb`` (VmHWM of the worker over the whole
-run), plus the scale, the setup time (``setup_seconds``), the peak RSS during the failover
+run; with several workers, the highest), ``workers``, ``worker_cpu_seconds`` (all workers' CPU
+during the failover), plus the scale, the setup time (``setup_seconds``), the peak RSS during the failover
 alone, every process's peak RSS (``peak_rss_mb``: worker, controller, model server, broker),
 the CPU-seconds each process spent during the failover (``failover_cpu_seconds``), and on a
 timeout ``timed_out``, ``reason`` and the partial progress. Every wait is bounded, so the bench
@@ -201,25 +202,32 @@ class Bench:
                 raise TimeoutError(f"setup did not finish within {a_.setup_timeout:.0f}s: {line}")
             time.sleep(1.0)
         self.result["setup_seconds"] = round(time.monotonic() - self.t0, 1)
-        w = self.pid("worker-B")
-        self.result["worker_rss_before_failover_mb"] = _mb(_status_kb(w, "VmRSS"))
-        self.result["worker_peak_rss_setup_mb"] = _mb(_status_kb(w, "VmHWM"))
+        rss = [_status_kb(self.pid(n), "VmRSS") for n in self.workers()]
+        hwm = [_status_kb(self.pid(n), "VmHWM") for n in self.workers()]
+        self.result["worker_rss_before_failover_mb"] = _mb(max((x for x in rss if x is not None), default=None))
+        self.result["worker_peak_rss_setup_mb"] = _mb(max((x for x in hwm if x is not None), default=None))
+
+    def workers(self) -> list[str]:
+        """The workers' process names: ``worker-B``, then ``worker-B-2``, ..."""
+        return ["worker-B"] + [f"worker-B-{i}" for i in range(2, self.args.workers + 1)]
 
     def coordinator(self, port: int) -> None:
         """B's controller and worker, as ``Demo.coordinator`` starts them, with the bench's knobs."""
         d, a_ = self.demo, self.args
         common = ["--bootstrap-server", d.broker.bootstrap, "--cluster-name", "B",  # type: ignore[union-attr]
-                  "--data-dir", str(self.workdir / "data-B"), "--state-partitions", str(a_.state_partitions),
-                  "--model-port", str(port)]  # fmt: skip
+                  "--state-partitions", str(a_.state_partitions), "--model-port", str(port)]  # fmt: skip
+        data = ["--data-dir", str(self.workdir / "data-B")]
         extra = ["--no-offsets"] if a_.no_offsets else []
         _, line = d.procs.spawn("controller-B", [PY, "-m", "streams.worker.main", "--controller", "--listener", "127.0.0.1:0",
-                                                 "--super-users", ADMIN, "--loglevel", "warning", *extra, *common],
+                                                 "--super-users", ADMIN, "--loglevel", "warning", *extra, *common, *data],
                                         ready="LISTENING")  # fmt: skip
         d.endpoints["B"] = line.split()[1]
-        d.procs.spawn("worker-B", [PY, "-m", "streams.worker.main", "--tick-interval", str(a_.tick_interval),
-                                   "--loglevel", a_.worker_loglevel, *common])  # fmt: skip
+        for name in self.workers():  # each its own data directory (RocksDB, member identity)
+            mine = data if name == "worker-B" else ["--data-dir", str(self.workdir / f"data-{name}")]
+            d.procs.spawn(name, [PY, "-m", "streams.worker.main", "--tick-interval", str(a_.tick_interval),
+                                 "--loglevel", a_.worker_loglevel, *common, *mine])  # fmt: skip
         self.say(f"coordinator of B: controller on {d.endpoints['B']}{' (--no-offsets)' if a_.no_offsets else ''}, "
-                 f"worker started ({a_.state_partitions} state partitions, tick {a_.tick_interval}s)")  # fmt: skip
+                 f"{a_.workers} worker(s) started ({a_.state_partitions} state partitions, tick {a_.tick_interval}s)")  # fmt: skip
 
     def _check_alive(self) -> None:
         for name, proc in self.demo.procs.procs:
@@ -234,8 +242,9 @@ class Bench:
         a_ = self.args
         total = a_.topics * a_.partitions
         self.result["stage"] = "failover"
-        worker = self.pid("worker-B")
-        self.result["peak_reset"] = _reset_peak(worker)
+        worker = self.pid("worker-B")  # profiled
+        workers = [self.pid(n) for n in self.workers()]
+        self.result["peak_reset"] = all([_reset_peak(w) for w in workers])
         progress: dict[str, Any] = {"done": 0, "total": total, "at": 0.0}
         printed = [0.0]
         t0 = time.monotonic()
@@ -287,7 +296,12 @@ class Bench:
                 sp.kill()
         accepted = sum(1 for ln in out.getvalue().splitlines() if ln.endswith(": stopped"))
         self.result["topics_accepted_by_stop"] = accepted
-        self.result["worker_peak_rss_failover_mb"] = _mb(_status_kb(worker, "VmHWM")) if self.result["peak_reset"] else None
+        peaks = [_status_kb(w, "VmHWM") for w in workers]
+        self.result["worker_peak_rss_failover_mb"] = (_mb(max(x for x in peaks if x is not None))
+                                                      if self.result["peak_reset"] and any(peaks) else None)  # fmt: skip
+        self.result["workers"] = len(workers)
+        self.result["worker_cpu_seconds"] = round(sum(v for k, v in self.result["failover_cpu_seconds"].items()
+                                                      if k.startswith("worker_B")), 1)  # fmt: skip
         done = progress["done"]
         if box.get("code") == 0 and done == total:
             self.result["mass_failover_50k_seconds"] = round(elapsed, 2)
@@ -343,8 +357,9 @@ class Bench:
 
     def finish(self) -> None:
         with_pid = {n: p.pid for n, p in self.demo.procs.procs}
-        if "worker-B" in with_pid:
-            self.result["worker_peak_rss_mb"] = _mb(_status_kb(with_pid["worker-B"], "VmHWM"))
+        hwm = [_status_kb(with_pid[n], "VmHWM") for n in self.workers() if n in with_pid]
+        if any(x is not None for x in hwm):
+            self.result["worker_peak_rss_mb"] = _mb(max(x for x in hwm if x is not None))
             if self.result.get("peak_reset"):  # VmHWM was reset before the failover: the overall peak
                 self.result["worker_peak_rss_mb"] = max(x for x in (self.result["worker_peak_rss_mb"],
                                                         self.result.get("worker_peak_rss_setup_mb")) if x is not None)  # fmt: skip
@@ -372,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--failover-timeout", type=float, default=300.0, help="seconds to wait for all STOPPED")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--broker", choices=CHOICES, help=FLAG_HELP)
+    p.add_argument("--workers", type=int, default=1, help="workers of B (they share the table partitions)")
     p.add_argument("--state-partitions", type=int, default=8, help="mirror.state.topic.num.partitions (demo: 8)")
     p.add_argument("--tick-interval", type=float, default=0.2, help="worker tick interval (demo: 0.2)")
     p.add_argument("--metadata-refresh-ms", type=int, default=30000,

@@ -48,8 +48,11 @@ class MirrorStateChangelogView:
     polls (``--wait``) ask for states alone and cost no lookup at all.
     """
 
-    def __init__(self, bootstrap: str, topic: str, num_partitions: int, offsets: OffsetsLookup | None = None) -> None:
+    def __init__(self, bootstrap: str, topic: str, num_partitions: int, offsets: OffsetsLookup | None = None,
+                 partitions: Collection[int] | None = None) -> None:  # fmt: skip
         self.bootstrap, self.topic, self.num_partitions = bootstrap, topic, num_partitions
+        # The changelog partitions followed (default: all); a worker needs only those it does not own.
+        self.partitions = sorted(partitions) if partitions is not None else list(range(num_partitions))
         self.offsets = offsets
         self.codec = MirrorStateCodec()
         self._states: dict[StateKey, PartitionStatus] = {}
@@ -72,7 +75,7 @@ class MirrorStateChangelogView:
                                     auto_offset_reset="earliest", client_id="kip1279-controller-states",
                                     fetch_max_wait_ms=CATCH_UP_FETCH_MAX_WAIT_MS)  # fmt: skip
         await consumer.start()
-        tps = [TopicPartition(self.topic, p) for p in range(self.num_partitions)]
+        tps = [TopicPartition(self.topic, p) for p in self.partitions]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         # Read only when asked (``catch_up``): between reads nothing is fetched. An idle consumer

@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 
 import faust
 import msgspec
+import rocksdict
 from aiokafka.admin import NewTopic
 from aiokafka.partitioner import murmur2
 from faust.streams import current_event
@@ -244,40 +245,34 @@ class MirrorStateTable(faust.Table):  # type: ignore[misc]
 
     async def write_durably(self, partition: int, writes: Sequence[tuple[bytes, bytes | None]], producer: Any, *,
                             keys_checked: bool = False) -> None:  # fmt: skip
-        """Writes ``(key, value)`` pairs of table partition ``partition`` (inside an event of it)
-        and returns once the changelog has acknowledged every one of them. A None value deletes
-        the key and writes its tombstone.
+        """Writes ``(key, value)`` pairs of table partition ``partition`` and returns once the
+        changelog has acknowledged every one of them. A None value deletes the key and writes its
+        tombstone.
 
         ``table[key] = value`` queues each changelog record in Faust's producer buffer, which
         sends them one at a time and whose flush gives up after 0.1 s without a send. Here the
         records go out as whole record batches on ``producer`` (an ``AIOKafkaProducer`` with
         acks=all) and every ack is awaited, which is what makes a state durable before the next
-        step's commands run.
+        step's commands run. The local store gets them as one write batch into ``partition``'s
+        RocksDB, as Faust's changelog recovery writes (``table[key] = value`` files each one
+        under the current event's partition, one put at a time).
 
         ``keys_checked``: the caller worked out each key's partition (murmur2, ~9 us a key) and
-        queued it under ``partition``; only the event's partition is checked then.
+        queued it under ``partition``; otherwise each key's partition is checked.
         """
         if not writes:
             return
-        if keys_checked:
-            event = current_event()
-            if event is not None and event.message.partition != partition:
-                raise MirrorStateError(f"state keys of partition {partition} written while processing partition "
-                                       f"{event.message.partition} of {event.message.topic}")  # fmt: skip
-        else:
+        if not keys_checked:
             for key, _ in writes:
-                got = self.partition_for_key(key)  # refuses a key of another partition than the event's
+                got = partition_for_key(key, self.num_partitions)
                 if got != partition:
                     raise MirrorStateError(f"state key of partition {got} written to partition {partition}")
         store = self.data
+        _write_partition(store, partition, writes)
         topic = self.changelog_topic.get_topic_name()
         sent: list[tuple[Any, int]] = []  # (ack future, records in its batch)
         batch, n = producer.create_batch(), 0
         for key, value in writes:
-            if value is not None:
-                store[key] = value
-            elif key in store:
-                del store[key]
             if batch.append(key=key, value=value, timestamp=None) is None:  # full: send it, start the next
                 sent.append((await producer.send_batch(batch, topic, partition=partition), n))
                 batch, n = producer.create_batch(), 0
@@ -291,6 +286,20 @@ class MirrorStateTable(faust.Table):  # type: ignore[misc]
 
     def info(self) -> Any:
         return {**super().info(), "num_partitions": self.num_partitions}
+
+
+def _write_partition(store: Any, partition: int, writes: Sequence[tuple[bytes, bytes | None]]) -> None:
+    """``writes`` into the RocksDB of table partition ``partition``, in one write batch."""
+    batch = rocksdict.WriteBatch(raw_mode=True)
+    index = store._key_index  # where the store looks a key up first (as its own writes record it)
+    for key, value in writes:
+        if value is None:
+            batch.delete(key)
+            index.pop(key, None)
+        else:
+            batch.put(key, value)
+            index[key] = partition
+    store._db_for_partition(partition).write(batch)
 
 
 def mirror_state_topic_spec(config: WorkerConfig) -> NewTopic:

@@ -93,3 +93,36 @@ def test_a_stopping_topic_waits_at_the_topic_level_until_the_view_is_read() -> N
     assert job_topics({0, 1}, None) == {OTHER: (DesiredState.START, 3)}
     assert job_topics({0, 1}, {}) == {TOPIC: (DesiredState.STOP, 7), OTHER: (DesiredState.START, 3)}
     assert job_topics({0, 1, 2, 3}, None) == {TOPIC: (DesiredState.STOP, 7), OTHER: (DesiredState.START, 3)}
+
+
+def test_the_view_follows_only_the_table_partitions_other_workers_own(monkeypatch: Any) -> None:
+    """Its own partitions' states a worker has already: with two workers, following every
+    partition read each one's own writes back (3 records per stopped partition)."""
+    from streams.state import changelog_view
+
+    built: list[Any] = []
+
+    class FollowingView:
+        def __init__(self, bootstrap: str, topic: str, n: int, offsets: Any = None, partitions: Any = None) -> None:
+            self.partitions, self.stopped = sorted(partitions if partitions is not None else range(n)), False
+            built.append(self)
+
+        async def start(self) -> None: ...
+
+        async def stop(self) -> None:
+            self.stopped = True
+
+        async def catch_up(self) -> dict[Any, Any]:
+            return {}
+
+    monkeypatch.setattr(changelog_view, "MirrorStateChangelogView", FollowingView)
+    store = WorkerStateStore(4)
+    store.owned = {0, 1}
+    config = SimpleNamespace(state_partitions=4, mirror_state_topic_name="t.__mirror_state", bootstrap_servers="x")
+    others = OtherWorkersStates(config, store, interval=0.0, timeout=5.0)  # type: ignore[arg-type]
+    for _ in range(2):  # the same assignment: the same view
+        asyncio.run(others.refresh(lambda: True))
+    assert [v.partitions for v in built] == [[2, 3]] and store.remote == {}
+    store.owned = {0}  # a rebalance took partition 1 away: follow it too
+    asyncio.run(others.refresh(lambda: True))
+    assert [v.partitions for v in built] == [[2, 3], [1, 2, 3]] and built[0].stopped and store.remote == {}
