@@ -52,16 +52,7 @@ def observe_stop(source: Any, dest: Any, tp: TopicPartition, source_up: bool = T
         dest_off = msgspec.structs.replace(dest_off, leo=cut, hw=min(dest_off.hw, cut), lso=min(dest_off.lso, cut))
     opens = tuple(dest.open_transactions(tp)) if cut is None else ()
     open_batches = read_batches(dest, tp, min(t.first_offset for t in opens), dest_off.leo) if opens else ()
-    src = first = None
-    if source_up:
-        try:
-            src = source.list_offsets(tp)
-            if src.hw > dest_off.leo:
-                got = source.fetch(tp, max(dest_off.leo, src.log_start), 1, IsolationLevel.READ_UNCOMMITTED).batches
-                first = got[0] if got else None
-        except PortError as e:
-            log.info("preview: source did not answer for %s: %s", tp, e)
-            src = first = None
+    src, first = _source_ahead(source, tp, dest_off.leo, "preview") if source_up else (None, None)
     return StopPreviewObservation(tp=tp, dest=dest_off, open_transactions=opens, open_batches=open_batches,
                                   source=src, first_unmirrored=first)  # fmt: skip
 
@@ -115,22 +106,27 @@ def preview_failback(source: Any, dest: Any, mirror_name: str, tps: Sequence[Top
     return FailbackImpact(tuple(out))
 
 
+def _source_ahead(source: Any, tp: TopicPartition, dest_leo: int, what: str) -> tuple[Any, Any]:
+    """The source's offsets and its first batch past the destination's LEO (None when there is
+    none); (None, None) when the source does not answer."""
+    try:
+        src = source.list_offsets(tp)
+        if src.hw <= dest_leo:
+            return src, None
+        got = source.fetch(tp, max(dest_leo, src.log_start), 1, IsolationLevel.READ_UNCOMMITTED).batches
+        return src, (got[0] if got else None)
+    except PortError as e:
+        log.info("%s: source did not answer for %s: %s", what, tp, e)
+        return None, None
+
+
 def observe_cut(source: Any, dest: Any, tp: TopicPartition, source_up: bool = True) -> CutObservation:
     """The consistent cut's reads of one partition: the destination's tail (from its LSO, or the
     window's start if that is nearer the end), the source's HW and first unmirrored batch."""
     dest_off = dest.list_offsets(tp)
     start = max(dest_off.log_start, min(dest_off.lso, dest_off.leo - CUT_WINDOW_OFFSETS))
     got = read_batches(dest, tp, start, dest_off.leo)
-    src = first = None
-    if source_up:
-        try:
-            src = source.list_offsets(tp)
-            if src.hw > dest_off.leo:
-                ahead = source.fetch(tp, max(dest_off.leo, src.log_start), 1, IsolationLevel.READ_UNCOMMITTED).batches
-                first = ahead[0] if ahead else None
-        except PortError as e:
-            log.info("cut: source did not answer for %s: %s", tp, e)
-            src = first = None
+    src, first = _source_ahead(source, tp, dest_off.leo, "cut") if source_up else (None, None)
     # A batch holding the window's start begins before it: the window is where the batches begin.
     window_start = got[0].base_offset if got else start
     return CutObservation(tp=tp, dest=dest_off, window_start=window_start, batches=got, source=src,
