@@ -1,13 +1,17 @@
-"""Read-ahead for brokers that ignore Fetch's byte limits.
+"""Read-ahead: batches a broker sent beyond the asked bytes, and prefetches.
 
 A broker that sends more than asked (noida-db 0.2.3 sends the whole rest of the log) would make
 every fetch resend what the last one cut off: the whole batches that came beyond the budget serve
 the next fetches of that partition (READ_UNCOMMITTED only: aborted lists are per response), up to
 ``max_bytes`` per port and for ``ttl_s``.
+
+A partition still behind the HW has its next fetch sent as soon as an answer is served
+(``Prefetches``), so that the source reads it while the mirror appends the last answer.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from coordinator.ports import Batch, FetchResult, TopicPartition
@@ -61,6 +65,9 @@ class ReadAhead:
             self.keep(key, ahead.result, rest, ahead.at)
         return FetchResult(kept, ahead.result.hw, ahead.result.lso, ahead.result.log_start, ahead.result.leader_epoch)
 
+    def holds(self, key: tuple[TopicPartition, int]) -> bool:
+        return key in self._ahead
+
     def keep(self, key: tuple[TopicPartition, int], result: FetchResult, rest: tuple[Batch, ...], at: float) -> None:
         old = self._ahead.pop(key, None)
         if old is not None:
@@ -73,3 +80,50 @@ class ReadAhead:
             ahead = _Ahead(kept[0].base_offset, kept, result, at)
             self._ahead[key] = ahead
             self._bytes += ahead.size
+
+
+PREFETCH_TTL_S = 5.0
+
+
+class _Prefetch:
+    def __init__(self, args: tuple[Any, ...], index: int, task: asyncio.Task[dict[int, Any]], at: float) -> None:
+        self.args, self.index, self.task, self.at = args, index, task, at
+
+
+class Prefetches:
+    """The next fetch of a partition that is behind, sent as soon as the last answer came, as a
+    Kafka consumer prefetches: the source reads it while the mirror appends the last one.
+    Per (partition, isolation), READ_UNCOMMITTED only; at most ``max_bytes`` asked at once (an
+    answer not taken within ``ttl_s`` is dropped). Loop-thread only."""
+
+    def __init__(self, max_bytes: int, ttl_s: float = PREFETCH_TTL_S) -> None:
+        self.max_bytes, self.ttl_s = max_bytes, ttl_s
+        self._by_key: dict[tuple[TopicPartition, int], _Prefetch] = {}
+        self.asked = 0  # bytes asked by the prefetches held
+
+    def room(self, want: int) -> bool:
+        return self.asked + want <= self.max_bytes
+
+    def add(self, args: list[tuple[Any, ...]], task: asyncio.Task[dict[int, Any]], now: float) -> None:
+        """``task`` answers ``{index: result}`` for ``args`` (each a ``fetch_args`` tuple)."""
+        for i, a in enumerate(args):
+            old = self._by_key.pop((a[0], a[3]), None)
+            if old is not None:
+                self.asked -= max(old.args[2], 1)
+            self._by_key[(a[0], a[3])] = _Prefetch(a, i, task, now)
+            self.asked += max(a[2], 1)
+
+    def pop(self, a: tuple[Any, ...], now: float) -> _Prefetch | None:
+        """The prefetch that asked exactly what ``a`` asks (offset, epochs; the byte limit may
+        differ), else None; a prefetch for another position is dropped."""
+        got = self._by_key.pop((a[0], a[3]), None)
+        if got is None:
+            return None
+        self.asked -= max(got.args[2], 1)
+        if now - got.at > self.ttl_s or got.args[1] != a[1] or got.args[4:] != a[4:] or got.args[2] > a[2]:
+            return None
+        return got
+
+    def expire(self, now: float) -> None:
+        for key in [k for k, p in self._by_key.items() if now - p.at > self.ttl_s]:
+            self.asked -= max(self._by_key.pop(key).args[2], 1)
