@@ -23,19 +23,28 @@ READ_AHEAD_TTL_S = 60.0
 def within(batches: tuple[Batch, ...], max_bytes: int) -> tuple[Batch, ...]:
     """The first batch, then more while they fit ``max_bytes`` (Kafka's partition_max_bytes rule,
     kept here too: a broker may ignore the limit, noida-db 0.2.3 does)."""
+    end = _end_within(batches, 0, max_bytes)
+    return batches if end == len(batches) else batches[:end]
+
+
+def _end_within(batches: tuple[Batch, ...], start: int, max_bytes: int) -> int:
+    """Where ``within`` ends, for the batches from index ``start``."""
     used = 0
-    for n, b in enumerate(batches):
-        used += len(b.payload)
-        if used > max_bytes and n > 0:
-            return batches[:n]
-    return batches
+    for n in range(start, len(batches)):
+        used += len(batches[n].payload)
+        if used > max_bytes and n > start:
+            return n
+    return len(batches)
 
 
 class _Ahead:
-    """Whole batches a broker sent beyond the asked bytes, kept for the next fetch of the partition."""
+    """Whole batches a broker sent beyond the asked bytes, kept for the next fetch of the partition:
+    ``batches[start:]``, served from ``start`` on (a response of the whole log is thousands of
+    batches: neither sliced nor summed again at each fetch)."""
 
     def __init__(self, offset: int, batches: tuple[Batch, ...], result: FetchResult, at: float) -> None:
         self.offset, self.batches, self.result, self.at = offset, batches, result, at
+        self.start = 0
         self.size = sum(len(b.payload) for b in batches)
 
 
@@ -59,10 +68,13 @@ class ReadAhead:
         if (ahead.offset != offset or now - ahead.at > self.ttl_s
                 or (current_epoch is not None and current_epoch != ahead.result.leader_epoch)):  # fmt: skip
             return None
-        kept = within(ahead.batches, max(max_bytes, 1))
-        rest = ahead.batches[len(kept):]
-        if rest:
-            self.keep(key, ahead.result, rest, ahead.at)
+        end = _end_within(ahead.batches, ahead.start, max(max_bytes, 1))
+        kept = ahead.batches[ahead.start : end]
+        if end < len(ahead.batches):
+            ahead.start, ahead.offset = end, ahead.batches[end].base_offset
+            ahead.size -= sum(len(b.payload) for b in kept)
+            self._ahead[key] = ahead
+            self._bytes += ahead.size
         return FetchResult(kept, ahead.result.hw, ahead.result.lso, ahead.result.log_start, ahead.result.leader_epoch)
 
     def holds(self, key: tuple[TopicPartition, int]) -> bool:
