@@ -48,6 +48,7 @@ from .protocol import (
     decode_batch_reply,
     decode_error,
     encode_request,
+    encode_request_into,
     response_decoder,
 )
 
@@ -96,11 +97,15 @@ class ClusterClient:
 
     # ---------------------------------------------------------------- transport
 
-    def _encode(self, method: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[int, bytes]:
+    def _encode(self, method: str, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: bytearray | None = None) -> tuple[int, bytearray]:
+        """The request's id and its frame, appended to ``out`` (or a new buffer)."""
         spec = METHODS.get(method)
         positional = spec.positional(args, kwargs) if spec else list(args)
         request_id = next(self._ids)
-        return request_id, encode_request(request_id, self.cluster, method, positional)
+        if out is None:
+            out = bytearray()
+        encode_request_into(out, request_id, self.cluster, method, positional)
+        return request_id, out
 
     def _read_frame(self) -> bytes:
         while True:
@@ -147,12 +152,11 @@ class ClusterClient:
         out = bytearray()
         for call in calls:
             method, args = call[0], call[1]
-            request_id, data = self._encode(method, args, call[2] if len(call) > 2 else {})  # type: ignore[misc]
+            request_id, _ = self._encode(method, args, call[2] if len(call) > 2 else {}, out)  # type: ignore[misc]
             ids.append((request_id, f"{BATCH}:{args[0]}" if method == BATCH else method))
-            out += data
         results: list[Any] = []
         undecodable: BaseException | None = None  # raised once every reply is read: the connection stays in step
-        view = memoryview(bytes(out))
+        view = memoryview(out)
         sent = 0
         timeout = self._sock.gettimeout()
         self._sock.setblocking(False)

@@ -149,8 +149,23 @@ def frame(payload: bytes) -> bytes:
     return len(payload).to_bytes(HEADER, "big") + payload
 
 
-def encode_request(request_id: int, cluster: str, method: str, args: list[Any]) -> bytes:
-    return frame(encoder.encode((request_id, cluster, method, args)))
+def encode_frame_into(out: bytearray, message: Any) -> None:
+    """Appends ``message`` to ``out`` as one frame, encoded in place: a mirrored batch's payload
+    is copied once, not once per layer (encode, frame, pipeline buffer)."""
+    start = len(out)
+    out += bytes(HEADER)
+    encoder.encode_into(message, out, start + HEADER)
+    out[start : start + HEADER] = (len(out) - start - HEADER).to_bytes(HEADER, "big")
+
+
+def encode_request_into(out: bytearray, request_id: int, cluster: str, method: str, args: list[Any]) -> None:
+    encode_frame_into(out, (request_id, cluster, method, args))
+
+
+def encode_request(request_id: int, cluster: str, method: str, args: list[Any]) -> bytearray:
+    out = bytearray()
+    encode_request_into(out, request_id, cluster, method, args)
+    return out
 
 
 def encode_ok(request_id: int, result: Any) -> bytes:

@@ -218,6 +218,9 @@ class KafkaConnection:
         self.closed = True
 
         async def shut() -> None:
+            for task in asyncio.all_tasks():  # prefetches in flight
+                if task is not asyncio.current_task():
+                    task.cancel()
             if self._client is not None:
                 await self._client.close()
                 self._client = None

@@ -31,7 +31,7 @@ from coordinator.ports import (
     TopicPartition,
 )
 from streams.kafka.connection import KafkaConnection, _Metadata
-from streams.kafka.read_ahead import ReadAhead, within
+from streams.kafka.read_ahead import Prefetches, ReadAhead, within
 from streams.kafka.wire import (
     CONSUMER_REPLICA_ID,
     EARLIEST_TIMESTAMP,
@@ -66,9 +66,11 @@ def fetch_args(tp: TopicPartition, fetch_offset: int, max_bytes: int,
 class PartitionReads:
     """Fetch, ListOffsets and OffsetsForLeaderEpoch over ``conn`` (coroutines on its loop)."""
 
-    def __init__(self, conn: KafkaConnection, response_max_bytes: int, ahead: ReadAhead | None = None) -> None:
+    def __init__(self, conn: KafkaConnection, response_max_bytes: int, ahead: ReadAhead | None = None,
+                 prefetch: bool = True) -> None:  # fmt: skip
         self.conn, self.response_max_bytes = conn, response_max_bytes
         self.ahead = ahead if ahead is not None else ReadAhead()
+        self.prefetches = Prefetches(response_max_bytes) if prefetch else None
 
     # ------------------------------------------------------------------ fetch
 
@@ -76,8 +78,13 @@ class PartitionReads:
         every = [fetch_args(*a, **kw) for a, kw in calls]
         out: list[Any] = [None] * len(every)
         todo = []
+        now = self.conn.loop.time()
+        if self.prefetches is not None:
+            self.prefetches.expire(now)
         for i, a in enumerate(every):
-            served = self.ahead.take(a, self.conn.loop.time())
+            served = await self._prefetched(a, now)
+            if served is None:
+                served = self.ahead.take(a, now)
             if served is None:
                 todo.append(i)
             else:
@@ -85,7 +92,50 @@ class PartitionReads:
         if todo:
             for i, r in zip(todo, await self._fetch_remote([every[i] for i in todo])):
                 out[i] = r
+        self._prefetch_next(every, out)
         return out
+
+    async def _prefetched(self, a: tuple[Any, ...], now: float) -> FetchResult | None:
+        """The answer a prefetch got for exactly this fetch, if it got data (else None: fetched
+        the usual way, errors and all)."""
+        pf = self.prefetches.pop(a, now) if self.prefetches is not None else None
+        if pf is None:
+            return None
+        got = (await pf.task).get(pf.index)
+        if not isinstance(got, FetchResult) or not got.batches or got.diverging_epoch is not None:
+            return None
+        return got
+
+    def _prefetch_next(self, every: list[tuple[Any, ...]], out: list[Any]) -> None:
+        """Sends, one Fetch per leader, the next fetch of each partition answered with data that
+        is still behind the HW (READ_UNCOMMITTED; not where read-ahead already holds the next batches)."""
+        meta = self.conn.meta
+        if self.prefetches is None or meta is None:
+            return
+        groups: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
+        for a, r in zip(every, out):
+            tp, isolation = a[0], a[3]
+            if (isolation != IsolationLevel.READ_UNCOMMITTED or not isinstance(r, FetchResult) or not r.batches
+                    or r.diverging_epoch is not None or r.batches[-1].next_offset >= r.hw
+                    or self.ahead.holds((tp, isolation))):  # fmt: skip
+                continue
+            try:
+                leader = meta.leader(tp)[1].leader
+            except PortError:
+                continue
+            last = r.batches[-1]
+            groups[leader].append((tp, last.next_offset, a[2], isolation, a[4], last.leader_epoch))
+        now = self.conn.loop.time()
+        for node, args in groups.items():
+            if self.prefetches.room(sum(max(x[2], 1) for x in args)):
+                task = self.conn.loop.create_task(self._prefetch(meta, node, args))
+                self.prefetches.add(args, task, now)
+
+    async def _prefetch(self, meta: _Metadata, node: int, args: list[tuple[Any, ...]]) -> dict[int, Any]:
+        try:
+            return await self._fetch_from(meta, node, int(IsolationLevel.READ_UNCOMMITTED), list(range(len(args))), args)
+        except Exception:  # noqa: BLE001 - a failed prefetch is fetched again the usual way, and fails there
+            return {}
 
     async def _gather_into(self, out: dict[int, Any], groups: Mapping[K, list[int]],
                            call: Callable[[K, list[int]], Awaitable[dict[int, Any]]]) -> dict[int, Any]:  # fmt: skip

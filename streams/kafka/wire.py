@@ -28,6 +28,7 @@ from coordinator.ports import (
 )
 from records.kafka_envelope import request_header, response_header_size
 from records.registry import default_schemas
+from records.codec import CodecError
 from records.segments import ControlType, control_type, decode_batch
 
 # Kafka error codes the port tells apart (org.apache.kafka.common.protocol.Errors).
@@ -117,7 +118,14 @@ class _Decoder:
         self.name, self.version = name, version
 
     def decode(self, buf: io.BytesIO) -> _Reply:
-        return _Reply(default_schemas().decode(self.name + "Response", buf.read(), self.version), self.version)
+        # Read in place: aiokafka's BytesIO shares the frame's bytes (getvalue() is that object),
+        # where read() would copy a Fetch response's megabytes once more.
+        data, start = buf.getvalue(), buf.tell()
+        codec = default_schemas().codec(self.name + "Response")
+        body, end = codec.decode_prefix(data, self.version, start)
+        if end != len(data):
+            raise CodecError(f"{len(data) - end} bytes of garbage after the {self.name}Response body", position=end)
+        return _Reply(body, self.version)
 
 
 class _Prepared:
@@ -195,6 +203,7 @@ def split_batches(records: bytes | None, tp: TopicPartition) -> tuple[Batch, ...
     if not records:
         return ()
     data = bytes(records)
+    view = memoryview(data)
     out = []
     pos, size = 0, len(data)
     while pos + _BATCH_HEADER.size <= size:
@@ -206,9 +215,9 @@ def split_batches(records: bytes | None, tp: TopicPartition) -> tuple[Batch, ...
         if magic != 2:
             raise KafkaProtocolError(f"{tp}: message format v{magic} at offset {base}; a mirror copies v2 "
                                      "RecordBatches only (Kafka 0.11 and later)")  # fmt: skip
-        raw = data[pos:end]
-        if crc32c(raw[_ATTRIBUTES_AT:]) != crc:
+        if crc32c(view[pos + _ATTRIBUTES_AT : end]) != crc:  # over a view: no copy of the batch
             raise KafkaProtocolError(f"{tp}: corrupt batch at offset {base} (CRC mismatch)")
+        raw = data[pos:end]
         ctype: ControlType | None = None
         if attrs & _ATTR_CONTROL:
             got = control_type(decode_batch(raw)[0].records[0])  # control batches are never compressed

@@ -179,8 +179,14 @@ class MirrorObservers:
     def fetch(self, tp: TopicPartition, max_bytes: int) -> Observer:
         """The fetch position from the destination, the source's fetch from there, and on a
         diverging epoch the destination's end offset for it."""
-        dest = yield (self.dest, "list_offsets", (tp,), None)
-        epoch = yield from latest_epoch(self.dest, tp, dest.leader_epoch)
+        if getattr(self.dest, "latest_epoch", None) is not None:
+            # Both in one round trip: a copy runs a wave after another, each waiting on this.
+            got = yield [(self.dest, "list_offsets", (tp,), None), (self.dest, "latest_epoch", (tp,), None)]
+            raise_first(got)
+            dest, epoch = got[0], (got[1] if got[1] >= 0 else None)
+        else:
+            dest = yield (self.dest, "list_offsets", (tp,), None)
+            epoch = yield from latest_epoch(self.dest, tp, dest.leader_epoch)
         pos = FetchPosition(dest.leo, epoch, dest.log_start, dest.leader_epoch)
         result: FetchResult | OutOfRange
         try:

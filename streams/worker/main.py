@@ -45,6 +45,7 @@ from dataclasses import replace
 from typing import Any
 
 from coordinator.ports import PortError
+from records.buffers import keep_large_buffers
 from records.framing import ApiMessageAndVersion
 from records.registry import default_schemas
 from streams import tls
@@ -444,6 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # ~1M at 50,000 partitions) every few hundred ms: a fifth of the worker's CPU. With fewer
     # young collections they die young; the peak RSS stays within a few MB of the default's.
     gc.set_threshold(*GC_THRESHOLDS)
+    keep_large_buffers()  # a mirrored batch's copies must not page-fault (records.buffers)
     fetch_backoff.install()  # idle consumers must not busy-poll a broker that answers empty fetches at once
     # --loglevel LEVEL[,LOGGER=LEVEL...]: e.g. "warning,streams.worker.app=debug" for the round timings alone
     root, *per_logger = [part.strip() for part in args.loglevel.split(",") if part.strip()] or ["info"]

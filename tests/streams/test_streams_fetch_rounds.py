@@ -79,3 +79,54 @@ def test_back_to_back_rounds_stop_after_one_tick() -> None:
     r = Runner({0: 10**9}, step=1)
     run_job(r, tick=0.05)
     assert 1 <= len(r.rounds) < 10**9 and r.progress[TopicPartition(TOPIC, 0)][1] < 10**9
+
+
+class CountingDest:
+    """An in-process destination that takes many calls at once (as the model server's client),
+    counting the round trips: one per ``call_many``."""
+
+    def __init__(self, model: Any) -> None:
+        self.model, self.round_trips = model, []
+
+    def call_many(self, calls: Any) -> list[Any]:
+        from coordinator.ports import PortError
+
+        self.round_trips.append(sorted({method for method, _, _ in calls}))
+        out: list[Any] = []
+        for method, args, kwargs in calls:
+            try:
+                out.append(getattr(self.model, method)(*args, **(kwargs or {})))
+            except PortError as e:
+                out.append(e)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+
+def test_a_wave_asks_the_destination_twice_its_position_then_the_append() -> None:
+    from clustermodel import ClusterModel
+    from coordinator.states import MirrorState
+    from coordinator.workflows.config import MirrorConfig
+    from streams.runner.runner import MirrorRunner
+
+    a, b = ClusterModel("a", seed=1), ClusterModel("b", seed=2)
+    meta = a.add_topic("orders", 3)
+    dest = CountingDest(b)
+    r = MirrorRunner("m", a, dest, MirrorConfig(metadata_refresh_interval_ms=0, fetch_backoff_ms=0))
+    r.set_desired(meta.topic_id, DesiredState.START)
+    tps = [TopicPartition(meta.topic_id, p) for p in range(3)]
+    now = 0
+    while not all(r.state(tp).state is MirrorState.MIRRORING for tp in tps):
+        now += 100
+        a.tick(100)
+        b.tick(100)
+        r.tick(now)
+        assert now < 60_000
+    for p in range(3):
+        a.produce("orders", p, [(b"k", b"v")] * 5)
+    a.tick(100)
+    dest.round_trips.clear()
+    r.fetch_round(now + 100, set(tps))
+    assert [b.list_offsets(tp).leo for tp in tps] == [a.list_offsets(tp).hw for tp in tps] == [5, 5, 5]
+    assert dest.round_trips == [["latest_epoch", "list_offsets"], ["append_mirror_batches"]]
