@@ -449,3 +449,12 @@ def test_mirror_config_refuses_a_sasl_mechanism_the_port_does_not_speak() -> Non
     assert config_problems({"sasl.mechanism": "SCRAM-SHA-512", "security.protocol": "SASL_SSL"}) == {}
     problem = config_problems({"sasl.mechanism": "GSSAPI"})["sasl.mechanism"]
     assert "Invalid value GSSAPI for configuration sasl.mechanism" in problem and "PLAIN" in problem
+
+
+def test_call_many_knows_every_source_read() -> None:
+    """A wave's calls go through ``call_many``: a source read it does not know fails there with
+    "unknown port method" (PREPARING's ``last_mirror_cut`` did, and no Kafka-source mirror started)."""
+    from coordinator.ports import SOURCE_METHODS
+    from streams.kafka import source
+
+    assert set(SOURCE_METHODS) <= set(source._METHODS)
