@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import threading
+import traceback
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -87,10 +88,7 @@ def _main_in_thread(argv: list[str], principal: str) -> tuple[int, str, str]:
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else 1
         except BaseException:
-            # An escaped exception is the traceback the process would print.
-            import traceback
-
-            err.write(traceback.format_exc())
+            err.write(traceback.format_exc())  # the traceback the process would print
             code = 1
         finally:
             if old is None:
