@@ -101,4 +101,7 @@ def apache_kafka_3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheK
     try:
         yield cluster
     finally:
+        procs = [n.proc for n in cluster.nodes if n.proc is not None]
         cluster.stop()
+        # test_apache_kafka.py's claim for a multi-node stop: brokers, then the controller, all gone.
+        assert procs and all(p.poll() is not None for p in procs), [p.pid for p in procs if p.poll() is None]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import uuid
 from typing import Any
@@ -36,6 +37,17 @@ CASES = [
     for version in spec.versions()
 ]
 PROJECT = SETS["project"]
+
+
+def _same_as_project(set_name: str, message: str) -> bool:
+    """The message's definition equals the project's copy (all but the file it came from): a
+    codec is built from the definition alone, so its round trip is the project's case, already run."""
+    spec, mine = SETS[set_name].specs[message], PROJECT.specs.get(message)
+    return set_name != "project" and mine is not None and dataclasses.replace(spec, source="") == dataclasses.replace(mine, source="")
+
+
+# 424 of kafka-python's 490 RPC cases are the project's own copies of Kafka's RPCs, word for word.
+ROUND_TRIP_CASES = [(s, m, v) for s, m, v in CASES if not _same_as_project(s, m)]
 # Kafka's RPC schemas: the reference folder's, else the same files as kafka-python ships them.
 RPC = SETS["kafka-message"] if "kafka-message" in SETS else SETS["kafka-python-rpc"]
 TOPIC_ID = uuid.UUID("bfd99e5e-3235-4552-81f8-d4af1741970c")
@@ -53,7 +65,8 @@ def test_every_reference_file_loads() -> None:
 # Each case builds its own Hypothesis test: Hypothesis's pytest plugin wraps a shared
 # parametrized test's settings once per case, and with the `ci` profile (database=None) the
 # chain of over a thousand cases overflows the stack.
-@pytest.mark.parametrize(("set_name", "message", "version"), CASES, ids=[f"{s}-{m}-v{v}" for s, m, v in CASES])
+@pytest.mark.parametrize(("set_name", "message", "version"), ROUND_TRIP_CASES,
+                         ids=[f"{s}-{m}-v{v}" for s, m, v in ROUND_TRIP_CASES])  # fmt: skip
 def test_round_trip(set_name: str, message: str, version: int) -> None:
     schemas = SETS[set_name]
     codec = schemas.codec(message)

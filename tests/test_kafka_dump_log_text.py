@@ -9,6 +9,7 @@ the fetched jars; without them those tests skip (fail under KIP1279_REQUIRE_KAFK
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import sys
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from kafka_fixtures import require_apache_kafka
+from kafka_tools import run_batch
 from kafka_yardstick import (
     APPEND_TIME_TOPIC,
     COMPACTED_TOPIC,
@@ -30,7 +32,7 @@ from reference_data import DATA
 
 from records.cli import EXIT_DAMAGED, main
 from streams.brokers.apache_kafka import ApacheKafkaCluster
-from streams.brokers.kafka_jars import dump_log_segments
+from streams.brokers.kafka_jars import DUMP_LOG_TOOL
 
 METADATA_DIR = DATA / "apache_kafka_cluster_metadata"
 DATA_DIR = DATA / "apache_kafka_data"
@@ -50,8 +52,14 @@ def ours(files: list[Path], *options: str, secrets: bool = True) -> tuple[int, s
     return code, out.getvalue(), err.getvalue()
 
 
-def kafka(files: list[Path], *options: str) -> str:
-    return dump_log_segments([str(f) for f in files], *options)
+def kafka_batch(runs: dict[str, tuple[list[Path], tuple[str, ...]]]) -> dict[str, str]:
+    """Kafka's ``kafka-dump-log`` on each (files, options), all in one JVM: name -> its stdout
+    (exit code 0). In UTF-8: Java picks the locale's charset, ASCII under C, '?' for the rest."""
+    batch = run_batch({name: (DUMP_LOG_TOOL, ["--files", ",".join(map(str, files)), *options], None)
+                       for name, (files, options) in runs.items()}, env=dict(os.environ, LC_ALL="C.UTF-8"))  # fmt: skip
+    bad = {name: r.stderr[-2000:] for name, r in batch.items() if r.code != 0}
+    assert not bad, bad
+    return {name: r.stdout for name, r in batch.items()}
 
 
 def assert_same_text(theirs: str, mine: str) -> None:
@@ -59,12 +67,6 @@ def assert_same_text(theirs: str, mine: str) -> None:
     a, b = theirs.splitlines(), mine.splitlines()
     diff = [(i, x, y) for i, (x, y) in enumerate(zip(a, b)) if x != y][:3]
     assert not diff and len(a) == len(b), (len(a), len(b), diff)
-
-
-@pytest.fixture
-def java_utf8_stdout(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Kafka's stdout in UTF-8 (Java picks the locale's charset, ASCII under C, '?' for the rest)."""
-    monkeypatch.setenv("LC_ALL", "C.UTF-8")
 
 
 # --- stored samples (Kafka's dumps stored beside them; no Java needed) ------------------------
@@ -117,13 +119,14 @@ def _damaged(tmp_path: Path) -> dict[str, Path]:
     return out
 
 
-def test_a_damaged_batch_is_shown_invalid_and_the_dump_goes_on_as_in_kafka(tmp_path: Path, java_utf8_stdout: None) -> None:
+def test_a_damaged_batch_is_shown_invalid_and_the_dump_goes_on_as_in_kafka(tmp_path: Path) -> None:
     require_apache_kafka()
     files = _damaged(tmp_path)
+    theirs = kafka_batch({str(options): (list(files.values()), options) for options in ((), DEEP)})
     for options in ((), DEEP):
         code, text, err = ours(list(files.values()), *options)
         assert code == EXIT_DAMAGED, err
-        assert_same_text(kafka(list(files.values()), *options), text)
+        assert_same_text(theirs[str(options)], text)
     assert text.count("isvalid: false") == 3 and "key: j0" in text  # crc, attributes, key
     assert "magic: 7" in text and "invalid bytes at the end of 00000000000000000000.log" in text
     for name in files:
@@ -191,14 +194,49 @@ def _logs(log_dir: Path) -> list[Path]:
     return sorted(f for f in log_dir.glob("*/*.log") if f.stat().st_size and f.parent.name != "__cluster_metadata-0")
 
 
-def test_live_segments_print_as_kafka_prints_them(log_dir: Path, java_utf8_stdout: None) -> None:
+def _indexes(log_dir: Path) -> list[Path]:
+    """Index files whose segment has batches (Kafka's tool stops with NoSuchElementException on
+    an index whose log is empty, the active segment of an idle partition)."""
+    return sorted(f for f in log_dir.glob("*/*.*index")
+                  if f.suffix != ".txnindex" and (f.parent / (f.name.split(".")[0] + ".log")).stat().st_size)  # fmt: skip
+
+
+def _index_files(log_dir: Path) -> list[Path]:
+    return _indexes(log_dir) + sorted(log_dir.glob("*/*.snapshot")) + sorted(log_dir.glob("*/*.txnindex"))
+
+
+def _closed_indexes(log_dir: Path) -> list[Path]:
+    # Closed segments only: Kafka's check stops with an exception on an active segment's
+    # preallocated time index (ours reports it and goes on).
+    return [f for f in _indexes(log_dir) if f.name.split(".")[0] != _last_segment(f.parent)]
+
+
+COORDINATOR_LOGS = (("__consumer_offsets-", "--offsets-decoder"), ("__transaction_state-", "--transaction-log-decoder"))
+
+
+@pytest.fixture(scope="module")
+def kafka_dumps(log_dir: Path) -> dict[str, str]:
+    """Kafka's tool on every live file set the tests below diff, in one JVM rather than one each."""
+    runs: dict[str, tuple[list[Path], tuple[str, ...]]] = {}
+    for options in ((), ("--deep-iteration",), DEEP):
+        runs[f"segments {options}"] = (_logs(log_dir), options)
+    runs["metadata"] = ([log_dir / "__cluster_metadata-0" / SEGMENT], ("--cluster-metadata-decoder",))
+    for prefix, option in COORDINATOR_LOGS:
+        runs[option] = ([f for f in _logs(log_dir) if f.parent.name.startswith(prefix)], (option,))
+    for options in ((), ("--verify-index-only",)):
+        runs[f"indexes {options}"] = (_index_files(log_dir), options)
+    runs["sanity"] = (_closed_indexes(log_dir), ("--index-sanity-check",))
+    return kafka_batch(runs)
+
+
+def test_live_segments_print_as_kafka_prints_them(log_dir: Path, kafka_dumps: dict[str, str]) -> None:
     logs = _logs(log_dir)
     topics = {f.parent.name.rsplit("-", 1)[0] for f in logs}
     assert {DATA_TOPIC, ROLLED_TOPIC, APPEND_TIME_TOPIC, COMPACTED_TOPIC, "__consumer_offsets", "__transaction_state"} <= topics
     for options in ((), ("--deep-iteration",), DEEP):
         code, text, err = ours(logs, *options)
         assert code == 0, err
-        assert_same_text(kafka(logs, *options), text)
+        assert_same_text(kafka_dumps[f"segments {options}"], text)
     for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
         assert f"compresscodec: {codec} " in text
     assert "LogAppendTime: " in text and "endTxnMarker: ABORT" in text
@@ -206,22 +244,22 @@ def test_live_segments_print_as_kafka_prints_them(log_dir: Path, java_utf8_stdou
     assert " count: 0 " in compacted.splitlines()[1]  # the emptied batch, shown as Kafka shows it
 
 
-def test_live_metadata_log_prints_as_kafka_prints_it(log_dir: Path, java_utf8_stdout: None) -> None:
+def test_live_metadata_log_prints_as_kafka_prints_it(log_dir: Path, kafka_dumps: dict[str, str]) -> None:
     segment = log_dir / "__cluster_metadata-0" / SEGMENT
     code, text, err = ours([segment], "--cluster-metadata-decoder")
     assert code == 0, err
-    assert_same_text(kafka([segment], "--cluster-metadata-decoder"), text)
+    assert_same_text(kafka_dumps["metadata"], text)
     assert "KRaftVoters {" in text and '"type":"USER_SCRAM_CREDENTIAL_RECORD"' in text
 
 
-def test_live_coordinator_topics_print_as_kafka_prints_them(log_dir: Path, java_utf8_stdout: None) -> None:
+def test_live_coordinator_topics_print_as_kafka_prints_them(log_dir: Path, kafka_dumps: dict[str, str]) -> None:
     texts = {}
-    for prefix, option in (("__consumer_offsets-", "--offsets-decoder"), ("__transaction_state-", "--transaction-log-decoder")):
+    for prefix, option in COORDINATOR_LOGS:
         logs = [f for f in _logs(log_dir) if f.parent.name.startswith(prefix)]
         assert logs, prefix
         code, text, err = ours(logs, option)
         assert code == 0, err
-        assert_same_text(kafka(logs, option), text)
+        assert_same_text(kafka_dumps[option], text)
         texts[option] = text
     # a group's metadata with its member's subscription and assignment decoded, and its commit
     assert '"protocolType":"consumer"' in texts["--offsets-decoder"] and '"assignedPartitions":[' in texts["--offsets-decoder"]
@@ -250,34 +288,25 @@ def test_the_coordinator_schemas_are_kafkas_own() -> None:
             assert found == [data], f"{folder}/{name}"
 
 
-def _indexes(log_dir: Path) -> list[Path]:
-    """Index files whose segment has batches (Kafka's tool stops with NoSuchElementException on
-    an index whose log is empty, the active segment of an idle partition)."""
-    return sorted(f for f in log_dir.glob("*/*.*index")
-                  if f.suffix != ".txnindex" and (f.parent / (f.name.split(".")[0] + ".log")).stat().st_size)  # fmt: skip
-
-
-def test_live_indexes_snapshots_and_txn_indexes_print_as_kafka_prints_them(log_dir: Path) -> None:
+def test_live_indexes_snapshots_and_txn_indexes_print_as_kafka_prints_them(log_dir: Path, kafka_dumps: dict[str, str]) -> None:
     indexes = _indexes(log_dir)
     snapshots = sorted(log_dir.glob("*/*.snapshot"))
     txn = sorted(log_dir.glob("*/*.txnindex"))
     assert {f.suffix for f in indexes} == {".index", ".timeindex"} and snapshots and txn
-    files = indexes + snapshots + txn
+    files = _index_files(log_dir)
     for options in ((), ("--verify-index-only",)):
         _, text, _ = ours(files, *options)
-        assert_same_text(kafka(files, *options), text)
+        assert_same_text(kafka_dumps[f"indexes {options}"], text)
     _, text, _ = ours(files)
     assert "offset: " in text and "timestamp: " in text and "producerId: " in text and "lastStableOffset: " in text
 
 
-def test_live_index_sanity_check_prints_as_kafka_prints_it(log_dir: Path) -> None:
-    # Closed segments only: Kafka's check stops with an exception on an active segment's
-    # preallocated time index (ours reports it and goes on).
-    closed = [f for f in _indexes(log_dir) if f.name.split(".")[0] != _last_segment(f.parent)]
+def test_live_index_sanity_check_prints_as_kafka_prints_it(log_dir: Path, kafka_dumps: dict[str, str]) -> None:
+    closed = _closed_indexes(log_dir)
     assert closed
     code, text, err = ours(closed, "--index-sanity-check")
     assert code == 0, err
-    assert_same_text(kafka(closed, "--index-sanity-check"), text)
+    assert_same_text(kafka_dumps["sanity"], text)
     assert text.count("passed sanity check.") + text.count(" is empty.") == len(closed)
     assert "passed sanity check." in text
 

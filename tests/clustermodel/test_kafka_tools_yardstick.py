@@ -14,24 +14,19 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 from kafka_config_table import TABLE, kafka_topic_defaults
 from kafka_fixtures import require_apache_kafka
+from kafka_tools import run_batch
 from model_server import ServerProcess
 
-from streams.brokers.kafka_jars import java_command
-
-ROOT = Path(__file__).resolve().parents[2]
-KAFKA_TOOLS = ROOT / "tests" / "java" / "KafkaTools.java"
 # Record timestamps: recent, as the model's time retention (retention.ms) reaches every batch, where
 # Kafka never deletes its active segment.
 BASE_TS = (int(time.time()) - 600) * 1000
@@ -175,19 +170,11 @@ class Sides:
 
 
 def _run_batch(side: Side, runs: dict[str, tuple[str, list[str], str | None]]) -> None:
-    """Every run on one side in one JVM (tests/java/KafkaTools.java), in order: the writes first."""
-    lines = []
-    for name, (main, args, stdin) in runs.items():
-        fields = [name, main, "-" if stdin is None else stdin.replace("\n", "\\n"), *(a.replace("{b}", side.bootstrap) for a in args)]
-        assert not any("\t" in f or "\n" in f for f in fields), fields
-        lines.append("\t".join(fields))
-    done = subprocess.run(java_command(str(KAFKA_TOOLS), []), input="\n".join(lines) + "\n", capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
-    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert [r["name"] for r in results] == list(runs), done.stderr[-3000:]
-    for r in results:
-        side.codes[r["name"]] = r["code"]
-        side.tools[r["name"]] = r["stdout"] + (f"\nSTDERR: {r['stderr'][-3000:]}" if r["code"] else "")
+    """Every run on one side in one JVM (tests/kafka_tools.py), in order: the writes first."""
+    bound = {name: (main, [a.replace("{b}", side.bootstrap) for a in args], stdin) for name, (main, args, stdin) in runs.items()}
+    for name, r in run_batch(bound).items():
+        side.codes[name] = r.code
+        side.tools[name] = r.stdout + (f"\nSTDERR: {r.stderr[-3000:]}" if r.code else "")
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +186,7 @@ def sides(apache_kafka: Any) -> Iterator[Sides]:
         kafka, mod = Side("kafka", apache_kafka.bootstrap), Side("model", model.bootstrap)
         with ThreadPoolExecutor(2) as pool:
             list(pool.map(lambda s: populate(s.bootstrap, p), (kafka, mod)))
-            # Java's source launcher compiles and runs KafkaTools.java in one go, one JVM per side.
+            # One JVM per side (KafkaTools.java, compiled once per session).
             admin = {"java admin": ("AdminReads", ["{b}", f"{p}-", f"{p}-simple", f"{p}-left"], None)}
             list(pool.map(lambda s: _run_batch(s, {**_writes(p), **_reads(p), **admin}), (kafka, mod)))
         for s in (kafka, mod):

@@ -1,5 +1,6 @@
 // Kafka's command-line tools and its Java AdminClient's read calls, many in one JVM (a JVM start
-// costs about 2 s, so tests/clustermodel/test_kafka_tools_yardstick.py runs each side's batch here).
+// costs about 2 s, so tests/kafka_tools.py runs a module's tool runs here in one batch: the tools
+// yardstick's per side, kafka-dump-log's diffs).
 //
 //   java -cp 'tools/kafka/lib/*' tests/java/KafkaTools.java < runs.tsv
 //
@@ -26,8 +27,17 @@ public class KafkaTools {
 
     static Integer exitCode;
 
+    static final class Switch extends OutputStream {
+        OutputStream target = OutputStream.nullOutputStream();
+        @Override public void write(int b) throws IOException { target.write(b); }
+        @Override public void write(byte[] b, int off, int len) throws IOException { target.write(b, off, len); }
+        @Override public void flush() throws IOException { target.flush(); }
+    }
+
+    static final Switch outSwitch = new Switch(), errSwitch = new Switch();
+
     public static void main(String[] ignored) throws Exception {
-        PrintStream realOut = System.out, realErr = System.err;
+        PrintStream realOut = System.out;
         InputStream realIn = System.in;
         List<String> lines = new BufferedReader(new InputStreamReader(realIn, StandardCharsets.UTF_8)).lines().toList();
         // A tool may catch the trap in its own catch-all: its first exit code is the one it meant.
@@ -35,6 +45,10 @@ public class KafkaTools {
             if (exitCode == null) exitCode = code;
             throw new Exited(code);
         });
+        // One System.out and System.err for every run, switched from run to run: Scala's Console
+        // (the tools in Kafka's core, kafka-dump-log) keeps the System.out it first saw.
+        System.setOut(new PrintStream(outSwitch, true, StandardCharsets.UTF_8));
+        System.setErr(new PrintStream(errSwitch, true, StandardCharsets.UTF_8));
         for (String line : lines) {
             if (line.isBlank()) continue;
             String[] f = line.split("\t", -1);
@@ -43,8 +57,8 @@ public class KafkaTools {
             ByteArrayOutputStream out = new ByteArrayOutputStream(), err = new ByteArrayOutputStream();
             int code = 0;
             exitCode = null;
-            System.setOut(new PrintStream(out, true, StandardCharsets.UTF_8));
-            System.setErr(new PrintStream(err, true, StandardCharsets.UTF_8));
+            outSwitch.target = out;
+            errSwitch.target = err;
             System.setIn(new ByteArrayInputStream(input.equals("-") ? new byte[0] : input.replace("\\n", "\n").getBytes(StandardCharsets.UTF_8)));
             try {
                 if (main.equals("AdminReads")) AdminReads.run(args);
@@ -60,8 +74,7 @@ public class KafkaTools {
             } finally {
                 System.out.flush();
                 System.err.flush();
-                System.setOut(realOut);
-                System.setErr(realErr);
+                outSwitch.target = errSwitch.target = OutputStream.nullOutputStream();
                 System.setIn(realIn);
             }
             if (exitCode != null) code = exitCode;

@@ -1,14 +1,24 @@
-"""No bad input is silent or a traceback (issue #24 item 5): ``kafka-cluster-mirrors`` as a process,
-against a controller on a real broker. Every refused pattern or setting, whichever edge it comes
-through (a flag, ``--create``'s properties file, ``--alter``), is one ``Error:`` line naming the
-key and the reason, exit code 2, no traceback, and nothing changed."""
+"""No bad input is silent or a traceback (issue #24 item 5): ``kafka-cluster-mirrors`` against a
+controller on a real broker. Every refused pattern or setting, whichever edge it comes through (a
+flag, ``--create``'s properties file, ``--alter``), is one ``Error:`` line naming the key and the
+reason, exit code 2, no traceback, and nothing changed.
+
+Each case runs the console script's ``main`` in this interpreter (a thread of its own, its output
+and its log lines captured as the process would print them): a process per case cost ~1-3 s of
+interpreter start-up and imports. One case of each edge, and the exit code 1 of a refusal, also
+run as a process of their own, for the exit code and the process boundary."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
+import logging
 import os
 import subprocess
 import sys
+import threading
+import traceback
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +29,7 @@ from worker_harness import Rig
 from coordinator.image import AclOperation, ConfigResourceType
 from records.framing import ApiMessageAndVersion
 from records.registry import default_schemas
+from streams.admin import cli as admin_cli
 from streams.admin.controller import ClusterMirrorController
 from streams.brokers.noida import LocalBroker
 from streams.config import WorkerConfig
@@ -45,7 +56,7 @@ async def controller(worker_config: WorkerConfig) -> AsyncIterator[ClusterMirror
         await c.stop()
 
 
-async def cli(c: ClusterMirrorController, *argv: str, principal: str = ADMIN) -> tuple[int, str, str]:
+async def cli_process(c: ClusterMirrorController, *argv: str, principal: str = ADMIN) -> tuple[int, str, str]:
     """``kafka-cluster-mirrors`` as its own process (the controller serves it from this loop):
     exit code, stdout, stderr."""
     assert c.address is not None
@@ -54,6 +65,46 @@ async def cli(c: ClusterMirrorController, *argv: str, principal: str = ADMIN) ->
                            f"{c.address[0]}:{c.address[1]}", *argv],
                           capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
     return done.returncode, done.stdout, done.stderr
+
+
+_principal_lock = threading.Lock()
+
+
+def _main_in_thread(argv: list[str], principal: str) -> tuple[int, str, str]:
+    """``main`` as ``python -m streams.admin.cli`` runs it: what it prints to stdout and stderr, its
+    log records (basicConfig sends them to stderr in the process), and SystemExit as an exit code."""
+    out, err = io.StringIO(), io.StringIO()
+    me = threading.get_ident()
+    handler = logging.StreamHandler(err)
+    handler.addFilter(lambda r: r.thread == me)  # the controller logs from this process too
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    root.addHandler(handler)
+    with _principal_lock, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        old = os.environ.get("KIP1279_PRINCIPAL")
+        os.environ["KIP1279_PRINCIPAL"] = principal
+        try:
+            code = admin_cli.main(argv, out, err)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        except BaseException:
+            err.write(traceback.format_exc())  # the traceback the process would print
+            code = 1
+        finally:
+            if old is None:
+                os.environ.pop("KIP1279_PRINCIPAL", None)
+            else:
+                os.environ["KIP1279_PRINCIPAL"] = old
+            root.handlers[:] = saved[0]
+            root.setLevel(saved[1])
+    return code, out.getvalue(), err.getvalue()
+
+
+async def cli(c: ClusterMirrorController, *argv: str, principal: str = ADMIN) -> tuple[int, str, str]:
+    """``kafka-cluster-mirrors`` in this interpreter: exit code, stdout, stderr."""
+    assert c.address is not None
+    args = ["--bootstrap-server", f"{c.address[0]}:{c.address[1]}", *argv]
+    return await asyncio.to_thread(_main_in_thread, args, principal)
 
 
 # (argv after the mirror, error code, key named, a piece of the reason)
@@ -97,8 +148,8 @@ async def test_bad_flags_are_one_invalid_request_line_and_exit_2(controller: Clu
                                                                   tmp_path: Path) -> None:  # fmt: skip
     await _create(controller, tmp_path)
     offset = controller.metadata_offset
-    for argv, code_name, key, reason in FLAGS:
-        code, out, err = await cli(controller, "--mirror", MIRROR, *argv)
+    for i, (argv, code_name, key, reason) in enumerate(FLAGS):
+        code, out, err = await (cli_process if i == 0 else cli)(controller, "--mirror", MIRROR, *argv)
         line = one_error(out, err)
         assert code == 2 and line.startswith(f"Error: {code_name}: ") and key in line and reason in line, (argv, out, err)
     assert controller.metadata_offset == offset  # nothing was written
@@ -108,15 +159,16 @@ async def test_bad_configs_are_one_invalid_config_line_exit_2_and_change_nothing
                                                                                 tmp_path: Path) -> None:  # fmt: skip
     await _create(controller, tmp_path)
     before = dict(controller.image.mirrors.mirrors[MIRROR].configs)
-    for add, key, reason in ALTERS:
-        code, out, err = await cli(controller, "--alter", "--mirror", MIRROR, "--add-config", add)
+    for i, (add, key, reason) in enumerate(ALTERS):
+        run = cli_process if i == 0 else cli
+        code, out, err = await run(controller, "--alter", "--mirror", MIRROR, "--add-config", add)
         line = one_error(out, err)
         assert code == 2 and line.startswith("Error: INVALID_CONFIG: ") and key in line and reason in line, (add, out, err)
         assert dict(controller.image.mirrors.mirrors[MIRROR].configs) == before, add
     # The same rule for a properties file: the mirror is not created.
     props = tmp_path / "bad.properties"
     props.write_text("bootstrap.servers=127.0.0.1:19092\nmirror.groups.exclude=(unclosed\n")
-    code, out, err = await cli(controller, "--create", "--mirror", "other", "--mirror-config", str(props))
+    code, out, err = await cli_process(controller, "--create", "--mirror", "other", "--mirror-config", str(props))
     line = one_error(out, err)
     assert code == 2 and "INVALID_CONFIG" in line and "mirror.groups.exclude" in line and "missing )" in line, out + err
     assert controller.image.mirrors.get("other") is None
@@ -157,7 +209,7 @@ async def test_describe_of_all_mirrors_shows_those_the_principal_may_describe(co
     code, out, _ = await cli(controller, "--describe", "--json", principal="User:bob")
     assert code == 0 and "b-to-a" not in out, out
     # Named, it is refused as before: a denied caller learns nothing more.
-    code, out, _ = await cli(controller, "--describe", "--mirror", "b-to-a", principal="User:bob")
+    code, out, _ = await cli_process(controller, "--describe", "--mirror", "b-to-a", principal="User:bob")
     assert code == 1 and "CLUSTER_MIRROR_AUTHORIZATION_FAILED" in out, out
     # Nothing to describe is not an error either.
     code, out, _ = await cli(controller, "--describe", principal="User:nobody")
