@@ -46,6 +46,7 @@ from audit.model import (
     ROLLUP_TABLES,
     SCHEMA_VERSION,
     STATE_NAME_COLUMNS,
+    TABLE_VERSIONS,
     TABLES,
     AuditSnapshot,
     snapshot_to_arrow,
@@ -170,7 +171,7 @@ def export_tables(
     entries: dict[str, layout.TableEntry] = {}
     for name in ALL_TABLES:
         files = sorted((f for n, f in written if n == name), key=lambda f: f.path)
-        entries[name] = layout.TableEntry(sum(f.rows for f in files), files)
+        entries[name] = layout.TableEntry(sum(f.rows for f in files), files, _version(name, normalized[name]))
     rows = sum(e.rows for n, e in entries.items() if n in TABLES)  # rows handed in, not rollups
     manifest = layout.Manifest(
         schema_version=schema_version,
@@ -250,6 +251,13 @@ def _rollup_columns(name: str, table: pa.Table) -> pa.Table:
             byte_col = next(k for k, v in STATE_NAME_COLUMNS.items() if v == field.name)
             out[field.name] = _state_names(table.column(byte_col))
     return pa.table(out)
+
+
+def _version(name: str, table: pa.Table) -> int:
+    """The table's version, or 1 where its numeric topic key is missing (a topic ID not a UUID)."""
+    if name == "failover_runs" and table.column("topic_id_msb").null_count:
+        return 1
+    return TABLE_VERSIONS.get(name, 1)
 
 
 def _cast(col: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:

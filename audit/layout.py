@@ -68,6 +68,7 @@ class TableFile(msgspec.Struct, frozen=True):
 class TableEntry(msgspec.Struct, frozen=True):
     rows: int
     files: list[TableFile]
+    version: int = 1  # of the table's columns (model.TABLE_VERSIONS); older manifests omit it
 
 
 class Manifest(msgspec.Struct, frozen=True, kw_only=True):

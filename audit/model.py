@@ -364,6 +364,10 @@ ROLLUP_TABLES: Final[dict[str, pa.Schema]] = {
         [
             pa.field("mirror", _S, False),
             pa.field("topic_id", _S, False),
+            # The topic ID's most and least significant bits, as Kafka's Uuid: a numeric key.
+            # Null (and the table version 1) where a topic ID is not a UUID.
+            pa.field("topic_id_msb", _I64, True),
+            pa.field("topic_id_lsb", _I64, True),
             pa.field("partition", _I32, False),
             pa.field("first_ms", _I64, False),
             pa.field("last_ms", _I64, False),
@@ -378,6 +382,11 @@ ROLLUP_TABLES: Final[dict[str, pa.Schema]] = {
     ),
 }
 ALL_TABLES: Final[dict[str, pa.Schema]] = TABLES | ROLLUP_TABLES
+
+# A table's version, kept per table in each manifest (``layout.TableEntry.version``; 1 where a
+# manifest does not say): readers use a newer column only when every snapshot has it.
+# failover_runs 2: topic_id_msb and topic_id_lsb.
+TABLE_VERSIONS: Final[dict[str, int]] = {"failover_runs": 2}
 
 # state byte column -> its name column, filled by the export from MirrorState.
 STATE_NAME_COLUMNS: Final[dict[str, str]] = {

@@ -279,8 +279,10 @@ def _per_second(spark: SparkSession, store: SnapshotStore, p: AuditParams, ev: D
 class _Episodes:
     """Episodes from the per-second rows (small: a row per (mirror, second, kind) holding
     events, collected): runs of events with no gap longer than ``episode_gap_s`` (exact for gaps
-    of a second or more). ``spans``: each episode's (mirror, number, first and last second);
-    ``kinds``: per (mirror, episode, kind), [events, first ms, last ms, first metadata offset]."""
+    of a second or more). ``spans``: each episode's (mirror, number, first and last second), its
+    index the episode's ID; ``seconds``: every (mirror, second) holding events, with the ID of
+    its episode; ``kinds``: per (mirror, episode, kind), [events, first ms, last ms, first
+    metadata offset]."""
 
     def __init__(self, per_sec: list[Row], p: AuditParams) -> None:
         gap = _gap_ms(p)
@@ -288,6 +290,7 @@ class _Episodes:
         for r in per_sec:
             by_sec[(r.mirror, r.sec)].append(r)
         self.spans: list[tuple[str, int, int, int]] = []
+        self.seconds: list[tuple[str, int, int]] = []
         self.kinds: dict[tuple[str, int, int], list[int]] = {}
         mirror, episode, hi = None, 0, None
         for (m, sec), rows in sorted(by_sec.items()):
@@ -300,6 +303,7 @@ class _Episodes:
                 self.spans.append((m, episode, sec, sec))
             else:
                 self.spans[-1] = (m, episode, self.spans[-1][2], sec)
+            self.seconds.append((m, sec, len(self.spans) - 1))
             hi = max(r.hi for r in rows) if hi is None else max(hi, *(r.hi for r in rows))
             for r in rows:
                 k = self.kinds.get((m, episode, r.kind))
@@ -313,16 +317,17 @@ def _gap_ms(p: AuditParams) -> int:
     return max(int(p.episode_gap_s * 1000), 1000)
 
 
-def _in_episodes(df: DataFrame, spans: DataFrame) -> DataFrame:
-    """``df`` (mirror, sec, ...) with the episode its second lies in. Broadcast: the spans are
+def _in_episodes(df: DataFrame, seconds: DataFrame) -> DataFrame:
+    """``df`` (mirror, sec, ...) with the ID of the episode its second lies in (``eid``): a hash
+    join on (mirror, second), as each row's second holds an event. Broadcast: the seconds are
     few, and a planned sort-merge join would shuffle every row."""
-    on = (df.mirror == spans.s_mirror) & df.sec.between(spans.first_sec, spans.last_sec)
-    return df.join(F.broadcast(spans), on).drop("s_mirror", "first_sec", "last_sec")
+    return df.join(F.broadcast(seconds), ["mirror", "sec"])
 
 
-def _per_partition(ev: DataFrame | None, runs: DataFrame | None, spans: DataFrame) -> DataFrame:
-    """One row per (mirror, episode, topic ID, partition): which events it had, and what the
-    failback-completed rule needs. From the raw events, or from the runs rollup."""
+def _per_partition(ev: DataFrame | None, runs: DataFrame | None, seconds: DataFrame, topic: list[str]) -> DataFrame:
+    """One row per (episode ID, topic, partition): which events it had, and what the
+    failback-completed rule needs. From the raw events, or from the runs rollup. ``topic``: the
+    topic's key columns."""
     if ev is not None:
         k = F.col("kind")
 
@@ -330,8 +335,8 @@ def _per_partition(ev: DataFrame | None, runs: DataFrame | None, spans: DataFram
             return F.when(k == kind, F.col(c))
 
         return (
-            _in_episodes(ev, spans)
-            .groupBy("mirror", "episode", "topic_id", "partition")
+            _in_episodes(ev, seconds)
+            .groupBy("eid", *topic, "partition")
             .agg(
                 F.max(of(_FO_START, "kind")).alias("has0"), F.max(of(_FO_DONE, "kind")).alias("has1"),
                 F.min(of(_FB_START, "at_ms")).alias("fb_lo"), F.max(of(_PM, "at_ms")).alias("pm_hi"),
@@ -340,11 +345,12 @@ def _per_partition(ev: DataFrame | None, runs: DataFrame | None, spans: DataFram
             )
         )  # fmt: skip
     assert runs is not None
-    # A run lies in one episode (audit.rollup): its first second says which.
+    # A run lies in one episode (audit.rollup): its first second says which. One shuffle, by
+    # topic, serves the per-partition and the per-topic aggregate.
     return (
-        _in_episodes(runs.withColumn("sec", F.floor(F.col("first_ms") / 1000)), spans)
-        .repartition("mirror", "topic_id")
-        .groupBy("mirror", "episode", "topic_id", "partition")
+        _in_episodes(runs.withColumn("sec", F.floor(F.col("first_ms") / 1000)), seconds)
+        .repartition("eid", *topic)
+        .groupBy("eid", *topic, "partition")
         .agg(
             F.max(F.when(F.col("stopping"), 1)).alias("has0"), F.max(F.when(F.col("stopped"), 1)).alias("has1"),
             F.min("failback_ms").alias("fb_lo"), F.max("pm_last_ms").alias("pm_hi"),
@@ -363,10 +369,10 @@ def failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) -
     after its STOPPED -> PREPARING there.
 
     Counts and times of the first three events need no partition: they come from the small
-    per-second table, collected: the episodes are found in it here, and only their spans (a row
-    each) go back to Spark, so no window job runs. One hash aggregate per (episode, partition) finds what needs one (which
-    partitions had each event, and the failback-completed rule), kept to the few values that
-    rule needs. With the export's rollups (``audit.rollup``), the per-second table is summed from
+    per-second table, collected: the episodes are found in it here, and only its seconds, each
+    with the numeric ID of its episode, go back to Spark, so no window job runs. One hash
+    aggregate per (episode ID, partition) finds what needs one (which partitions had each event,
+    and the failback-completed rule), kept to the few values that rule needs. With the export's rollups (``audit.rollup``), the per-second table is summed from
     ``transition_seconds`` and the per-partition pass reads ``failover_runs``, about a tenth of
     the transitions; without them (or for an episode gap under ``RUN_GAP_MS``), both come from
     every transition.
@@ -374,20 +380,22 @@ def failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) -
     raw = not uses_rollups(store, p) or _gap_ms(p) < RUN_GAP_MS
     ev = _failover_events(spark, store, p) if raw else None
     eps = _Episodes(_per_second(spark, store, p, ev).collect(), p)
-    spans = spark.createDataFrame(eps.spans, "s_mirror string, episode long, first_sec long, last_sec long")
+    seconds = spark.createDataFrame(eps.seconds, "mirror string, sec long, eid long")
     runs = None if raw else _read(spark, store, "failover_runs", "all", p)
-    per_partition = _per_partition(ev, runs, spans)
+    # The topic ID's two halves where every snapshot's runs have them: numbers hash faster.
+    topic = ["topic_id_msb", "topic_id_lsb"] if not raw and store.has("failover_runs", 2) else ["topic_id"]
+    per_partition = _per_partition(ev, runs, seconds, topic)
     done = F.col("fb_lo").isNotNull() & (F.col("pm_hi") > F.col("fb_lo"))
 
     def if_done(c: str) -> Column:
         return F.when(done, F.col(c))
 
-    per_topic = per_partition.groupBy("mirror", "episode", "topic_id").agg(
+    per_topic = per_partition.groupBy("eid", *topic).agg(
         F.count("has0").alias("p0"), F.count("has1").alias("p1"), F.count("fb_lo").alias("p2"),
         F.count(if_done("pm_n")).alias("p3"), F.sum(if_done("pm_n")).alias("n3"),
         F.min(if_done("pm_lo")).alias("lo3"), F.max(if_done("pm_hi")).alias("hi3"), F.min(if_done("pm_mo")).alias("mo3"),
     )  # fmt: skip
-    per_episode = per_topic.groupBy("mirror", "episode").agg(
+    per_episode = per_topic.groupBy("eid").agg(
         *[F.sum(f"p{i}").alias(f"p{i}") for i in range(4)],
         *[F.count(F.when(F.col(f"p{i}") > 0, 1)).alias(f"t{i}") for i in range(4)],
         F.sum("n3").alias("n3"), F.min("lo3").alias("lo3"), F.max("hi3").alias("hi3"), F.min("mo3").alias("mo3"),
@@ -396,10 +404,11 @@ def failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) -
     # the per-second rows, the last one's from the per-partition pass.
     rows = []
     for r in per_episode.collect():
+        mirror, episode = eps.spans[r.eid][:2]
         for i, label in enumerate(_EVENTS):
-            n, lo, hi, mo = eps.kinds.get((r.mirror, r.episode, i), (None,) * 4) if i < 3 else (r.n3, r.lo3, r.hi3, r.mo3)
+            n, lo, hi, mo = eps.kinds.get((mirror, episode, i), (None,) * 4) if i < 3 else (r.n3, r.lo3, r.hi3, r.mo3)
             if r[f"p{i}"]:
-                rows.append((r.mirror, r.episode, label, i, r[f"p{i}"], r[f"t{i}"], n, lo, hi, mo))
+                rows.append((mirror, episode, label, i, r[f"p{i}"], r[f"t{i}"], n, lo, hi, mo))
     return spark.createDataFrame(rows, EVENT_SCHEMA)
 
 

@@ -11,7 +11,9 @@ are as incremental as the history itself:
   at most ``RUN_GAP_MS`` after the previous one. A run never spans two episodes of any query
   whose episode gap is at least ``RUN_GAP_MS`` (a gap that splits episodes has no event of the
   mirror inside it, so none of the partition either), so ``failover_timeline`` counts partitions
-  per episode from runs (about a tenth of the transitions) instead of every transition.
+  per episode from runs (about a tenth of the transitions) instead of every transition. Its
+  partition key is numeric too (version 2, ``model.TABLE_VERSIONS``): the topic ID's two 64-bit
+  halves, so the query hashes three numbers per row and not a 36-character string.
 
 A run cut by a snapshot boundary is two rows; the query merges rows of one (episode, partition),
 so that only costs a row.
@@ -19,6 +21,7 @@ so that only costs a row.
 
 from __future__ import annotations
 
+import uuid
 from typing import Final
 
 import pyarrow as pa
@@ -66,6 +69,20 @@ def _codes(col: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
     else:
         arr = pc.dictionary_encode(col.combine_chunks())
     return arr.indices.cast(pa.int32()), arr.dictionary
+
+
+def _uuid_halves(values: pa.Array) -> tuple[pa.Array, pa.Array] | None:
+    """Topic IDs (distinct values) -> their most and least significant 64 bits, signed as Kafka's
+    ``Uuid`` holds them; None if one is not a UUID."""
+    msb, lsb = [], []
+    for v in values.to_pylist():
+        try:
+            b = uuid.UUID(v).bytes
+        except (TypeError, ValueError):
+            return None
+        msb.append(int.from_bytes(b[:8], "big", signed=True))
+        lsb.append(int.from_bytes(b[8:], "big", signed=True))
+    return pa.array(msb, _I64), pa.array(lsb, _I64)
 
 
 def _pair_code(t: pa.Table) -> pa.Array:
@@ -147,10 +164,15 @@ def failover_runs(t: pa.Table) -> pa.Table:
         col = g.column(c).combine_chunks()
         return pc.if_else(pc.equal(col, sentinel), pa.scalar(None, _I64), col)
 
+    first_t = first.column("t").combine_chunks()
+    halves = _uuid_halves(t_values)
+    msb, lsb = (pc.take(h, first_t) for h in halves) if halves else (pa.nulls(len(first_t), _I64),) * 2
     return pa.table(
         {
             "mirror": pa.DictionaryArray.from_arrays(first.column("m").combine_chunks(), m_values),
-            "topic_id": pa.DictionaryArray.from_arrays(first.column("t").combine_chunks(), t_values),
+            "topic_id": pa.DictionaryArray.from_arrays(first_t, t_values),
+            "topic_id_msb": msb,
+            "topic_id_lsb": lsb,
             "partition": first.column("p"),
             "first_ms": g.column("at_min"),
             "last_ms": g.column("at_max"),

@@ -118,9 +118,12 @@ class SnapshotStore:
             raise NoSnapshots(f"no complete snapshot (no manifest) under {self.root}")
         return self.manifests[-1]
 
-    def has(self, table: str) -> bool:
-        """Every snapshot lists ``table`` (snapshots exported before a rollup existed do not)."""
-        return bool(self.manifests) and all(table in m.tables for m in self.manifests)
+    def has(self, table: str, version: int = 1) -> bool:
+        """Every snapshot lists ``table``, at ``version`` or later (snapshots exported before a
+        rollup, or a column of it, existed do not)."""
+        return bool(self.manifests) and all(
+            table in m.tables and m.tables[table].version >= version for m in self.manifests
+        )
 
     def files(self, table: str, scope: Scope, only: set[tuple[str, int, int]] | None = None) -> list[str]:
         """``only``: just the files of these (mirror, snapshot offset, taken at ms)."""

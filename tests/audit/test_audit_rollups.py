@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
@@ -27,7 +28,9 @@ T0 = 1_767_225_600_000
 
 
 def _tr(mirror: str, topic: int, partition: int, frm: S, to: S, at_ms: int, offset: int) -> TransitionRow:
-    return TransitionRow(mirror=mirror, topic=f"t{topic}", topic_id=f"00000000-0000-0000-0000-{topic:012d}",
+    # Topics 0 and 1 share the ID's low half, 0 and 2 its high half: a key of one half fails.
+    tid = f"{topic % 2:08d}-0000-0000-0000-{topic // 2:012d}"
+    return TransitionRow(mirror=mirror, topic=f"t{topic}", topic_id=tid,
                          partition=partition, from_state=int(frm), to_state=int(to), at_ms=at_ms,
                          metadata_offset=offset)  # fmt: skip
 
@@ -157,3 +160,48 @@ def test_failover_runs_split_at_the_run_gap() -> None:
     ]  # fmt: skip
     assert runs[0]["failback_ms"] == T0 + RUN_GAP_MS + 1 and runs[0]["pm_first_ms"] is None
     assert runs[1]["pm_first_metadata_offset"] == 4 and runs[1]["failback_ms"] is None
+
+
+def test_runs_key_the_topic_by_its_uuid_halves_and_older_runs_by_the_topic_id(spark: SparkSession, tmp_path: Path) -> None:
+    root = _export(_history(4), 3, tmp_path)
+    store = SnapshotStore(root)
+    assert store.has("failover_runs", 2)
+    expected = run_query(spark, store, "failover_timeline", AuditParams()).rows
+    assert expected and expected == run_query(spark, store, "failover_timeline", AuditParams(rollups=False)).rows
+    # The first snapshot as the exporter before version 2 wrote it: no halves, no version.
+    first = sorted((root / MANIFEST_DIR).glob("snapshot-*.json"))[0]
+    body = json.loads(first.read_text())
+    entry = body["tables"]["failover_runs"]
+    del entry["version"]
+    for f in entry["files"]:
+        path = root / f["path"]
+        pq.write_table(pq.read_table(path).drop_columns(["topic_id_msb", "topic_id_lsb"]), path)
+    first.write_text(json.dumps(body))
+    store = SnapshotStore(root)
+    assert store.has("failover_runs") and not store.has("failover_runs", 2)
+    assert run_query(spark, store, "failover_timeline", AuditParams()).rows == expected
+
+
+def test_topic_id_halves_are_kafkas_uuid_bits_or_none(spark: SparkSession, tmp_path: Path) -> None:
+    def runs(topic_id: str) -> pa.Table:
+        t = TransitionRow(mirror="m", topic="t", topic_id=topic_id, partition=0, from_state=int(S.MIRRORING),
+                          to_state=int(S.STOPPING), at_ms=T0, metadata_offset=1)  # fmt: skip
+        return pa.table({f: pa.array([getattr(t, f)], pa.int8() if f.endswith("_state") else None)
+                         for f in t.__struct_fields__})  # fmt: skip
+
+    # Kafka's Uuid: getMostSignificantBits / getLeastSignificantBits, as signed longs.
+    [r] = failover_runs(runs("ffffffff-ffff-ffff-8000-000000000001")).to_pylist()
+    assert (r["topic_id_msb"], r["topic_id_lsb"]) == (-1, -(2**63) + 1)
+    [r] = failover_runs(runs("00000000-0000-0001-0000-000000000002")).to_pylist()
+    assert (r["topic_id_msb"], r["topic_id_lsb"]) == (1, 2)
+    [r] = failover_runs(runs("not-a-uuid")).to_pylist()
+    assert (r["topic_id_msb"], r["topic_id_lsb"]) == (None, None)
+    # A snapshot whose runs miss the halves says version 1, and is read by the topic ID string.
+    rows = [_tr("m", 0, 0, S.MIRRORING, S.STOPPING, T0, 1), _tr("m", 0, 0, S.STOPPING, S.STOPPED, T0 + 1_000, 2)]
+    rows.append(TransitionRow(**{**{f: getattr(rows[0], f) for f in rows[0].__struct_fields__}, "topic_id": "x"}))
+    res = export_snapshot(AuditSnapshot(metadata_offset=2, taken_at_ms=T0 + 2_000, transitions=rows), tmp_path)
+    assert res.manifest.tables["failover_runs"].version == 1
+    fast, raw = _both(spark, tmp_path, "failover_timeline")
+    assert fast == raw and [(r["event"], r["partitions"], r["topics"]) for r in fast] == [
+        ("failover started", 2, 2), ("failover completed", 1, 1)
+    ]
