@@ -24,7 +24,7 @@ class ErrorHost(Protocol):
 
     def persist(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> bool: ...
 
-    def _note(self, message: str) -> None: ...
+    def note(self, message: str) -> None: ...
 
 
 def on_port_error(r: ErrorHost, key: MirrorPartitionKey, state: MirrorPartitionState, e: PortError, offset: int) -> None:
@@ -32,7 +32,7 @@ def on_port_error(r: ErrorHost, key: MirrorPartitionKey, state: MirrorPartitionS
     backoff until ``source.unavailable.timeout.ms`` sends it to FAILED; other retriable errors back off;
     the rest fail the partition."""
     tp = key.topic_partition
-    r._note(f"{tp} in {state.state.name}: {e}")
+    r.note(f"{tp} in {state.state.name}: {e}")
     if isinstance(e, SourceCallFailed):
         since, streak = r.source_errors.get(tp, (r.now_ms, 0))
         r.source_errors[tp] = (since, streak + 1)

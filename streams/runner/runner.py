@@ -41,7 +41,6 @@ from coordinator.partition_state import (
     StateWriteFenced,
     Step,
     StopCut,
-    stamp_applied,
 )
 from coordinator.ports import (
     DestinationCluster,
@@ -58,13 +57,13 @@ from coordinator.workflows.drive import decide_partition
 from coordinator.workflows.fetcher import fetcher_of, lag
 from coordinator.workflows.stop import FinalSync
 from coordinator.workflows.sync_groups import SYNCED_STATES
-from coordinator.workflows.topic import TopicDecision, decide_topic
 from streams.runner.data_watch import DEFAULT_MAX_WAIT_MS, DataWatch
 from streams.runner.fetch_round import STARTED, fetch_round
 from streams.runner.interest import Interest
 from streams.runner.port_errors import on_port_error
 from streams.runner.observers import MirrorObservers
 from streams.runner.driver import drive_all
+from streams.runner.topic_level import TopicLevel
 from streams.runner.syncer import MirrorStats, MirrorSyncer
 from streams.runner.executor import Executor
 from streams.runner.stop_impact import StopImpacts
@@ -138,13 +137,12 @@ class MirrorRunner:
         self.observers = MirrorObservers(mirror_name, source, dest, self.sessions, self.ready, self.source_topics,
                                          self.final_sync, lambda: (self._source_cluster_id, self._dest_cluster_id))
         self.syncer = MirrorSyncer(mirror_name, source, dest, self.config, self.executor, self.stats,
-                                   self._topic_name, self._note, self.warnings)  # fmt: skip
+                                   self._topic_name, self.note, self.warnings)  # fmt: skip
         self.impacts = StopImpacts(mirror_name, source, self.store)  # a stop's prediction and outcome (issue #26)
         self.now_ms = 0
         self._next_sync_ms = 0
         self._source_cluster_id: str | None = None
         self._dest_cluster_id: str | None = None
-        self._topic_settled: dict[uuid.UUID, int] = {}  # topic -> desired offset its topic level settled at
         # Partitions whose last step left them as they were, with nothing to do and nothing to
         # wait for (``_SETTLED``): the state and the desired state it was decided from. While both
         # are the same, a step would decide the same again: ``step_partitions`` skips it (an idle
@@ -152,11 +150,7 @@ class MirrorRunner:
         # decides a settled pair, not the object: the write that lands it durable (its state
         # epoch stamped) is a new object, and the round after a mass stop re-stepped them all.
         self._settled: dict[MirrorPartitionKey, tuple[MirrorState, DesiredState, int]] = {}
-        self._topics_checked_ms: dict[uuid.UUID, int] = {}
-        # (the desired states, until when): every topic of them settled at its desired offset, none
-        # due for its metadata refresh before then, so ``reconcile_topics`` has nothing to look at
-        # (a pass over every topic was 1,000 topics x 40 rounds a second at 50,000 partitions).
-        self._topics_quiet: tuple[object, int] | None = None
+        self.topic_level = TopicLevel(self)
         # Caught-up partitions park on the source's long poll (with ``long_poll`` and a source
         # that offers one): only what changed is stepped and fetched (``streams.runner.interest``).
         opener = getattr(source, "open_watch", None) if long_poll else None
@@ -194,7 +188,7 @@ class MirrorRunner:
         """New settings from the next round (not new connections nor fetchers: those need a new runner)."""
         self.config = config
         self.syncer.config = config
-        self._topics_quiet = None  # the refresh interval may have moved
+        self.topic_level.quiet = None  # the refresh interval may have moved
 
     # ------------------------------------------------------------------ operator side
 
@@ -230,7 +224,7 @@ class MirrorRunner:
         self.now_ms = now_ms
         desired = self.metadata.latest(self.mirror_name)
         self._cluster_ids()
-        self._reconcile_many([(t, want, offset) for t, (want, offset) in sorted(desired.items())])
+        self.topic_level.run([(t, want, offset) for t, (want, offset) in sorted(desired.items())])
         self._settle(desired)
         fetch_round(self, desired)
         self._settle(desired)
@@ -244,37 +238,21 @@ class MirrorRunner:
     # ``step_partitions`` (``settle_steps`` steps each), ``fetch_round``, ``sync_if_due``.
 
     def reconcile_topics(self, now_ms: int, desired: dict[uuid.UUID, tuple[DesiredState, int]] | None = None) -> None:
-        """The topic level, for topics whose desired state moved or that are not settled yet
-        (and every metadata refresh interval for the rest)."""
+        """The topic level (``streams.runner.topic_level``), for topics whose desired state moved
+        or that are not settled yet (and every metadata refresh interval for the rest)."""
         self.now_ms = now_ms
         desired = self.metadata.latest(self.mirror_name) if desired is None else desired
-        if not self.topics_due(now_ms, desired):
-            return
-        self._cluster_ids()
-        due = []
-        refresh = self.config.metadata_refresh_interval_ms
-        for topic_id, (want, offset) in desired.items():
-            stale = now_ms - self._topics_checked_ms.get(topic_id, -(1 << 62)) >= refresh
-            if self._topic_settled.get(topic_id) == offset and not stale:
-                continue
-            if want is DesiredState.STOP and not stale and not self._all_stopped(topic_id):
-                continue  # a stop has nothing to do at the topic level until every partition is STOPPED
-            self._topics_checked_ms[topic_id] = now_ms
-            due.append((topic_id, want, offset))
-        self._reconcile_many(sorted(due))  # in topic order, as before: only the due ones sorted
-        settled, checked = self._topic_settled, self._topics_checked_ms
-        if all(settled.get(t) == offset for t, (_, offset) in desired.items()):
-            self._topics_quiet = (desired, min((checked.get(t, -(1 << 62)) + refresh for t in desired), default=1 << 62))
+        if self.topic_level.due(now_ms, desired):
+            self._cluster_ids()
+            self.topic_level.reconcile(now_ms, desired)
 
     def topics_due(self, now_ms: int, desired: object) -> bool:
-        """Whether ``reconcile_topics(now_ms, desired)`` would look at any topic (False: all settled
-        at these desired states, none due for its refresh yet)."""
-        quiet = self._topics_quiet
-        return quiet is None or quiet[0] is not desired or now_ms >= quiet[1]
+        """Whether ``reconcile_topics(now_ms, desired)`` would look at any topic."""
+        return self.topic_level.due(now_ms, desired)
 
     def due(self, now_ms: int, desired: object) -> bool:
         """Work on a clock is due (the metadata sync, the topic level): the next round must run."""
-        return now_ms >= self._next_sync_ms or self.topics_due(now_ms, desired)
+        return now_ms >= self._next_sync_ms or self.topic_level.due(now_ms, desired)
 
     def reconcile_stopped(self, now_ms: int, desired: dict[uuid.UUID, tuple[DesiredState, int]] | None = None) -> None:
         """The topic level again for stopping topics whose partitions are all STOPPED now, so a
@@ -282,10 +260,7 @@ class MirrorRunner:
         durable when made (``tick``): the stream worker runs the topic level at the start of its
         next round, once the STOPPED writes are durable, as a STOPPING partition is not writable."""
         self.now_ms = now_ms
-        desired = self.metadata.latest(self.mirror_name) if desired is None else desired
-        self._reconcile_many([(t, want, offset) for t, (want, offset) in sorted(desired.items())
-                              if want is DesiredState.STOP and self._topic_settled.get(t) != offset
-                              and self._all_stopped(t)])  # fmt: skip
+        self.topic_level.reconcile_stopped(self.metadata.latest(self.mirror_name) if desired is None else desired)
 
     def step_partitions(self, now_ms: int, keys: Iterable[MirrorPartitionKey],
                         desired: dict[uuid.UUID, tuple[DesiredState, int]] | None = None) -> None:
@@ -336,9 +311,9 @@ class MirrorRunner:
             try:
                 setattr(self, attr, getattr(self, attr) or port.cluster_id())
             except PortError as e:
-                self._note(f"cluster id: {e}")
+                self.note(f"cluster id: {e}")
 
-    def _note(self, message: str) -> None:
+    def note(self, message: str) -> None:
         self.errors.append(f"{self.now_ms}: {message}")
         del self.errors[:-200]
 
@@ -358,57 +333,6 @@ class MirrorRunner:
         for tp in tps:
             self.final_sync[tp] = outcome
         self.impacts.final_sync(states, self.syncer.final_positions if outcome is FinalSync.RAN else None)
-
-    def _all_stopped(self, topic_id: uuid.UUID) -> bool:
-        return all(self.state(TopicPartition(topic_id, p)).state in (MirrorState.STOPPED, MirrorState.UNKNOWN)
-                   for p in self.partitions.get(topic_id, ()))  # fmt: skip
-
-    def _reconcile_many(self, topics: Sequence[tuple[uuid.UUID, DesiredState, int]]) -> None:
-        """Observe every topic at once (pipelined), decide each, then run every topic's commands
-        side by side (pipelined, each topic's in its order: one topic's decision reads only its
-        own observation), and apply each topic's outcome."""
-        for topic_id, _, _ in topics:
-            self.ready.discard(topic_id)
-        observed = drive_all({t: self.observers.topic(t, want) for t, want, _ in topics})
-        if topics:
-            failed = next((f"{type(o).__name__}: {o}" for o in observed.values() if isinstance(o, PortError)), None)
-            self.stats.synced("topic_metadata_refresh", self.now_ms, failed)
-        decided = []
-        for topic_id, want, offset in topics:
-            obs = observed[topic_id]
-            if isinstance(obs, PortError):
-                self._note(f"topic {topic_id}: {obs}")
-            elif obs is not None:
-                parts = set(self.partitions.get(topic_id, ()))
-                if want is DesiredState.STOP and obs.dest_topic is not None:
-                    parts.update(range(len(obs.dest_topic.partitions)))  # writable once every one is STOPPED, wherever its state lives
-                states = {p: self.state(TopicPartition(topic_id, p)) for p in sorted(parts)}
-                decided.append((topic_id, want, offset, states,
-                                decide_topic(self.mirror_name, obs, want, states, self.now_ms, self.config)))
-        # One round trip per command position, not one per command: making 4,000 topics
-        # writable at the end of a failover took ~2 s one by one.
-        failed_topics = self.executor.run_many({t: d.commands for t, _, _, _, d in decided})
-        for topic_id, want, offset, states, decision in decided:
-            if topic_id in failed_topics:
-                self._note(f"topic {topic_id}: {failed_topics[topic_id]}")
-            else:
-                self._apply_topic(topic_id, want, offset, states, decision)
-
-    def _apply_topic(self, topic_id: uuid.UUID, want: DesiredState, offset: int,
-                     states: dict[int, MirrorPartitionState], decision: TopicDecision) -> None:
-        for p, s in decision.states.items():
-            self.partitions.setdefault(topic_id, set()).add(p)
-            if s is not states.get(p):
-                self.persist(self.key(TopicPartition(topic_id, p)), stamp_applied(s, offset))
-        if decision.ready:
-            self.ready.add(topic_id)
-        if not decision.commands and (decision.ready or (
-                want is DesiredState.STOP and all(st.state in (MirrorState.STOPPED, MirrorState.UNKNOWN)
-                                                  for st in decision.states.values()))):
-            self._topic_settled[topic_id] = offset
-        else:
-            self._topic_settled.pop(topic_id, None)
-            self._topics_quiet = None
 
     # ------------------------------------------------------------------ partition level
 
@@ -476,8 +400,7 @@ class MirrorRunner:
                 self.backoff_until.pop(tp, None)
                 self.source_errors.pop(tp, None)
                 if want is DesiredState.STOP and decision.state.state is MirrorState.STOPPED:
-                    self._topic_settled.pop(key.topic_id, None)  # the topic level makes it writable next
-                    self._topics_quiet = None
+                    self.topic_level.unsettle(key.topic_id)  # the topic level makes it writable next
                     self.final_sync.pop(tp, None)
                 nxt.append((key, want, offset))
             active = nxt
@@ -489,7 +412,7 @@ class MirrorRunner:
             return True
         except StateWriteFenced as e:
             # Another writer moved the state on: drop ours, the next round re-reads.
-            self._note(str(e))
+            self.note(str(e))
             return False
 
     def on_port_error(self, key: MirrorPartitionKey, state: MirrorPartitionState, e: PortError, offset: int) -> None:

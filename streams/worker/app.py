@@ -66,10 +66,8 @@ from streams.config import (
 )
 from streams.runner.runner import MirrorRunner
 from streams.state.metadata_log import MetadataLogLoader
+from streams.state.desired_state import EPOCH_HEADER, OFFSET_HEADER, decode_desired_state
 from streams.state.mirror_state import (
-    EPOCH_HEADER,
-    OFFSET_HEADER,
-    decode_desired_state,
     default_codec,
     make_app,
     make_desired_state_topic,

@@ -115,7 +115,7 @@ def run_job(w: JobHost, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: in
     try:
         r.reconcile_topics(now_ms, topics)
     except PortError as e:
-        r._note(f"topic level: {e}")
+        r.note(f"topic level: {e}")
     t1 = time.perf_counter()
     if partition is not None:  # only what changed: partitions whose desired state, state or source moved
         r.interest.wake()

@@ -41,7 +41,8 @@ def worker(configs: dict[str, str]) -> Any:
         return Port(), Port()
 
     w = SimpleNamespace(mirrors={}, image=None, pool=concurrent.futures.ThreadPoolExecutor(1), ports=ports,
-                        store=None, stats={}, built=built)  # fmt: skip
+                        store=None, stats={}, built=built,
+                        ticks=SimpleNamespace(watch=lambda name, runner, loop: None))  # fmt: skip
     w.set_image = lambda c: setattr(w, "image", SimpleNamespace(mirrors={"m": SimpleNamespace(configs=dict(c))}))
     w._close_mirror = lambda name, m: CoordinatorWorker._close_mirror(w, name, m)  # type: ignore[arg-type]
     w.set_image(configs)

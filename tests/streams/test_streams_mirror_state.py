@@ -19,6 +19,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from coordinator.states import ErrorCode, MirrorState
 from records import cli as records_cli
 from streams.state import mirror_state as mss
+from streams.state import desired_state as dse
 from streams.config import WorkerConfig
 from streams.config import ensure_topics
 
@@ -200,23 +201,23 @@ def test_desired_state_events_are_co_partitioned_with_the_state() -> None:
     from records.registry import default_schemas
 
     record = default_schemas().struct("MirrorTopicStateChangeRecord")(topic_id=TID, mirror_name="a-to-b", desired_state=1)
-    events = mss.desired_state_events(record, partitions=6, metadata_offset=41, metadata_epoch=2, num_partitions=50)
+    events = dse.desired_state_events(record, partitions=6, metadata_offset=41, metadata_epoch=2, num_partitions=50)
     assert len(events) == 6
     for p, e in enumerate(events):
         assert e.key == codec.state_key("a-to-b", TID, p)
         assert e.partition == mss.partition_for("a-to-b", TID, p, 50)
-        d = mss.decode_desired_state(e.key, e.value, e.headers)
+        d = dse.decode_desired_state(e.key, e.value, e.headers)
         assert (d.mirror_name, d.topic_id, d.partition, d.desired_state, d.metadata_offset, d.metadata_epoch) == \
             ("a-to-b", TID, p, 1, 41, 2)
     detach = default_schemas().struct("MirrorTopicStateChangeRecord")(topic_id=TID, mirror_name=None, desired_state=1)
-    [event] = mss.desired_state_events(detach, 1, 50, 2, 50, mirror_name="a-to-b")
-    assert event.key == codec.state_key("a-to-b", TID, 0) and mss.decode_desired_state(*event[1:]).mirror_name is None
-    assert mss.decode_desired_state(events[0].key, events[0].value, events[0].headers).cut is None
+    [event] = dse.desired_state_events(detach, 1, 50, 2, 50, mirror_name="a-to-b")
+    assert event.key == codec.state_key("a-to-b", TID, 0) and dse.decode_desired_state(*event[1:]).mirror_name is None
+    assert dse.decode_desired_state(events[0].key, events[0].value, events[0].headers).cut is None
     # A --consistent-cut stop's event carries its cut (for a worker whose image is behind the event).
     part = default_schemas().nested("MirrorTopicStateChangeRecord", "CutPartition")
     cut = msgspec.structs.replace(record, cut_timestamp=77, cut_partitions=[part(partition_index=0, cut_offset=5)])
-    [event] = mss.desired_state_events(cut, 1, 42, 2, 50)
-    got = mss.decode_desired_state(*event[1:]).cut
+    [event] = dse.desired_state_events(cut, 1, 42, 2, 50)
+    got = dse.decode_desired_state(*event[1:]).cut
     assert got is not None and (got.timestamp, got.offsets) == (77, ((0, 5),))
 
 

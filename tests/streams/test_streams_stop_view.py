@@ -81,7 +81,7 @@ def job_topics(owned: set[int], remote: dict[Any, Any] | None) -> dict[uuid.UUID
     seen: dict[uuid.UUID, Any] = {}
     runner = SimpleNamespace(mirror_name="m", progress={}, reconcile_topics=lambda now, d: seen.update(d),
                              step_partitions=lambda *a: None, fetch_round=lambda *a: None,
-                             sync_if_due=lambda *a: False, _note=lambda msg: None)  # fmt: skip
+                             sync_if_due=lambda *a: False, note=lambda msg: None)  # fmt: skip
     w = worker(owned, {}, image_stop=True, view=View({}))
     w.store.remote = remote
     w.desired_for = lambda name: dict(desired)
