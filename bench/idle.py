@@ -214,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--broker", choices=CHOICES, help=FLAG_HELP)
     p.add_argument("--state-partitions", type=int, default=8)
+    p.add_argument("--workers", type=int, default=1, help="workers of B (they share the table partitions)")
     p.add_argument("--tick-interval", type=float, default=0.2, help="worker tick interval (demo: 0.2)")
     p.add_argument("--metadata-refresh-ms", type=int, default=30000)
     p.add_argument("--worker-loglevel", default="warning")
