@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
-from coordinator.ports import AbortedTransaction, Batch, EpochEndOffset, OpenTransaction
+from coordinator.ports import AbortedTransaction, Batch, ControlType, EpochEndOffset, OpenTransaction
 
 from .epochs import LeaderEpochCache
 from .producers import ProducerStateManager
@@ -52,7 +52,11 @@ class PartitionLog:
         self.leo = batch.last_offset + 1
         self.size_bytes += batch.size_in_bytes
         self.epochs.assign(batch.leader_epoch, batch.base_offset)
-        if batch.has_producer_id or batch.is_control or self.producers is not None:
+        if self.producers is not None:
+            self.producers.update(batch)
+        elif batch.producer_id >= 0 or (batch.is_control and batch.control_type != ControlType.MIRROR_PID_RESET):
+            # A MIRROR_PID_RESET clears the producers: on a log that has none it changes nothing,
+            # so the stop's reset of a partition without producers builds no state for it.
             self.producer_state().update(batch)
 
     def producer_state(self) -> ProducerStateManager:

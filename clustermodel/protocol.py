@@ -93,7 +93,7 @@ _REQUIRED = object()  # a parameter without a default
 class MethodSpec:
     """How to decode one method's arguments (server) and its result (client)."""
 
-    __slots__ = ("_defaults", "_index", "args_decoder", "arity", "name", "result_decoder", "signature")
+    __slots__ = ("_defaults", "_index", "args_decoder", "arity", "batch_decoder", "name", "result_decoder", "signature")
 
     def __init__(self, name: str) -> None:
         fn = getattr(ClusterModel, name)
@@ -111,6 +111,7 @@ class MethodSpec:
         self._defaults = [f[2] if len(f) == 3 else _REQUIRED for f in fields]
         args_type = msgspec.defstruct(f"{name}_args", fields, array_like=True)
         self.args_decoder = msgspec.msgpack.Decoder(args_type)
+        self.batch_decoder = msgspec.msgpack.Decoder(list[args_type])  # a batch's calls in one decode
         self.result_decoder = msgspec.msgpack.Decoder(hints.get("return", Any))
 
     def positional(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
@@ -180,7 +181,8 @@ def encode_error(request_id: int, exc: BaseException) -> bytes:
 # carries many partitions. Request args: (method, [positional args of each call]); reply: one
 # (ok, result or error body) per call, in order.
 BATCH = "batch"
-batch_args_decoder = msgspec.msgpack.Decoder(tuple[str, list[msgspec.Raw]])
+batch_head_decoder = msgspec.msgpack.Decoder(tuple[str, msgspec.Raw])  # the method, then its calls at once
+batch_calls_decoder = msgspec.msgpack.Decoder(list[msgspec.Raw])
 batch_reply_decoder = msgspec.msgpack.Decoder(list[tuple[bool, msgspec.Raw]])
 
 

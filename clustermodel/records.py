@@ -15,6 +15,7 @@ and whose value is the marker body.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
@@ -140,6 +141,7 @@ def end_txn_marker_value(coordinator_epoch: int = 0) -> bytes:
     return struct.pack(">hi", 0, coordinator_epoch)
 
 
+@functools.lru_cache(maxsize=64)  # a mass stop resets every partition with the same source cluster id
 def mirror_pid_reset_value(source_cluster_id: str) -> bytes:
     """MirrorPidResetRecord v0 value: Version int16, SourceClusterId as a compact string, no tags."""
     raw = source_cluster_id.encode()
@@ -153,6 +155,7 @@ def decode_mirror_pid_reset(value: bytes) -> tuple[int, str]:
     return version, value[pos : pos + length - 1].decode()
 
 
+@functools.lru_cache(maxsize=256)  # the same few markers, written for every partition of a stop
 def control_payload(control_type: ControlType, value: bytes) -> bytes:
     return encode_records([(0, control_key(control_type), value)])
 

@@ -52,25 +52,21 @@ class Partition:
         return self.leader_log.lso(self.hw)
 
     def isr_status(self, live: Collection[int]) -> IsrStatus:
-        leo = self.leader_log.leo if self.online else -1
+        leader, logs, isr, known_leo = self.leader, self.logs, self.isr, self.known_leo
+        replicas = []
+        for b in self.replicas:
+            # The leader's own LEO, or what it learnt of a follower's (its real log if not fetched yet).
+            known = None if b == leader else known_leo.get(b)
+            replicas.append(ReplicaState(b, logs[b].leo if known is None else known, b in isr, b in live))
         return IsrStatus(
             topic_id=self.tp.topic_id,
             partition=self.tp.partition,
-            leader=self.leader,
+            leader=leader,
             leader_epoch=self.leader_epoch,
-            leo=leo,
+            leo=logs[leader].leo if leader != NO_LEADER else -1,
             hw=self.hw,
-            replicas=tuple(
-                ReplicaState(b, self._reported_leo(b), b in self.isr, b in live) for b in self.replicas
-            ),
+            replicas=tuple(replicas),
         )
-
-    def _reported_leo(self, broker: int) -> int:
-        """The leader's own LEO, or what it learnt of a follower's (its real log if not fetched yet)."""
-        if broker == self.leader:
-            return self.leader_log.leo
-        known = self.known_leo.get(broker)
-        return self.logs[broker].leo if known is None else known
 
     def needs_replication(self, live: Collection[int]) -> bool:
         """True when some live follower is behind the leader or not in the ISR."""

@@ -411,3 +411,30 @@ def test_follower_with_an_empty_leader_epoch_still_finds_divergence() -> None:
     m.tick(1)
     assert part.logs[f].batches == part.logs[x].batches
     assert [v for b in part.logs[f].batches for v in batch_values(b)] == [b"0", b"1", b"2 new"]
+
+
+def test_pid_reset_on_a_partition_without_producers_builds_no_producer_state() -> None:
+    """A mass stop resets every partition; most never saw a producer. The reset clears producers,
+    so where there are none it changes nothing and builds no producer state (on any replica),
+    and producers writing after it behave exactly as after a reset of an existing state."""
+    fresh, used = ClusterModel("fresh", seed=12), ClusterModel("used", seed=12)
+    for dst in (fresh, used):
+        dst.add_topic("t", 1)
+    tp_f, tp_u = fresh.tp("t"), used.tp("t")
+    # ``used`` has producer state before its reset (an idempotent producer wrote and was reset away).
+    pid = used.init_producer_id()
+    used.produce_idempotent(pid.producer_id, pid.producer_epoch, "t", 0, recs(b"x"))
+    fresh.produce("t", 0, recs(b"x"))
+    for dst, tp in ((fresh, tp_f), (used, tp_u)):
+        dst.append_control_batch(tp, ControlType.MIRROR_PID_RESET, source_cluster_id="src-id")
+    assert all(log.producers is None for log in fresh.partition(tp_f).logs.values())
+    # Afterwards both partitions take the same transactional writes the same way.
+    for dst, tp in ((fresh, tp_f), (used, tp_u)):
+        dst.init_producer_id("txn")
+        dst.begin_transaction("txn")
+        dst.produce_transactional("txn", "t", 0, recs(b"y"))
+        assert [t.first_offset for t in dst.open_transactions(tp)] == [2]
+        assert dst.list_offsets(tp).lso == 2
+        dst.abort_transaction("txn")
+        assert dst.open_transactions(tp) == [] and dst.list_offsets(tp).lso == 4
+        assert [a.first_offset for a in dst.fetch(tp, 0, 1 << 20).aborted_transactions] == [2]

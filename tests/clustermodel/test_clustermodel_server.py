@@ -15,6 +15,7 @@ from clustermodel.client import AsyncClusterClient, ClusterClient
 from clustermodel.protocol import decode_error, frame, response_decoder
 from clustermodel.server import is_loopback, main
 from coordinator.ports import (
+    ControlType,
     InvalidRequest,
     IsolationLevel,
     OffsetOutOfRange,
@@ -165,3 +166,63 @@ def test_call_many_batches_per_method_and_answers_each_call_on_its_own(model_ser
         assert got[5].batches and got[5].batches[0].last_offset == 2  # the batch holding offset 1
         assert isinstance(got[6], OffsetOutOfRange)
         assert [r.leo for r in client.call_many([("list_offsets", (tps[1],), None)])] == [2]
+
+
+def test_a_batch_with_a_malformed_call_answers_the_others(model_server: Any) -> None:
+    """A batch's calls are decoded at once; one malformed call sends the batch down the call-by-call
+    path, so it alone fails (InvalidRequest) and the others are answered in order."""
+    with ClusterClient(model_server.port, timeout=20) as admin:
+        admin.add_cluster("malformed", 9)
+    with ClusterClient(model_server.port, "malformed", timeout=20) as client:
+        client.add_topic("t", 2)
+        tps = [client.tp("t", p) for p in range(2)]
+        client.produce("t", 1, [(None, b"x")])
+        got = client.pipeline([("batch", ("list_offsets", [[tps[0]], ["not a partition"], [tps[1]]]))])[0]
+        assert [o.leo for o in (got[0], got[2])] == [0, 1]
+        assert isinstance(got[1], InvalidRequest) and "bad arguments for list_offsets" in str(got[1])
+
+
+def test_a_stop_in_batches_leaves_the_logs_of_the_same_calls_one_by_one(server_factory: Any) -> None:
+    """The stop's destination calls (LME, bump, ABORT of open transactions, MIRROR_PID_RESET) sent
+    as the worker sends them (call_many: one batch per method) leave every replica's log, epoch
+    cache, producer state and offsets exactly as the same calls made one at a time."""
+    server = server_factory("--cluster", "default", "--no-kafka-listeners")
+    with ClusterClient(server.port, timeout=20) as admin:
+        for name in ("batched", "single"):
+            admin.add_cluster(name, 4)  # the same seed: the same placement, producer IDs, clock
+    clients = {n: ClusterClient(server.port, n, timeout=30) for n in ("batched", "single")}
+    try:
+        for c in clients.values():
+            c.add_topic("t", 6)
+            c.init_producer_id("txn")
+            c.begin_transaction("txn")
+            for p in (1, 4):  # two partitions with an open transaction to abort
+                c.produce_transactional("txn", "t", p, [(None, b"open")])
+            for p in range(6):
+                c.produce("t", p, [(None, b"x")] * (p + 1))
+        tps = {n: [c.tp("t", p) for p in range(6)] for n, c in clients.items()}
+        opens = {(n, tp): c.open_transactions(tp) for n, c in clients.items() for tp in tps[n]}
+        assert sum(map(len, opens.values())) == 4
+
+        def stop_calls(name: str, tp: TopicPartition) -> list[list[Any]]:
+            aborts = [("append_control_batch", (tp, ControlType.ABORT, t.producer_id, t.producer_epoch), None)
+                      for t in opens[name, tp]]  # fmt: skip
+            return [[("set_last_mirrored_epoch", ("m", tp, 0), None)], [("bump_leader_epoch", (tp, 7), None)],
+                    aborts, [("append_control_batch", (tp, ControlType.MIRROR_PID_RESET, -1, -1, "src"), None)]]  # fmt: skip
+
+        for position in range(4):  # the worker's waves: every partition's i-th calls together
+            wave = [call for tp in tps["batched"] for call in stop_calls("batched", tp)[position]]
+            assert not any(isinstance(r, Exception) for r in clients["batched"].call_many(wave))
+            for tp in tps["single"]:
+                for method, args, _ in stop_calls("single", tp)[position]:
+                    clients["single"].call(method, *args)
+        seen = {}
+        for name, c in clients.items():
+            seen[name] = [(c.fetch(tp, 0, 1 << 20, IsolationLevel.READ_UNCOMMITTED), c.list_offsets(tp),
+                           c.isr_status(tp).replicas, c.open_transactions(tp), c.latest_epoch(tp),
+                           c.end_offset_for_epoch(tp, 0), c.last_mirrored_epoch("m", tp)) for tp in tps[name]]  # fmt: skip
+        assert seen["batched"] == seen["single"]
+        assert all(fetched.batches[-1].control_type == ControlType.MIRROR_PID_RESET for fetched, *_ in seen["batched"])
+    finally:
+        for c in clients.values():
+            c.close()
