@@ -62,6 +62,7 @@ class MirrorStateChangelogView:
         # Raw values read but not decoded yet, by raw key; and the decoded keys (they never change).
         self._latest: dict[bytes, tuple[bytes | None, int]] = {}
         self._keys: dict[bytes, StateKey] = {}
+        self._status_by_prefix: dict[bytes, PartitionStatus] = {}  # see _decode_latest
         self._state_prefix = struct.pack(">h", RecordType.MIRROR_PARTITION_STATE)
         self._other_prefixes = frozenset(struct.pack(">h", t) for t in RecordType if t is not RecordType.MIRROR_PARTITION_STATE)
         self._consumer: AIOKafkaConsumer | None = None
@@ -134,8 +135,10 @@ class MirrorStateChangelogView:
 
     def _decode_latest(self, latest: Mapping[bytes, tuple[bytes | None, int]]) -> dict[StateKey, PartitionStatus | None]:
         """Only the latest value of each key written since the last read is decoded: a partition
-        that moved through three states costs one decode, not three (and LME records none)."""
-        keys = self._keys
+        that moved through three states costs one decode, not three (and LME records none). A
+        status equal to the one already held is left out: most writes change a step or an epoch,
+        not what a describe shows."""
+        keys, states, by_prefix = self._keys, self._states, self._status_by_prefix
         changed: dict[StateKey, PartitionStatus | None] = {}
         for raw, (value, offset) in latest.items():
             skey = keys.get(raw)
@@ -146,15 +149,19 @@ class MirrorStateChangelogView:
                 if value is None:
                     changed[skey] = None
                     continue
-                v: Any = self.codec.decode_value(RecordType.MIRROR_PARTITION_STATE, value)
+                # Version 0 begins State, PreviousState, RetryAttempt, ErrorMessage (1 byte when null):
+                # all a status reads, before the tagged fields. Those 7 bytes seen once give the status.
+                prefix = value[:_STATUS_PREFIX] if value[:2] == b"\x00\x00" and value[6:7] == b"\x00" else None
+                status = by_prefix.get(prefix) if prefix is not None else None
+                if status is None:
+                    status = _status(self.codec.decode_value(RecordType.MIRROR_PARTITION_STATE, value))
+                    if prefix is not None and len(by_prefix) < _STATUS_PREFIXES:
+                        by_prefix[prefix] = status
             except Exception as e:  # noqa: BLE001 - one bad changelog record must not hide the rest
                 log.error("undecodable %s record at offset %d: %s", self.topic, offset, e)
                 continue
-            try:
-                state = MirrorState(v.state)
-            except ValueError:
-                state = MirrorState.UNKNOWN
-            changed[skey] = PartitionStatus(state, v.retry_attempt, v.error_message)
+            if states.get(skey) != status:
+                changed[skey] = status
         return changed
 
     def tally(self) -> StateTally:
@@ -197,6 +204,18 @@ class MirrorStateChangelogView:
                 fresh[k] = (hw, leo, started, why[0] if why else None)  # as old as the lookup's start
             self._offsets = fresh
             return fresh
+
+
+_STATUS_PREFIX = 7  # version (2), State, PreviousState, RetryAttempt (2), a null ErrorMessage (1)
+_STATUS_PREFIXES = 4_096  # states x previous states x retry attempts seen: a few dozen in practice
+
+
+def _status(v: Any) -> PartitionStatus:
+    try:
+        state = MirrorState(v.state)
+    except ValueError:
+        state = MirrorState.UNKNOWN
+    return PartitionStatus(state, v.retry_attempt, v.error_message)
 
 
 _INLINE = 2_000  # partitions under which a thread hop costs more than it spares the loop
