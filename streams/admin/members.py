@@ -94,6 +94,7 @@ class DeadMemberRemover:
         self.joined: dict[tuple[str, str], float] = {}  # (instance id, member id) -> first seen in the group
         self.removed: list[Member] = []
         self._client: Any = None
+        self._coordinator: int | None = None  # the group coordinator's node id
 
     async def run(self) -> None:
         self.watching_since = self.clock()
@@ -145,10 +146,14 @@ class DeadMemberRemover:
                 await client.close()
                 raise
             self._client = client
-        return self._client, await self._client.coordinator_lookup(CoordinationType.GROUP, self.group)
+        if self._coordinator is None:
+            # Looked up once per connection, as a Kafka client keeps its coordinator: any failure
+            # closes the client (``run``), and the next round looks it up again.
+            self._coordinator = await self._client.coordinator_lookup(CoordinationType.GROUP, self.group)
+        return self._client, self._coordinator
 
     async def _close(self) -> None:
-        client, self._client = self._client, None
+        client, self._client, self._coordinator = self._client, None, None
         if client is not None:
             await client.close()
 
