@@ -7,7 +7,8 @@ interval, and a tombstone once it holds none of the mirror's MIRRORING partition
 The controller follows the topic and combines the live reports
 (``coordinator.readiness.combined_sync_times``) into ``--describe``'s readiness.
 
-Each worker also publishes its presence every second (key: ``""`` and the worker, with its
+Each worker also publishes its presence every tenth of its session timeout, at least every
+second (key: ``""`` and the worker, with its
 ``worker.session.timeout.ms``), mirrors or not (``streams.worker.presence``): the controller
 removes from the workers' group a member that has published nothing for its session timeout
 (``streams.admin.members``).

@@ -205,3 +205,21 @@ def test_an_idle_controller_fetches_the_presence_topic_only_when_it_checks_and_f
     assert first == {"w-1"} and seen == {"w-1", "w-2"}
     assert idle.get(FETCH, 0) == 0, idle
     assert checks.get(FIND_COORDINATOR, 0) == 0 and checks.get(DESCRIBE_GROUPS) == 2, checks
+
+
+def test_presence_and_checks_keep_ten_per_session_timeout_and_at_most_one_a_second() -> None:
+    """Idle cost scales with the session: the default 60 s session publishes and checks every 6 s
+    (it did every second); a short one still every second; a member is then removed within a tenth
+    of its session past it."""
+    from streams.worker.presence import presence_interval_s
+
+    assert presence_interval_s(60_000) == 6.0 and presence_interval_s(6_000) == 1.0 == presence_interval_s(1_000)
+    config = WorkerConfig(bootstrap_servers="127.0.0.1:1", cluster_name="c", session_timeout_ms=60_000)
+    view = SyncStatusView("127.0.0.1:1", config.sync_status_topic_name)
+    remover = DeadMemberRemover(config, view)
+    assert remover.next_check_s() == 6.0  # the controller's own session: nothing published yet
+    view._apply(*presence_report("w-1", 0, 20_000)[1:], 0)
+    assert remover.next_check_s() == 2.0  # the shortest session published
+    view._apply(*presence_report("w-2", 0, 3_000)[1:], 1)
+    assert remover.next_check_s() == 1.0
+    assert DeadMemberRemover(config, view, interval_s=0.25).next_check_s() == 0.25
