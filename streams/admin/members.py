@@ -8,8 +8,8 @@ rebalance never completes, nothing mirrors, a ``--stop`` never ends.
 
 So the controller removes a member it can prove dead, as ``kafka-consumer-groups
 --delete-members`` does (LeaveGroup v3+ naming the member's ``group.instance.id``). Proof: every
-worker publishes its presence every second (``streams.worker.presence``, on the sync status
-topic), with its ``worker.session.timeout.ms``. A member is removed once this controller has
+worker publishes its presence every tenth of its session timeout, at least every second
+(``streams.worker.presence``, on the sync status topic), with its ``worker.session.timeout.ms``. A member is removed once this controller has
 neither read a publication of its instance nor seen it join (a new member id) for that session
 timeout, the bound Kafka itself applies to a member's heartbeats, and for as long since the
 controller began watching (a restarted controller waits a whole session first). The member id seen in the group
@@ -38,7 +38,8 @@ NONE = 0
 GROUP_ID_NOT_FOUND = 69
 FENCED_INSTANCE_ID = 82
 UNKNOWN_MEMBER_ID = 25
-CHECK_INTERVAL_S = 1.0
+CHECK_INTERVAL_S = 1.0  # the shortest interval between checks
+CHECKS_PER_SESSION = 10
 
 
 class Member(NamedTuple):
@@ -81,11 +82,12 @@ class _Request:
 
 
 class DeadMemberRemover:
-    """Every second: the group's members (DescribeGroups v4+, for their instance ids), then every
+    """Every tenth of the shortest session timeout (at least every second): the group's members
+    (DescribeGroups v4+, for their instance ids), then every
     publication up to now (``view``), then LeaveGroup for the silent ones."""
 
     def __init__(self, config: WorkerConfig, view: SyncStatusView, clock: Callable[[], float] = time.monotonic,
-                 interval_s: float = CHECK_INTERVAL_S) -> None:  # fmt: skip
+                 interval_s: float | None = None) -> None:  # fmt: skip
         self.bootstrap, self.group = config.bootstrap_servers, config.faust_app_id
         self.default_session_timeout_ms = config.session_timeout_ms
         self.view, self.clock, self.interval_s = view, clock, interval_s
@@ -94,6 +96,7 @@ class DeadMemberRemover:
         self.joined: dict[tuple[str, str], float] = {}  # (instance id, member id) -> first seen in the group
         self.removed: list[Member] = []
         self._client: Any = None
+        self._coordinator: int | None = None  # the group coordinator's node id
 
     async def run(self) -> None:
         self.watching_since = self.clock()
@@ -106,9 +109,18 @@ class DeadMemberRemover:
                 except Exception as e:  # noqa: BLE001 - looked at again next time
                     log.warning("could not check the members of group %s: %r", self.group, e)
                     await self._close()
-                await asyncio.sleep(self.interval_s)
+                await asyncio.sleep(self.next_check_s())
         finally:
             await self._close()
+
+    def next_check_s(self) -> float:
+        """The given interval, or a tenth of the shortest session timeout known (at least a second):
+        a silent member is removed within a tenth of its session past it, and a controller of
+        workers with the default 60 s session checks every 6 s, not every second."""
+        if self.interval_s is not None:
+            return self.interval_s
+        shortest = min([self.default_session_timeout_ms, *(t for t in self.view.session_timeout_ms.values() if t > 0)])
+        return max(CHECK_INTERVAL_S, shortest / 1000 / CHECKS_PER_SESSION)
 
     async def check(self) -> list[Member]:
         """One round; returns the members removed."""
@@ -145,10 +157,14 @@ class DeadMemberRemover:
                 await client.close()
                 raise
             self._client = client
-        return self._client, await self._client.coordinator_lookup(CoordinationType.GROUP, self.group)
+        if self._coordinator is None:
+            # Looked up once per connection, as a Kafka client keeps its coordinator: any failure
+            # closes the client (``run``), and the next round looks it up again.
+            self._coordinator = await self._client.coordinator_lookup(CoordinationType.GROUP, self.group)
+        return self._client, self._coordinator
 
     async def _close(self) -> None:
-        client, self._client = self._client, None
+        client, self._client, self._coordinator = self._client, None, None
         if client is not None:
             await client.close()
 

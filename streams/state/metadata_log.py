@@ -35,6 +35,11 @@ from streams.state.metadata_serde import MetadataLogError, NO_EPOCH, INT32, defa
 log = logging.getLogger(__name__)
 
 EPOCH_HEADER = "kip1279.epoch"
+# fetch.max.wait.ms while following the log's end: Kafka answers a long poll as soon as a
+# commit moves the last stable offset, so the wait costs no promptness, and an idle follower
+# asks once per wait, not twice a second (aiokafka's 500 ms). Reads up to an end keep 500 ms:
+# their ListOffsets would queue behind a held fetch on the connection.
+FOLLOW_FETCH_MAX_WAIT_MS = 5000
 
 
 class PoisonRecord(NamedTuple):
@@ -154,6 +159,7 @@ class MetadataLogReader:
         dlq: DeadLetterQueue | None,
         client_id: str = "kip1279-metadata-reader",
         poll_timeout_ms: int = 200,
+        follow_fetch_max_wait_ms: int = FOLLOW_FETCH_MAX_WAIT_MS,
     ) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
@@ -161,6 +167,9 @@ class MetadataLogReader:
         self.dlq = dlq
         self.client_id = client_id
         self.poll_timeout_ms = poll_timeout_ms
+        self.follow_fetch_max_wait_ms = follow_fetch_max_wait_ms
+        self._default_max_wait_ms = 500  # aiokafka's fetch_max_wait_ms
+        self._following = False
         self.tp = TopicPartition(topic, 0)
         self._consumer: AIOKafkaConsumer | None = None
 
@@ -173,6 +182,7 @@ class MetadataLogReader:
             enable_auto_commit=False,
             isolation_level="read_committed",
             auto_offset_reset="earliest",
+            fetch_max_wait_ms=self._default_max_wait_ms,
         )
         await consumer.start()
         consumer.assign([self.tp])
@@ -194,7 +204,11 @@ class MetadataLogReader:
         ``MetadataLogLoader.next_offset`` never passes while following)."""
         if self._consumer is None:
             raise MetadataLogError("the metadata log reader is not started")
-        end = await self.high_watermark()
+        # The last stable offset of the last fetch answer (a long poll answers on every commit):
+        # a ListOffsets would queue behind a held fetch for up to its wait.
+        end = self._consumer.last_stable_offset(self.tp) if self._following else None
+        if end is None or end < 0:
+            end = await self.high_watermark()
         return max(0, end - await self._consumer.position(self.tp))
 
     def decode(self, offset: int, raw: bytes | None, headers: Sequence[tuple[str, bytes]]) -> LogEntry:
@@ -229,6 +243,22 @@ class MetadataLogReader:
             raise MetadataLogError("the metadata log reader is not started")
         consumer.seek(self.tp, from_offset)
         end = until if until is not None else (None if follow else await self.high_watermark())
+        self._long_poll(end is None)
+        try:
+            async for entries in self._batches(consumer, end):
+                yield entries
+        finally:
+            self._long_poll(False)
+
+    def _long_poll(self, on: bool) -> None:
+        """Following: fetches wait up to FOLLOW_FETCH_MAX_WAIT_MS (aiokafka keeps fetch.max.wait.ms
+        on its fetcher and reads it per request)."""
+        fetcher = getattr(self._consumer, "_fetcher", None)
+        if fetcher is not None and hasattr(fetcher, "_fetch_max_wait_ms"):
+            fetcher._fetch_max_wait_ms = self.follow_fetch_max_wait_ms if on else self._default_max_wait_ms
+        self._following = on
+
+    async def _batches(self, consumer: AIOKafkaConsumer, end: int | None) -> AsyncIterator[list[LogEntry]]:
         while True:
             if end is not None and await consumer.position(self.tp) >= end:
                 return

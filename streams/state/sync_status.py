@@ -7,7 +7,8 @@ interval, and a tombstone once it holds none of the mirror's MIRRORING partition
 The controller follows the topic and combines the live reports
 (``coordinator.readiness.combined_sync_times``) into ``--describe``'s readiness.
 
-Each worker also publishes its presence every second (key: ``""`` and the worker, with its
+Each worker also publishes its presence every tenth of its session timeout, at least every
+second (key: ``""`` and the worker, with its
 ``worker.session.timeout.ms``), mirrors or not (``streams.worker.presence``): the controller
 removes from the workers' group a member that has published nothing for its session timeout
 (``streams.admin.members``).
@@ -135,6 +136,9 @@ class SyncStatusView:
         tp = TopicPartition(self.topic, 0)
         consumer.assign([tp])
         await consumer.seek_to_beginning(tp)
+        # Read only when asked (``reports``), as the changelog view: followed between reads, the
+        # topic's end kept the broker answering 30-50 empty fetches a second (fetch.max.wait.ms 20).
+        consumer.pause(tp)
         self._consumer = consumer
 
     async def stop(self) -> None:
@@ -151,10 +155,15 @@ class SyncStatusView:
         async with self._lock:
             tp = TopicPartition(self.topic, 0)
             end = (await consumer.end_offsets([tp]))[tp]
-            while await consumer.position(tp) < end:
-                for msgs in (await consumer.getmany(tp, timeout_ms=200)).values():
-                    for msg in msgs:
-                        self._apply(msg.key, msg.value, msg.offset)
+            if await consumer.position(tp) < end:
+                consumer.resume(tp)
+                try:
+                    while await consumer.position(tp) < end:
+                        for msgs in (await consumer.getmany(tp, timeout_ms=200)).values():
+                            for msg in msgs:
+                                self._apply(msg.key, msg.value, msg.offset)
+                finally:
+                    consumer.pause(tp)
         return {m: tuple(r.values()) for m, r in self._reports.items() if m != PRESENCE}
 
     def _apply(self, key: bytes | None, value: bytes | None, offset: int) -> None:

@@ -4,7 +4,8 @@ The controller removes from the workers' group a member whose instance has publi
 its session timeout (``streams.admin.members``). So the presence must stop only when a broker's
 heartbeats would: the worker's group heartbeats come from Faust's consumer thread, not from the
 worker's event loop, which a slow step can hold for seconds. Presence is sent the same way, from a
-thread of its own with its own producer, every second while the process lives; a stuck loop is
+thread of its own with its own producer, every tenth of the session timeout (at least every
+second) while the process lives; a stuck loop is
 the watchdog's business (``streams.worker.liveness``), which ends the process. A clean stop sends a
 tombstone, so the controller stops counting the worker at once.
 """
@@ -22,12 +23,21 @@ from streams.state.sync_status import PRESENCE, presence_report, publish, report
 
 log = logging.getLogger(__name__)
 
-INTERVAL_S = 1.0
+INTERVAL_S = 1.0  # the shortest interval
+PER_SESSION = 10  # publications per session timeout
+
+
+def presence_interval_s(session_timeout_ms: int) -> float:
+    """A tenth of the session timeout, at least a second: ten publications per session where
+    Kafka's group heartbeats give three, and an idle worker of the default 60 s session sends one
+    record every 6 s, not every second."""
+    return max(INTERVAL_S, session_timeout_ms / 1000 / PER_SESSION)
 
 
 class PresencePublisher:
-    def __init__(self, config: WorkerConfig, instance_id: str, interval_s: float = INTERVAL_S) -> None:
-        self.config, self.instance_id, self.interval_s = config, instance_id, interval_s
+    def __init__(self, config: WorkerConfig, instance_id: str, interval_s: float | None = None) -> None:
+        self.config, self.instance_id = config, instance_id
+        self.interval_s = interval_s if interval_s is not None else presence_interval_s(config.session_timeout_ms)
         self.sent = 0  # presence records acknowledged
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -71,7 +81,7 @@ class PresencePublisher:
                 if failing:
                     log.info("presence published again")
                 failing = False
-            except Exception as e:  # noqa: BLE001 - tried again next second; the log says it once
+            except Exception as e:  # noqa: BLE001 - tried again next interval; the log says it once
                 if not failing:
                     log.warning("presence not published (the controller removes a worker silent for %d ms): %r",
                                 c.session_timeout_ms, e)  # fmt: skip

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import NewTopic
+from aiokafka.errors import GroupCoordinatorNotAvailableError
 
 from streams.admin.members import DeadMemberRemover, Member, silent_members
 from streams.config import WorkerConfig, ensure_topics
@@ -143,3 +144,82 @@ def test_a_worker_publishes_its_presence_every_second_whatever_its_event_loop_do
     assert all(key == ["", "w-1"] for key, _ in records)
     assert [v["session_timeout_ms"] for _, v in records[:-1]] == [6000] * (len(records) - 1)
     assert len(records) - 1 == presence.sent and records[-1][1] is None  # the tombstone last
+
+
+def _count_requests(client: Any, counts: dict[int, int]) -> None:
+    """Counts ``client``'s requests by API key from now on (aiokafka's ``AIOKafkaClient.send``)."""
+    original = client.send
+
+    async def counting(node_id: Any, request: Any, *a: Any, **k: Any) -> Any:
+        counts[request.API_KEY] = counts.get(request.API_KEY, 0) + 1
+        return await original(node_id, request, *a, **k)
+
+    client.send = counting
+
+
+FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS = 1, 10, 15
+
+
+def test_an_idle_controller_fetches_the_presence_topic_only_when_it_checks_and_finds_the_coordinator_once(
+        kafka_broker: Any) -> None:  # fmt: skip
+    """Between two checks the controller's view of the presence topic sends nothing (it kept the
+    broker answering 30-90 empty fetches a second), a check asks the group coordinator's address
+    only once per connection, and a presence published meanwhile is read by the next check."""
+    bootstrap = kafka_broker.bootstrap
+    config = WorkerConfig(bootstrap_servers=bootstrap, cluster_name=f"i{uuid.uuid4().hex[:6]}", session_timeout_ms=6000)
+
+    async def scenario() -> tuple[dict[int, int], dict[int, int], set[str], set[str]]:
+        await ensure_topics(bootstrap, [sync_status_topic_spec(config)])
+        view = SyncStatusView(bootstrap, config.sync_status_topic_name)
+        await view.start()
+        remover = DeadMemberRemover(config, view)
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        await producer.start()
+        try:
+            await publish(producer, config.sync_status_topic_name, [presence_report("w-1", 0, 6000)])
+            for _ in range(100):  # a fresh broker has no group coordinator yet: retried, as ``run`` does
+                try:
+                    await remover.check()
+                    break
+                except (GroupCoordinatorNotAvailableError, RuntimeError):  # NOT_COORDINATOR while it loads
+                    await remover._close()
+                    await asyncio.sleep(0.1)
+            first = set(view.seen)
+            idle: dict[int, int] = {}
+            checks: dict[int, int] = {}
+            assert view._consumer is not None
+            _count_requests(view._consumer._client, idle)
+            await asyncio.sleep(1.0)  # idle: nothing to read, no check
+            idle = dict(idle)
+            _count_requests(remover._client, checks)
+            await publish(producer, config.sync_status_topic_name, [presence_report("w-2", 1000, 6000)])
+            await remover.check()
+            await remover.check()
+            return idle, checks, first, set(view.seen)
+        finally:
+            await producer.stop()
+            await view.stop()
+            await remover._close()
+
+    idle, checks, first, seen = asyncio.run(scenario())
+    assert first == {"w-1"} and seen == {"w-1", "w-2"}
+    assert idle.get(FETCH, 0) == 0, idle
+    assert checks.get(FIND_COORDINATOR, 0) == 0 and checks.get(DESCRIBE_GROUPS) == 2, checks
+
+
+def test_presence_and_checks_keep_ten_per_session_timeout_and_at_most_one_a_second() -> None:
+    """Idle cost scales with the session: the default 60 s session publishes and checks every 6 s
+    (it did every second); a short one still every second; a member is then removed within a tenth
+    of its session past it."""
+    from streams.worker.presence import presence_interval_s
+
+    assert presence_interval_s(60_000) == 6.0 and presence_interval_s(6_000) == 1.0 == presence_interval_s(1_000)
+    config = WorkerConfig(bootstrap_servers="127.0.0.1:1", cluster_name="c", session_timeout_ms=60_000)
+    view = SyncStatusView("127.0.0.1:1", config.sync_status_topic_name)
+    remover = DeadMemberRemover(config, view)
+    assert remover.next_check_s() == 6.0  # the controller's own session: nothing published yet
+    view._apply(*presence_report("w-1", 0, 20_000)[1:], 0)
+    assert remover.next_check_s() == 2.0  # the shortest session published
+    view._apply(*presence_report("w-2", 0, 3_000)[1:], 1)
+    assert remover.next_check_s() == 1.0
+    assert DeadMemberRemover(config, view, interval_s=0.25).next_check_s() == 0.25

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from pathlib import Path
 
@@ -267,3 +268,57 @@ async def test_snapshots_due_at_once_write_one_and_a_failed_write_is_not_fatal(t
     assert await loader.maybe_snapshot() is None
     loader.snapshots = SnapshotStore(tmp_path / "again")
     assert await loader.maybe_snapshot() is not None
+
+
+async def test_an_idle_follower_long_polls_and_still_reads_a_commit_at_once(worker_config: WorkerConfig,
+                                                                           kafka_broker: object) -> None:  # fmt: skip
+    """Following the log's end, an idle reader sends one fetch per FOLLOW_FETCH_MAX_WAIT_MS on
+    Apache Kafka (it sent two a second); a commit is read at once all the same (the broker answers
+    the held fetch), and the lag answers from the fetch answers, not queued behind the held fetch."""
+    topic = await setup_log(worker_config)
+    async with MetadataLogWriter(worker_config.bootstrap_servers, topic) as writer:
+        first = await writer.append(sample_records(1))
+        async with MetadataLogReader(worker_config.bootstrap_servers, topic, dlq=None) as reader:
+            got: list[int] = []
+            arrived = asyncio.Event()
+
+            async def follow() -> None:
+                async for entries in reader.read_batches(0, follow=True):
+                    got.extend(e.offset for e in entries)
+                    arrived.set()
+
+            task = asyncio.create_task(follow())
+            try:
+                while not got or got[-1] < first[-1]:
+                    await asyncio.wait_for(arrived.wait(), 10)
+                    arrived.clear()
+                await asyncio.sleep(0.5)  # the fetch after the last answer is under way
+                fetches = [0]
+                assert reader._consumer is not None
+                client = reader._consumer._client
+                send = client.send
+
+                async def counting(node_id: object, request: object, *a: object, **k: object) -> object:
+                    fetches[0] += getattr(request, "API_KEY", None) == 1
+                    return await send(node_id, request, *a, **k)
+
+                client.send = counting  # type: ignore[method-assign]
+                await asyncio.sleep(2.0)
+                idle = fetches[0]
+                t = time.monotonic()
+                lag = await reader.lag()
+                lag_s = time.monotonic() - t
+                t = time.monotonic()
+                more = await writer.append(sample_records(1))
+                while got[-1] < more[-1]:
+                    await asyncio.wait_for(arrived.wait(), 10)
+                    arrived.clear()
+                read_s = time.monotonic() - t
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+    if type(kafka_broker).__name__ == "ApacheKafkaCluster":  # noida-db answers empty fetches at once
+        assert idle <= 1, f"{idle} fetches in 2 s of idle following"
+    assert lag == 0 and lag_s < 0.3, (lag, lag_s)
+    assert read_s < 1.0, read_s

@@ -9,7 +9,7 @@ import pytest
 
 from kafka_fixtures import require_apache_kafka
 from streams.brokers.noida import BrokerError, LocalBroker, probe
-from streams.brokers.own import start_own_broker
+from streams.brokers.own import OWN_KAFKA_OVERRIDES, start_own_broker
 from streams.demo.__main__ import main as demo_main
 
 
@@ -54,5 +54,9 @@ def test_the_default_is_apache_kafka_where_it_can_run(tmp_path: Path) -> None:
         assert type(broker).__name__ == "ApacheKafkaCluster"
         assert what.startswith(f"Apache Kafka {broker.version} (one KRaft node) on {broker.bootstrap}")
         assert probe("127.0.0.1", _port(broker.bootstrap))
+        # Idle costs: Kafka's broker heartbeat, a KRaft no-op record every 5 s (not every 500 ms).
+        props = dict(line.split("=", 1) for line in broker.nodes[0].properties_path.read_text().splitlines() if "=" in line)
+        assert {k: props[k] for k in OWN_KAFKA_OVERRIDES} == OWN_KAFKA_OVERRIDES
+        assert int(props["metadata.max.idle.interval.ms"]) >= 5000 and int(props["broker.heartbeat.interval.ms"]) >= 2000
     finally:
         broker.stop()
