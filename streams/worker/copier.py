@@ -76,16 +76,20 @@ class CopyPath:
         finally:
             self.steps_waiting[name] -= 1
 
-    def _start(self, m: MirrorJob) -> None:
-        w = self.w
+    def copying(self, name: str) -> None:
+        """A copy of mirror ``name`` begins (a copy job, or one between the parts of a step's
+        topic level or sync): the reports waiting for it are served."""
         now = time.monotonic()
-        since = self._since.pop(m.runner.mirror_name, None)
+        since = self._since.pop(name, None)
         if since is not None:
             self.waited_s = max(self.waited_s, now - since)
         if now - self._logged >= 10.0:
             log.info("copy path: %d job(s), %d partition(s) copied; longest wait behind another job %.0f ms",
                      self.jobs, self.copied, self.waited_s * 1000)
             self._logged, self.waited_s = now, 0.0
+
+    def _start(self, m: MirrorJob) -> None:
+        w = self.w
         loop = asyncio.get_running_loop()
         m.copying = True
         fut = loop.run_in_executor(w.pool, self._job, m, w.clock_ms())

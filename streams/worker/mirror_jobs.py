@@ -113,13 +113,21 @@ def run_job(w: JobHost, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: in
     t0 = time.perf_counter()
     desired = w.desired_for(r.mirror_name)
     topics = job_topics(w, m, desired)
+    copier = getattr(w, "copier", None)
+    copied = copier is not None and copier.takes(r.mirror_name)
+    # The topic level and the sync run for seconds at 50,000 partitions: the copy path goes on
+    # between their parts, on this thread.
+    between = (lambda: run_copy(w, m, now_ms + int((time.perf_counter() - t0) * 1000))) if copied else None
+    if copied:
+        r.topic_level.between = between
     try:
         r.reconcile_topics(now_ms, topics)
     except PortError as e:
         r.note(f"topic level: {e}")
+    finally:
+        if copied:
+            r.topic_level.between = None
     t1 = time.perf_counter()
-    copier = getattr(w, "copier", None)
-    copied = copier is not None and copier.takes(r.mirror_name)
     if partition is not None:  # only what changed: partitions whose desired state, state or source moved
         if not copied:  # else the copy path takes the moved ones, whichever table partition holds them
             r.interest.wake()
@@ -137,9 +145,8 @@ def run_job(w: JobHost, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: in
     t3 = time.perf_counter()
     if partition is not None:
         r.interest.cool(keys, r.quiet)
-    # A sync runs for seconds at 50,000 partitions: the copy path goes on between its parts.
     if copied:
-        r.syncer.between = lambda: run_copy(w, m, now_ms + int((time.perf_counter() - t0) * 1000))
+        r.syncer.between = between
     try:
         synced = r.sync_if_due(now_ms, desired)
     finally:
@@ -179,6 +186,9 @@ def run_copy(w: JobHost, m: MirrorJob, now_ms: int) -> int:
     number of partitions copied."""
     r = m.runner
     t0 = time.perf_counter()
+    copier = getattr(w, "copier", None)
+    if copier is not None:
+        copier.copying(r.mirror_name)
     woken = r.interest.wake()
     if not woken:
         return 0
