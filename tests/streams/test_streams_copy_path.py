@@ -187,3 +187,43 @@ def test_a_sync_lets_the_copy_path_run_between_its_parts(port: int, monkeypatch:
         r.close()
         a.close()
         b.close()
+
+
+def test_a_topic_level_refresh_lets_the_copy_path_run_between_its_parts(port: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The topic level's metadata refresh of every topic runs in parts; the copy path between them."""
+    import streams.runner.topic_level as topic_level
+
+    monkeypatch.setattr(topic_level, "_PART", 1)  # one topic per part
+    a, b = ClusterClient(port, "A"), ClusterClient(port, "B")
+    metas = [a.add_topic(f"t{i}", 1) for i in range(3)]
+    r = MirrorRunner("m", ClusterClient(port, "A"), ClusterClient(port, "B"), MirrorConfig(), long_poll=True)
+    tp0 = TopicPartition(metas[0].topic_id, 0)
+    w = worker(r, set())
+    w.store.remote, w.config = None, SimpleNamespace(state_partitions=1)
+    try:
+        for meta in metas:
+            r.set_desired(meta.topic_id, DesiredState.START)
+        now = 0
+        while len(r.interest.parked) < 3:
+            now += 100
+            assert now < 10_000, "partitions never parked"
+            r.interest.wake()
+            r.tick(now)
+        a.produce("t0", 0, [(b"k", b"v0")])
+        deadline = time.monotonic() + 10
+        while tp0 not in r.interest.watch.peek_moved():
+            assert time.monotonic() < deadline, "the watch never reported the record"
+            time.sleep(0.01)
+        seen: list[int] = []
+        run = r.topic_level.run
+        r.topic_level.run = lambda topics: (seen.append(b.list_offsets(tp0).leo), run(topics))[1]  # type: ignore[method-assign]
+        r.topic_level.checked_ms.clear()  # every topic due for its refresh
+        r.topic_level.quiet = None
+        r._next_sync_ms = 1 << 62
+        run_job(w, w.mirrors["m"], [], now + 100)
+        assert seen == [0, 1, 1] and r.topic_level.between is None and tp0 in r.interest.parked
+    finally:
+        w.pool.shutdown(wait=True)
+        r.close()
+        a.close()
+        b.close()
