@@ -44,8 +44,8 @@ log = logging.getLogger(__name__)
 SYNC_KINDS = ("topic_config", "consumer_group_offset", "share_group_offset", "acl", "topic_metadata_refresh")
 # Partitions per part of the epoch check, topics per part of the config sync: ``MirrorSyncer.between``
 # runs between the parts.
-_SYNC_PART = 5000
-_SYNC_TOPICS = 100
+_SYNC_PART = 1000
+_SYNC_TOPICS = 25
 
 
 class MirrorStats:
