@@ -41,8 +41,8 @@ class CopyPath:
         m = self.w.mirrors.get(name)
         if m is None or not self.takes(name):
             return False
-        if m.busy is not None:
-            self.wanted.add(name)  # started when the running job ends (``job_done``)
+        if m.busy is not None or self.steps_waiting.get(name):
+            self.wanted.add(name)  # started when the running job (or the waiting step's) ends (``job_done``)
             self._since.setdefault(name, time.monotonic())
             return True
         self._start(m)
