@@ -126,10 +126,16 @@ class IdleBench(Bench):
             tasks = [asyncio.create_task(consume()), asyncio.create_task(produce())]
             await asyncio.sleep(warmup)
             measuring[0] = True
+            prof0 = _profile_snapshot(self.workdir) if self.args.profile else None
             c0, t0 = self.cpu(), time.monotonic()
             await asyncio.sleep(seconds)
             c1, wall = self.cpu(), time.monotonic() - t0
             measuring[0] = False
+            if prof0 is not None:
+                await asyncio.sleep(6.0)  # the next dump of the profiles (every 5 s)
+                report = _profile_diff(prof0, _profile_snapshot(self.workdir))
+                (self.workdir / "profile-trickle.txt").write_text(report + "\n")
+                sys.stdout.write(report + "\n")
             await asyncio.sleep(3.0)  # the last records reach B
             stop.set()
             for task in tasks:

@@ -58,14 +58,18 @@ class Interest:
             if self.watch is not None:
                 self.watch.unpark(tp)
 
-    def wake(self) -> None:
-        """Parked partitions whose source moved turn hot and fetchable again."""
+    def wake(self) -> list[MirrorPartitionKey]:
+        """Parked partitions whose source moved turn hot and fetchable again (returned)."""
         if self.watch is None:
-            return
+            return []
+        woken = []
         for tp in self.watch.take_moved():
             if tp in self.parked:
                 self.parked.discard(tp)
-                self.hot.add(MirrorPartitionKey(self.mirror_name, tp.topic_id, tp.partition))
+                key = MirrorPartitionKey(self.mirror_name, tp.topic_id, tp.partition)
+                self.hot.add(key)
+                woken.append(key)
+        return woken
 
     def close(self) -> None:
         if self.watch is not None:
@@ -97,13 +101,15 @@ class Interest:
             return sorted((k for k in self.hot if k in key_set), key=key_order)
         return [k for k in keys if k in self.hot]
 
-    def wanted(self, partition_of: Callable[[MirrorPartitionKey], int], versions: Mapping[int, object]) -> set[int]:
+    def wanted(self, partition_of: Callable[[MirrorPartitionKey], int], versions: Mapping[int, object],
+               with_moved: bool = True) -> set[int]:
         """Of the table partitions in ``versions`` (each with its key list's version, as
-        ``select``), those a step would find something in: new key lists, hot keys, partitions
-        the watch reported moved. Safe on another thread than the rounds' (copies, no changes)."""
+        ``select``), those a step would find something in: new key lists, hot keys, and unless
+        ``with_moved`` is False (a copy path takes them), partitions the watch reported moved. Safe on
+        another thread than the rounds' (copies, no changes)."""
         out = {p for p, v in versions.items() if self._versions.get(p) is not v}
         left = len(versions) - len(out)
-        moved = self.watch.peek_moved() if self.watch is not None else ()
+        moved = self.watch.peek_moved() if self.watch is not None and with_moved else ()
         keys = [MirrorPartitionKey(self.mirror_name, tp.topic_id, tp.partition) for tp in moved]
         for k in itertools.chain(keys, self.hot.copy()):  # a set's copy is atomic: the rounds may add meanwhile
             if left <= 0:

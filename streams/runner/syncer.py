@@ -42,6 +42,10 @@ log = logging.getLogger(__name__)
 
 # The sync kinds counted in ``MirrorStats`` (the prototype's <Kind>SyncError / RefreshError meters).
 SYNC_KINDS = ("topic_config", "consumer_group_offset", "share_group_offset", "acl", "topic_metadata_refresh")
+# Partitions per part of the epoch check, topics per part of the config sync: ``MirrorSyncer.between``
+# runs between the parts.
+_SYNC_PART = 1000
+_SYNC_TOPICS = 25
 
 
 class MirrorStats:
@@ -91,6 +95,9 @@ class MirrorSyncer:
         self.final_positions: dict[TopicPartition, list[tuple[str, int]]] = {}
         self.now_ms = 0
         self._warned: tuple[tuple[str, str], ...] = ()
+        # Called between the parts of a sync (on the sync's thread): the worker's copy path goes
+        # on meanwhile (``streams.worker.mirror_jobs.run_copy``) rather than wait seconds for it.
+        self.between: Callable[[], Any] | None = None
 
     def run(self, live: dict[TopicPartition, MirrorPartitionState], now_ms: int) -> None:
         """The periodic syncs of the live mirror partitions ``live``: the epoch check, topic
@@ -102,7 +109,10 @@ class MirrorSyncer:
                 log.warning("mirror %s: a stored config it cannot use is left out (--describe shows it): %s",
                             self.mirror_name, why)  # fmt: skip
         ordered = sorted(live, key=tp_order)
-        checked = self._all_epochs(ordered)
+        checked: dict[TopicPartition, Any] = {}
+        for i in range(0, len(ordered), _SYNC_PART):
+            checked.update(self._all_epochs(ordered[i : i + _SYNC_PART]))
+            self._between()
         for tp in ordered:
             got = checked[tp]
             try:
@@ -117,10 +127,14 @@ class MirrorSyncer:
         topics = sorted({tp.topic_id for tp in live})
         # Both clusters' configs of every topic in one pipelined wave: one by one, 1,000 topics
         # were 2,000 round trips that held the mirror's job (and so its copying) for seconds.
-        try:
-            described: dict[uuid.UUID, Any] = drive_all({t: self._configs(t) for t in topics})
-        except Exception as e:  # noqa: BLE001 - not a port error: every topic's sync failed with it
-            described = dict.fromkeys(topics, e)
+        described: dict[uuid.UUID, Any] = {}
+        for i in range(0, len(topics), _SYNC_TOPICS):
+            part = topics[i : i + _SYNC_TOPICS]
+            try:
+                described.update(drive_all({t: self._configs(t) for t in part}))
+            except Exception as e:  # noqa: BLE001 - not a port error: every topic's sync failed with it
+                described.update(dict.fromkeys(part, e))
+            self._between()
         for topic_id in topics:
             try:
                 got = described[topic_id]
@@ -141,6 +155,13 @@ class MirrorSyncer:
                 self.note(f"{step.__name__}: {e}")
                 if not isinstance(e, PortError):
                     log.error("mirror %s: %s failed: %r", self.mirror_name, step.__name__, e)
+
+    def _between(self) -> None:
+        if self.between is not None:
+            try:
+                self.between()
+            except Exception:  # noqa: BLE001 - the copy's partitions stay hot for their steps
+                log.exception("mirror %s: copy between sync parts failed", self.mirror_name)
 
     def _unusable(self, kind: str) -> str | None:
         """Why ``kind`` ran with settings left out (stored values it could not use), or None: such

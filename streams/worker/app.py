@@ -80,6 +80,7 @@ from streams.worker.reports import WorkerReports
 from streams.worker.table import OtherWorkersStates, WorkerTable
 from streams.worker.ports import PortFactory, model_server_ports
 from streams.worker.state_store import WorkerStateStore
+from streams.worker.copier import CopyPath
 from streams.worker.mirror_jobs import MirrorJob, cyclic_gc_paused, full_jitter, run_job
 from streams.worker.profiling import profiled_job
 from streams.worker.table import tick_topic_name, worker_topic_specs
@@ -134,6 +135,7 @@ class CoordinatorWorker:
         self.ports = ports or model_server_ports(config)
         self.tick_interval = tick_interval
         self.ticks = TickPlan(self, idle_tick_interval)
+        self.copier = CopyPath(self)  # moved partitions are copied without a tick
         self.max_rounds = max_rounds
         self.step_timeout = step_timeout
         self.clock_ms = clock_ms
@@ -431,6 +433,8 @@ class CoordinatorWorker:
             jobs = []
             for name, mkeys in by_mirror.items():
                 m = await self._mirror(name)
+                if m is not None and m.copying:
+                    await self.copier.settle(m, self.step_timeout)
                 if m is None or m.busy is not None:
                     continue  # still busy with a slow port call: only this mirror's partitions wait
                 fut = loop.run_in_executor(self.pool, self._paused_job, m, mkeys, self.clock_ms(), partition)
@@ -465,6 +469,8 @@ class CoordinatorWorker:
             log.error("mirror %s: step failed: %r", m.runner.mirror_name, fut.exception())
         if m.retired:
             self._close_mirror(m.runner.mirror_name, m)
+        else:
+            self.copier.job_done(m)
 
     def _close_mirror(self, name: str, m: MirrorJob) -> None:
         if self.mirrors.get(name) is m:

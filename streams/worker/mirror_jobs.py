@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 from coordinator.partition_state import MirrorPartitionKey
-from coordinator.ports import PortError
+from coordinator.ports import PortError, TopicPartition
 from coordinator.states import DesiredState
 from streams.config import WorkerConfig
 from streams.runner.runner import MirrorRunner
@@ -48,6 +48,7 @@ class MirrorJob:
         self.busy: concurrent.futures.Future[Any] | asyncio.Future[Any] | None = None
         self.retired = False  # topics left the mirror (or it was deleted): rebuilt from the store next
         self.topics_for: tuple[Any, Any] | None = None  # ``job_topics``: (desired states, those its topic level takes)
+        self.copying = False  # the job in flight is the copy path's (``run_copy``), not a step
 
     def close(self) -> None:
         self.runner.close()
@@ -112,13 +113,24 @@ def run_job(w: JobHost, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: in
     t0 = time.perf_counter()
     desired = w.desired_for(r.mirror_name)
     topics = job_topics(w, m, desired)
+    copier = getattr(w, "copier", None)
+    copied = copier is not None and copier.takes(r.mirror_name)
+    # The topic level and the sync run for seconds at 50,000 partitions: the copy path goes on
+    # between their parts, on this thread.
+    between = (lambda: run_copy(w, m, now_ms + int((time.perf_counter() - t0) * 1000))) if copied else None
+    if copied:
+        r.topic_level.between = between
     try:
         r.reconcile_topics(now_ms, topics)
     except PortError as e:
         r.note(f"topic level: {e}")
+    finally:
+        if copied:
+            r.topic_level.between = None
     t1 = time.perf_counter()
     if partition is not None:  # only what changed: partitions whose desired state, state or source moved
-        r.interest.wake()
+        if not copied:  # else the copy path takes the moved ones, whichever table partition holds them
+            r.interest.wake()
         r.interest.desired(desired, r.partitions)
         t = w.table_partitions
         keys = r.interest.select(partition, t.keys_of(partition), keys, t.key_set(partition))
@@ -129,23 +141,61 @@ def run_job(w: JobHost, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: in
     else:
         pending = w.store.pending_keys(partition)
         free = {k.topic_partition: k for k in keys if k not in pending}
+    rounds = fetch_while_behind(w, r, free, desired, now_ms, t2)
+    t3 = time.perf_counter()
+    if partition is not None:
+        r.interest.cool(keys, r.quiet)
+    if copied:
+        r.syncer.between = between
+    try:
+        synced = r.sync_if_due(now_ms, desired)
+    finally:
+        if copied:
+            r.syncer.between = None
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("mirror %s, %d key(s): topics %.3fs, steps %.3fs, fetch %.3fs (%d partitions, %d rounds), sync %s %.3fs",
+                  r.mirror_name, len(keys), t1 - t0, t2 - t1, t3 - t2, len(free), rounds, synced,
+                  time.perf_counter() - t3)  # fmt: skip
+
+
+def fetch_while_behind(w: JobHost, r: MirrorRunner, free: dict[TopicPartition, MirrorPartitionKey],
+                       desired: Desired, now_ms: int, t0: float) -> int:
+    """Fetch rounds over ``free`` (no state write pending); the number of rounds."""
     only, rounds = set(free), 0
     while only:
         before = {tp: r.progress.get(tp) for tp in only}
-        r.fetch_round(now_ms + int((time.perf_counter() - t2) * 1000), only, desired)
+        r.fetch_round(now_ms + int((time.perf_counter() - t0) * 1000), only, desired)
         rounds += 1
         # As a replica fetcher, fetch again at once while behind: a partition this round moved
         # on and left short of the source's HW, with no state write pending, for up to a tick
         # (else the copy is capped at replica.fetch.max.bytes per partition per tick).
         only = {tp for tp in only if (got := r.progress.get(tp)) != before[tp] and got is not None
                 and got[1] < got[0] and not w.store.has_pending(free[tp])}  # fmt: skip
-        if time.perf_counter() - t2 >= w.tick_interval:
+        if time.perf_counter() - t0 >= w.tick_interval:
             break
-    t3 = time.perf_counter()
-    if partition is not None:
-        r.interest.cool(keys, r.quiet)
-    synced = r.sync_if_due(now_ms, desired)
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug("mirror %s, %d key(s): topics %.3fs, steps %.3fs, fetch %.3fs (%d partitions, %d rounds), sync %s %.3fs",
-                  r.mirror_name, len(keys), t1 - t0, t2 - t1, t3 - t2, len(free), rounds, synced,
-                  time.perf_counter() - t3)  # fmt: skip
+    return rounds
+
+
+def run_copy(w: JobHost, m: MirrorJob, now_ms: int) -> int:
+    """On a pool thread: the copy path. Parked partitions the data watch reports moved are fetched
+    and appended at once, with no tick, no event and no workflow step: a MIRRORING partition
+    whose source moved has nothing else to decide (``fetch_round`` checks the desired state, the
+    state and the fetcher, and queues any state write its decisions make: the tick plan sees it
+    and its table partition's next event makes it durable). Partitions of table partitions this
+    worker does not own, or with a write not yet durable, stay hot for the ordinary step. The
+    number of partitions copied."""
+    r = m.runner
+    t0 = time.perf_counter()
+    copier = getattr(w, "copier", None)
+    if copier is not None:
+        copier.copying(r.mirror_name)
+    woken = r.interest.wake()
+    if not woken:
+        return 0
+    store = w.store
+    owned = store.owned
+    free = {k.topic_partition: k for k in woken if store.partition_of(k) in owned and not store.has_pending(k)}
+    if free:
+        fetch_while_behind(w, r, free, w.desired_for(r.mirror_name), now_ms, t0)
+    r.interest.cool(woken, r.quiet)
+    return len(free)

@@ -19,8 +19,9 @@ So the timer ticks a table partition only when a step there would find something
 - a desired-state event the agent left to the next tick (a burst).
 
 A tick already on its way (sent after the table partition's last step began, not long ago) is
-not sent again. A parked partition the data watch reports moved (``DataWatch.on_moved``) has its
-table partition ticked at once, not at the next timer pass.
+not sent again. A parked partition the data watch reports moved (``DataWatch.on_moved``) is
+copied at once by the copy path (``streams.worker.copier``), with no tick; where the copy path
+cannot take it (no runner yet), its table partition is ticked at once, not at the next timer pass.
 """
 
 from __future__ import annotations
@@ -77,7 +78,10 @@ class TickPlan:
             r = m.runner
             if owned and r.due(now_ms, job_topics(w, m, w.desired_for(name))):
                 out.add(min(owned))
-            out |= r.interest.wanted(w.store.partition_of, versions)
+            # Partitions the data watch reported moved are the copy path's (``streams.worker.copier``).
+            copier = getattr(w, "copier", None)
+            copied = copier is not None and copier.takes(name)
+            out |= r.interest.wanted(w.store.partition_of, versions, with_moved=not copied)
         store = w.store
         for p in owned:
             if (store.pending.get(p) or store.pending_lme.get(p) or store.deletes.get(p)
@@ -110,6 +114,9 @@ class TickPlan:
         watch.on_moved = moved
 
     def _moved(self, name: str, tps: set[TopicPartition]) -> None:
+        copier = getattr(self.w, "copier", None)
+        if copier is not None and copier.moved(name):
+            return  # copied at once (``streams.worker.copier``): no tick
         partition_of = self.w.store.partition_of
         first = not self._woken
         self._woken.update(partition_of(MirrorPartitionKey(name, tp.topic_id, tp.partition)) for tp in tps)
