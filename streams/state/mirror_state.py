@@ -61,7 +61,7 @@ TABLE_NAME = "mirror_state"
 # with Faust's defaults (64 MiB, 3 of them) none flushed before a 50,000-partition failover ended,
 # and the worker kept its ~9 writes per partition in memory (~90 MB at 50k). A few MiB per table
 # partition flush to disk as they fill; reads of recent writes stay in the process's own maps.
-ROCKSDB_OPTIONS = {"write_buffer_size": 4 << 20, "max_write_buffer_number": 2}
+ROCKSDB_OPTIONS = {"write_buffer_size": 2 << 20, "max_write_buffer_number": 2}
 
 
 class RecordType(enum.IntEnum):
