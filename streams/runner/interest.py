@@ -12,6 +12,7 @@ never turn quiet, so they are looked at every round as before.
 from __future__ import annotations
 
 import itertools
+import threading
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
@@ -34,6 +35,9 @@ class Interest:
         # thousands hot, and the tick timer asked on the event loop every 0.2 s).
         self.partition_of = partition_of
         self.hot_in: dict[int, int] = {}
+        # The rounds heat and cool on the job's thread, the worker adopts and releases on its
+        # event loop: a count's read-modify-write must not interleave.
+        self._counting = threading.Lock()
         self.parked: set[TopicPartition] = set()  # not fetched until the watch reports them moved
         self._versions: dict[int, object] = {}  # per table partition: its key list's version last seen
         self._desired: dict[uuid.UUID, tuple[DesiredState, int]] = {}
@@ -54,16 +58,20 @@ class Interest:
             hot.update(keys)
             return
         counts = self.hot_in
-        for k in keys:
-            if k not in hot:
-                hot.add(k)
-                p = part(k)
-                counts[p] = counts.get(p, 0) + 1
+        with self._counting:
+            for k in keys:
+                if k not in hot:
+                    hot.add(k)
+                    p = part(k)
+                    counts[p] = counts.get(p, 0) + 1
 
     def _chill(self, key: MirrorPartitionKey) -> None:
-        if key in self.hot:
+        if self.partition_of is None:
             self.hot.discard(key)
-            if self.partition_of is not None:
+            return
+        with self._counting:
+            if key in self.hot:
+                self.hot.discard(key)
                 self.hot_in[self.partition_of(key)] -= 1
 
     # ---------------------------------------------------------------- parking on the long poll
@@ -135,7 +143,7 @@ class Interest:
             hot: Iterable[MirrorPartitionKey] = ()
         else:
             hot = self.hot.copy()  # a set's copy is atomic: the rounds may add meanwhile
-        for k in itertools.chain(keys, hot):  # a set's copy is atomic: the rounds may add meanwhile
+        for k in itertools.chain(keys, hot):
             if left <= 0:
                 break
             p = partition_of(k)
