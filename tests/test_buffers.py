@@ -33,3 +33,36 @@ def test_megabyte_copies_reuse_the_heap_instead_of_faulting_in_fresh_pages() -> 
     default, tuned = _faults("default"), _faults("tuned")
     assert default >= 20 * 1024  # every frame and records block mmapped afresh: a fault per 4 KiB page
     assert tuned < default / 5
+
+
+_FREED = """
+import sys
+from records.buffers import keep_large_buffers, release_free_heap
+assert keep_large_buffers()
+def rss_mb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) >> 10
+kept, blocks = [], []
+for i in range(240):  # 1 MiB blocks with a small survivor between them, as a job leaves the heap
+    blocks.append(bytearray(1 << 20))
+    kept.append(bytearray(4096))  # above pymalloc's 512 bytes: on the same heap
+before = rss_mb()
+del blocks
+freed = rss_mb()
+if sys.argv[1] == "trim":
+    assert release_free_heap()
+print(before, freed, rss_mb())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_release_free_heap_gives_freed_blocks_back_that_keep_large_buffers_keeps() -> None:
+    def run(mode: str) -> list[int]:
+        out = subprocess.run([sys.executable, "-c", _FREED, mode], capture_output=True, text=True, check=True)
+        return [int(x) for x in out.stdout.split()]
+
+    before, freed, kept = run("keep")
+    assert kept >= before - 16  # the freed megabytes stay resident under the tuned thresholds
+    before, freed, trimmed = run("trim")
+    assert trimmed <= before - 200
