@@ -12,6 +12,7 @@ never turn quiet, so they are looked at every round as before.
 from __future__ import annotations
 
 import itertools
+import threading
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
@@ -24,23 +25,54 @@ from streams.runner.data_watch import DataWatch
 class Interest:
     """The hot mirror partitions of one runner, and its parked ones (see the module docstring)."""
 
-    def __init__(self, mirror_name: str, watch: DataWatch | None = None) -> None:
+    def __init__(self, mirror_name: str, watch: DataWatch | None = None,
+                 partition_of: Callable[[MirrorPartitionKey], int] | None = None) -> None:  # fmt: skip
         self.mirror_name = mirror_name
         self.watch = watch
-        self.hot: set[MirrorPartitionKey] = set()
+        self.hot: set[MirrorPartitionKey] = set()  # change it only through _heat / _chill (the counts)
+        # With the table partition of each key (``partition_of``): how many hot keys each holds,
+        # so ``wanted`` reads counts instead of walking every hot key (a mass stop makes tens of
+        # thousands hot, and the tick timer asked on the event loop every 0.2 s).
+        self.partition_of = partition_of
+        self.hot_in: dict[int, int] = {}
+        # The rounds heat and cool on the job's thread, the worker adopts and releases on its
+        # event loop: a count's read-modify-write must not interleave.
+        self._counting = threading.Lock()
         self.parked: set[TopicPartition] = set()  # not fetched until the watch reports them moved
         self._versions: dict[int, object] = {}  # per table partition: its key list's version last seen
         self._desired: dict[uuid.UUID, tuple[DesiredState, int]] = {}
 
     def mark(self, key: MirrorPartitionKey, mirroring: bool = True) -> None:
         """``key`` may decide something new (its state was written: ``mirroring`` says whether it still fetches)."""
-        self.hot.add(key)
+        self._heat((key,))
         if not mirroring:
             self.unpark(key.topic_partition)
 
     def forget(self, key: MirrorPartitionKey) -> None:
-        self.hot.discard(key)
+        self._chill(key)
         self.unpark(key.topic_partition)
+
+    def _heat(self, keys: Iterable[MirrorPartitionKey]) -> None:
+        hot, part = self.hot, self.partition_of
+        if part is None:
+            hot.update(keys)
+            return
+        counts = self.hot_in
+        with self._counting:
+            for k in keys:
+                if k not in hot:
+                    hot.add(k)
+                    p = part(k)
+                    counts[p] = counts.get(p, 0) + 1
+
+    def _chill(self, key: MirrorPartitionKey) -> None:
+        if self.partition_of is None:
+            self.hot.discard(key)
+            return
+        with self._counting:
+            if key in self.hot:
+                self.hot.discard(key)
+                self.hot_in[self.partition_of(key)] -= 1
 
     # ---------------------------------------------------------------- parking on the long poll
 
@@ -67,7 +99,7 @@ class Interest:
             if tp in self.parked:
                 self.parked.discard(tp)
                 key = MirrorPartitionKey(self.mirror_name, tp.topic_id, tp.partition)
-                self.hot.add(key)
+                self._heat((key,))
                 woken.append(key)
         return woken
 
@@ -85,7 +117,7 @@ class Interest:
         changed = [t for t, d in desired.items() if self._desired.get(t) != d]
         changed.extend(t for t in self._desired if t not in desired)
         for t in changed:
-            self.hot.update(MirrorPartitionKey(self.mirror_name, t, p) for p in partitions.get(t, ()))
+            self._heat([MirrorPartitionKey(self.mirror_name, t, p) for p in partitions.get(t, ())])
         self._desired = dict(desired)
 
     def select(self, table_partition: int, version: object, keys: Sequence[MirrorPartitionKey],
@@ -95,7 +127,7 @@ class Interest:
         that changes when keys are added or dropped) makes every one of ``keys`` hot once."""
         if self._versions.get(table_partition) is not version:
             self._versions[table_partition] = version
-            self.hot.update(keys)
+            self._heat(keys)
             return list(keys)
         if len(self.hot) < len(key_set):
             return sorted((k for k in self.hot if k in key_set), key=key_order)
@@ -111,7 +143,13 @@ class Interest:
         left = len(versions) - len(out)
         moved = self.watch.peek_moved() if self.watch is not None and with_moved else ()
         keys = [MirrorPartitionKey(self.mirror_name, tp.topic_id, tp.partition) for tp in moved]
-        for k in itertools.chain(keys, self.hot.copy()):  # a set's copy is atomic: the rounds may add meanwhile
+        if self.partition_of is not None:  # the counts say which hold hot keys: only the moved ones to look up
+            out.update(p for p, n in list(self.hot_in.items()) if n > 0 and p in versions)  # a copy: atomic
+            left = len(versions) - len(out)
+            hot: Iterable[MirrorPartitionKey] = ()
+        else:
+            hot = self.hot.copy()  # a set's copy is atomic: the rounds may add meanwhile
+        for k in itertools.chain(keys, hot):
             if left <= 0:
                 break
             p = partition_of(k)
@@ -124,4 +162,4 @@ class Interest:
         """Keys a round found quiet leave the hot set."""
         for k in keys:
             if quiet(k):
-                self.hot.discard(k)
+                self._chill(k)

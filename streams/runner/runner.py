@@ -155,7 +155,8 @@ class MirrorRunner:
         # that offers one): only what changed is stepped and fetched (``streams.runner.interest``).
         opener = getattr(source, "open_watch", None) if long_poll else None
         self.interest = Interest(mirror_name, None if opener is None else DataWatch(
-            opener, self.config.fetch_max_wait_ms or DEFAULT_MAX_WAIT_MS, mirror_name))
+            opener, self.config.fetch_max_wait_ms or DEFAULT_MAX_WAIT_MS, mirror_name),
+            getattr(self.store, "partition_of", None))  # the worker's: hot keys counted per table partition
         # Rebuild from persisted state only: partitions known, fetchers for those that mirror.
         for key in self.store.keys(mirror_name):
             self.adopt(key)

@@ -82,3 +82,20 @@ def test_writes_land_in_their_partitions_store_outside_its_events(table: Any) ->
     with pytest.raises(mss.MirrorStateError):  # unchecked keys are checked against the partition
         asyncio.run(table.write_durably(3, [(by_partition[1], b"x")], producer))
     assert get_in(table, 3, by_partition[1]) is None
+
+
+def test_a_table_partitions_memtables_stay_small_under_a_mass_of_writes(table: Any) -> None:
+    """A mass failover writes ~9 records per mirror partition: the table partition's RocksDB
+    flushes its memtables as they fill instead of holding every write in memory."""
+    codec = mss.default_codec()
+    keys = []
+    while len(keys) < 6000:
+        key = codec.state_key("m", uuid.uuid4(), 0)
+        if mss.partition_for_key(key, PARTITIONS) == 1:
+            keys.append(key)
+    producer, value = Producer(), bytes(range(120))
+    for _ in range(9):  # 6,000 x 9 writes of ~190 bytes: ~10 MB, more than two memtables hold
+        asyncio.run(table.write_durably(1, [(k, value) for k in keys], producer, keys_checked=True))
+    db = table.data._db_for_partition(1)
+    assert int(db.property_value("rocksdb.cur-size-all-mem-tables")) <= 2 * mss.ROCKSDB_OPTIONS["write_buffer_size"]
+    assert db.get(keys[-1]) == value
