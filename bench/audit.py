@@ -70,7 +70,7 @@ CYCLE = [
 ]
 STEPS = START + CYCLE
 # The queries that read the export's rollups, timed on both layouts.
-LAYOUT_QUERIES = ("failover_timeline", "transition_counts", "illegal_transitions")
+LAYOUT_QUERIES = ("failover_timeline", "transition_counts", "illegal_transitions", "lag_per_mirror", "lag_per_topic")
 
 
 def _i64(v: int) -> pa.Scalar:
