@@ -188,22 +188,21 @@ def _state_counts(
     since = min(e["w_start"] for e in episodes)
     if uses_rollups(store, params):
         t = store.read(spark, "transition_seconds", "all").where(F.col("sec") >= since // 1000)
-        t = t.select("mirror", (F.col("sec") * 1000).alias("at_ms"), "from_state", "to_state",
-                     "from_state_name", "to_state_name", F.col("transitions").alias("n"))  # fmt: skip
+        t = t.where(F.col("from_state") != F.col("to_state"))
+        t = t.select("mirror", (F.col("sec") * 1000).alias("at_ms"), "from_state_name", "to_state_name",
+                     F.col("transitions").alias("n"))  # fmt: skip
     else:
-        t = store.read(spark, "transitions", "all").where(F.col("at_ms") >= since).withColumn("n", F.lit(1))
-    t = t.where(F.col("from_state") != F.col("to_state"))
-    deltas = t.select("mirror", "at_ms", F.col("from_state_name").alias("state"), (-F.col("n")).alias("d")).unionByName(
-        t.select("mirror", "at_ms", F.col("to_state_name").alias("state"), F.col("n").alias("d"))
-    )
-    joined = deltas.join(
-        F.broadcast(windows), (deltas.mirror == windows.w_mirror) & (deltas.at_ms >= windows.w_start)
-    )
+        t = store.read(spark, "transitions", "all").where(F.col("at_ms") >= since)
+        t = t.where(F.col("from_state") != F.col("to_state")).withColumn("n", F.lit(1))
+    joined = t.join(F.broadcast(windows), (t.mirror == windows.w_mirror) & (t.at_ms >= windows.w_start))
     bucket = F.least(F.floor((F.col("at_ms") - F.col("w_start")) / F.col("bucket_ms")), F.lit(BUCKETS))
-    sums = joined.groupBy("eid", "state", bucket.alias("b")).agg(F.sum("d").alias("d")).collect()
-    per: dict[tuple[int, str], dict[int, int]] = defaultdict(dict)
-    for r in sums:
-        per[(r.eid, r.state)][int(r.b)] = int(r.d)
+    # One scan, a row per (window, bucket, pair): each pair takes its count from one state and
+    # gives it to the other, summed here.
+    sums = joined.groupBy("eid", "from_state_name", "to_state_name", bucket.alias("b")).agg(F.sum("n").alias("n"))
+    per: dict[tuple[int, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for r in sums.collect():
+        per[(r.eid, r.from_state_name)][int(r.b)] -= int(r.n)
+        per[(r.eid, r.to_state_name)][int(r.b)] += int(r.n)
     out: dict[int, dict[str, list[tuple[int, float]]]] = {}
     unexplained: dict[int, int] = {}
     for e in episodes:
