@@ -165,8 +165,15 @@ def _episodes(timeline: Sequence[dict[str, Any]], per_mirror: int) -> list[dict[
     return out
 
 
+def _latest_states(spark: SparkSession, store: SnapshotStore) -> dict[tuple[str, str], int]:
+    """Partitions per (mirror, state) in the latest snapshot: where the chart counts start from."""
+    latest = store.read(spark, "partition_states", "latest").groupBy("mirror", "state_name").count().collect()
+    return {(r.mirror, r.state_name): r["count"] for r in latest}
+
+
 def _state_counts(
-    spark: SparkSession, store: SnapshotStore, episodes: Sequence[dict[str, Any]], params: AuditParams
+    spark: SparkSession, store: SnapshotStore, episodes: Sequence[dict[str, Any]], params: AuditParams,
+    now: dict[tuple[str, str], int] | None = None,
 ) -> tuple[dict[int, dict[str, list[tuple[int, float]]]], dict[int, int]]:
     """Per episode id: state -> [(time, partitions in that state)], ``BUCKETS`` steps; and per
     episode id the largest negative count met walking back, clamped to 0. A negative count
@@ -177,10 +184,7 @@ def _state_counts(
     transition: the same sums, as windows and buckets are whole seconds."""
     if not episodes:
         return {}, {}
-    latest = (
-        store.read(spark, "partition_states", "latest").groupBy("mirror", "state_name").count().collect()
-    )
-    now: dict[tuple[str, str], int] = {(r.mirror, r.state_name): r["count"] for r in latest}
+    now = _latest_states(spark, store) if now is None else now
     windows = spark.createDataFrame(
         [(e["id"], e["mirror"], e["w_start"], e["w_end"], e["bucket_ms"]) for e in episodes],
         "eid int, w_mirror string, w_start long, w_end long, bucket_ms long",
@@ -252,13 +256,14 @@ def build_report(
     def timeline() -> tuple[QueryResult, list[dict[str, Any]], Any]:
         ft = given or run_query(spark, store, "failover_timeline", params)
         episodes = _episodes(ft.rows, episodes_per_mirror)
-        return ft, episodes, _state_counts(spark, store, episodes, params)
+        return ft, episodes, _state_counts(spark, store, episodes, params, now.result())
 
     def configs() -> list[Row]:
         return store.read(spark, "mirror_configs", "latest").orderBy("mirror", "config_name").collect()
 
     with ThreadPoolExecutor(REPORT_THREADS, thread_name_prefix="audit-report") as pool:
-        chain = pool.submit(timeline)  # the longest: first, with the charts that need it after it
+        now = pool.submit(_latest_states, spark, store)
+        chain = pool.submit(timeline)  # the longest: early, with the charts that need it after it
         runs = {
             n: pool.submit(run_query, spark, store, n, params, limit=None if n in WHOLE else HTML_ROWS, strict=strict)
             for n in QUERIES if n not in have and n != "failover_timeline"
