@@ -149,6 +149,8 @@ def export_tables(
     # Beside the history it appends, its rollups (audit.rollup): what the big queries read.
     for name, build in rollup.ROLLUPS.items():
         normalized[name] = _rollup_columns(name, build(normalized["transitions"]))
+    for name, (source, build) in rollup.SNAPSHOT_ROLLUPS.items():
+        normalized[name] = _rollup_columns(name, build(normalized[source]))
 
     date = layout.utc_date(taken_at_ms)
     _remove_partial(root, metadata_offset, taken_at_ms)

@@ -344,7 +344,7 @@ TABLES: Final[dict[str, pa.Schema]] = {
     ),
 }
 
-# Derived by the export from the transitions it writes (``audit.rollup``); never handed in.
+# Derived by the export from the tables it writes (``audit.rollup``); never handed in.
 ROLLUP_TABLES: Final[dict[str, pa.Schema]] = {
     "transition_seconds": pa.schema(
         [
@@ -380,13 +380,24 @@ ROLLUP_TABLES: Final[dict[str, pa.Schema]] = {
             pa.field("pm_first_metadata_offset", _I64, True),
         ]
     ),
+    "topic_lag": pa.schema(  # from the snapshot's offsets: one row per (mirror, topic)
+        [
+            pa.field("mirror", _S, False),
+            pa.field("topic", _S, False),
+            pa.field("partitions", _I64, False),
+            pa.field("lagging_partitions", _I64, False),  # lag > 0
+            pa.field("total_lag", _I64, False),
+            pa.field("max_lag", _I64, False),
+        ]
+    ),
 }
 ALL_TABLES: Final[dict[str, pa.Schema]] = TABLES | ROLLUP_TABLES
 
 # A table's version, kept per table in each manifest (``layout.TableEntry.version``; 1 where a
 # manifest does not say): readers use a newer column only when every snapshot has it.
-# failover_runs 2: topic_id_msb and topic_id_lsb.
-TABLE_VERSIONS: Final[dict[str, int]] = {"failover_runs": 2}
+# failover_runs 2: topic_id_msb and topic_id_lsb. topic_lag 1: new (issue #25); a snapshot from
+# before does not list it, and the lag queries read its offsets (``SnapshotStore.has``).
+TABLE_VERSIONS: Final[dict[str, int]] = {"failover_runs": 2, "topic_lag": 1}
 
 # state byte column -> its name column, filled by the export from MirrorState.
 STATE_NAME_COLUMNS: Final[dict[str, str]] = {
@@ -403,7 +414,7 @@ DERIVED: Final = frozenset(STATE_NAME_COLUMNS.values())
 PARTITION_COLUMNS: Final = ("mirror", "date", "snapshot_offset", "taken_at_ms")
 
 # State history is appended; everything else is a full picture at the snapshot's offset.
-INCREMENTAL_TABLES: Final = frozenset({"transitions", *ROLLUP_TABLES})
+INCREMENTAL_TABLES: Final = frozenset({"transitions", "transition_seconds", "failover_runs"})
 
 
 def state_name(value: int) -> str:

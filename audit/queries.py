@@ -207,27 +207,38 @@ def illegal_transitions(spark: SparkSession, store: SnapshotStore, p: AuditParam
     )
 
 
-def _lag(df: DataFrame, by: Sequence[str]) -> DataFrame:
-    return (
-        df.groupBy("snapshot_offset", "taken_at_ms", *by)
-        .agg(
+def uses_lag_rollup(store: SnapshotStore, p: AuditParams) -> bool:
+    """Read ``topic_lag`` (audit.rollup): asked for, and every snapshot has it."""
+    return p.rollups and store.has("topic_lag")
+
+
+def _lag(spark: SparkSession, store: SnapshotStore, p: AuditParams, by: Sequence[str]) -> DataFrame:
+    if uses_lag_rollup(store, p):
+        df = _read(spark, store, "topic_lag", "all", p)
+        if list(by) != ["mirror", "topic"]:  # else a row each already
+            df = df.groupBy("snapshot_offset", "taken_at_ms", *by).agg(
+                F.sum("partitions").alias("partitions"), F.sum("total_lag").alias("total_lag"),
+                F.max("max_lag").alias("max_lag"), F.sum("lagging_partitions").alias("lagging_partitions"),
+            )  # fmt: skip
+    else:
+        df = _read(spark, store, "offsets", "all", p).groupBy("snapshot_offset", "taken_at_ms", *by).agg(
             F.count("*").alias("partitions"),
             F.sum("lag").alias("total_lag"),
             F.max("lag").alias("max_lag"),
             F.sum(F.when(F.col("lag") > 0, 1).otherwise(0)).alias("lagging_partitions"),
         )
-        .select(*by, "snapshot_offset", _ts("taken_at_ms").alias("taken_at"), "partitions",
-                "lagging_partitions", "total_lag", "max_lag")  # fmt: skip
-        .orderBy(*by, "snapshot_offset", "taken_at")
-    )
+    return df.select(
+        *by, "snapshot_offset", _ts("taken_at_ms").alias("taken_at"), "partitions", "lagging_partitions",
+        "total_lag", "max_lag",
+    ).orderBy(*by, "snapshot_offset", "taken_at")  # fmt: skip
 
 
 def lag_per_mirror(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
-    return _lag(_read(spark, store, "offsets", "all", p), ["mirror"])
+    return _lag(spark, store, p, ["mirror"])
 
 
 def lag_per_topic(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
-    return _lag(_read(spark, store, "offsets", "all", p), ["mirror", "topic"])
+    return _lag(spark, store, p, ["mirror", "topic"])
 
 
 _EVENTS: Final = (FAILOVER_STARTED, FAILOVER_COMPLETED, FAILBACK_STARTED, FAILBACK_COMPLETED)  # in the order they run
@@ -496,8 +507,9 @@ QUERIES: Final[dict[str, Query]] = {
               synced_offsets_out_of_range, ("group_syncs",)),
         Query("illegal_transitions", "violation",
               "transitions the mirror state machine does not allow", illegal_transitions, ("transitions",)),
-        Query("lag_per_mirror", "info", "lag per mirror, per snapshot", lag_per_mirror, ("offsets",)),
-        Query("lag_per_topic", "info", "lag per mirror and topic, per snapshot", lag_per_topic, ("offsets",)),
+        Query("lag_per_mirror", "info", "lag per mirror, per snapshot", lag_per_mirror, ("offsets", "topic_lag")),
+        Query("lag_per_topic", "info", "lag per mirror and topic, per snapshot", lag_per_topic,
+              ("offsets", "topic_lag")),
         Query("failover_timeline", "info", "failover and failback episodes of each mirror, by event",
               failover_timeline, ("transitions",)),
         Query("transition_counts", "info", "transitions by mirror and type", transition_counts, ("transitions",)),

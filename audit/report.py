@@ -14,11 +14,12 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from html import escape
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as F
 
 from audit import layout
@@ -32,10 +33,16 @@ from audit.queries import (
     AuditParams,
     uses_rollups,
 )
-from audit.run import QueryResult, run_queries
+from audit.run import QueryResult, run_query
 from audit.spark import SnapshotStore
 
 HTML_ROWS = 200  # rows shown per table; the count says how many there are
+# Queries run at a time: one's driver work (planning, code generation, collecting) overlaps the
+# other's tasks, and a small query's latency the big one's work.
+REPORT_THREADS = 2
+# Read whole: the timeline's episodes, and the lag charts' points.
+WHOLE = ("failover_timeline", "lag_per_topic")
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 TOP_TOPICS = 5
 BUCKETS = 120
 EVENT_COLORS = {
@@ -106,21 +113,23 @@ def _result_section(r: QueryResult) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _lag_series(spark: SparkSession, store: SnapshotStore, params: AuditParams) -> dict[str, list[Series]]:
-    offsets = store.read(spark, "offsets", "all")
-    if params.mirrors:
-        offsets = offsets.where(F.col("mirror").isin(list(params.mirrors)))
-    # One aggregate (a row per mirror, topic and snapshot); the totals and the top topics are
-    # summed and ranked from it here rather than by more Spark jobs.
-    per_topic = offsets.groupBy("mirror", "topic", "taken_at_ms").agg(F.sum("lag").alias("lag")).collect()
+def _ms(iso: str) -> int:
+    """The queries' ISO-8601 UTC text (``queries._ts``) -> epoch millis."""
+    return (dt.datetime.fromisoformat(iso) - EPOCH) // dt.timedelta(milliseconds=1)
+
+
+def _lag_series(per_topic: Sequence[dict[str, Any]]) -> dict[str, list[Series]]:
+    """The lag charts from every row of ``lag_per_topic`` (a row per mirror, topic and snapshot):
+    the totals and the top topics are summed and ranked here rather than by more Spark jobs."""
     totals: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     topic_pts: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
     peak: dict[tuple[str, str], int | None] = {}
     for r in per_topic:
-        totals[r.mirror][r.taken_at_ms] += r.lag or 0
-        topic_pts[(r.mirror, r.topic)].append((r.taken_at_ms, float(r.lag or 0)))
-        was = peak.get((r.mirror, r.topic))
-        peak[(r.mirror, r.topic)] = r.lag if was is None else (was if r.lag is None else max(was, r.lag))
+        mirror, topic, lag, at = r["mirror"], r["topic"], r["total_lag"], _ms(r["taken_at"])
+        totals[mirror][at] += lag or 0
+        topic_pts[(mirror, topic)].append((at, float(lag or 0)))
+        was = peak.get((mirror, topic))
+        peak[(mirror, topic)] = lag if was is None else (was if lag is None else max(was, lag))
     out: dict[str, list[Series]] = defaultdict(list)
     for m in sorted(totals):
         pts = [(at, float(v)) for at, v in sorted(totals[m].items())]
@@ -156,8 +165,15 @@ def _episodes(timeline: Sequence[dict[str, Any]], per_mirror: int) -> list[dict[
     return out
 
 
+def _latest_states(spark: SparkSession, store: SnapshotStore) -> dict[tuple[str, str], int]:
+    """Partitions per (mirror, state) in the latest snapshot: where the chart counts start from."""
+    latest = store.read(spark, "partition_states", "latest").groupBy("mirror", "state_name").count().collect()
+    return {(r.mirror, r.state_name): r["count"] for r in latest}
+
+
 def _state_counts(
-    spark: SparkSession, store: SnapshotStore, episodes: Sequence[dict[str, Any]], params: AuditParams
+    spark: SparkSession, store: SnapshotStore, episodes: Sequence[dict[str, Any]], params: AuditParams,
+    now: dict[tuple[str, str], int] | None = None,
 ) -> tuple[dict[int, dict[str, list[tuple[int, float]]]], dict[int, int]]:
     """Per episode id: state -> [(time, partitions in that state)], ``BUCKETS`` steps; and per
     episode id the largest negative count met walking back, clamped to 0. A negative count
@@ -168,10 +184,7 @@ def _state_counts(
     transition: the same sums, as windows and buckets are whole seconds."""
     if not episodes:
         return {}, {}
-    latest = (
-        store.read(spark, "partition_states", "latest").groupBy("mirror", "state_name").count().collect()
-    )
-    now: dict[tuple[str, str], int] = {(r.mirror, r.state_name): r["count"] for r in latest}
+    now = _latest_states(spark, store) if now is None else now
     windows = spark.createDataFrame(
         [(e["id"], e["mirror"], e["w_start"], e["w_end"], e["bucket_ms"]) for e in episodes],
         "eid int, w_mirror string, w_start long, w_end long, bucket_ms long",
@@ -179,22 +192,21 @@ def _state_counts(
     since = min(e["w_start"] for e in episodes)
     if uses_rollups(store, params):
         t = store.read(spark, "transition_seconds", "all").where(F.col("sec") >= since // 1000)
-        t = t.select("mirror", (F.col("sec") * 1000).alias("at_ms"), "from_state", "to_state",
-                     "from_state_name", "to_state_name", F.col("transitions").alias("n"))  # fmt: skip
+        t = t.where(F.col("from_state") != F.col("to_state"))
+        t = t.select("mirror", (F.col("sec") * 1000).alias("at_ms"), "from_state_name", "to_state_name",
+                     F.col("transitions").alias("n"))  # fmt: skip
     else:
-        t = store.read(spark, "transitions", "all").where(F.col("at_ms") >= since).withColumn("n", F.lit(1))
-    t = t.where(F.col("from_state") != F.col("to_state"))
-    deltas = t.select("mirror", "at_ms", F.col("from_state_name").alias("state"), (-F.col("n")).alias("d")).unionByName(
-        t.select("mirror", "at_ms", F.col("to_state_name").alias("state"), F.col("n").alias("d"))
-    )
-    joined = deltas.join(
-        F.broadcast(windows), (deltas.mirror == windows.w_mirror) & (deltas.at_ms >= windows.w_start)
-    )
+        t = store.read(spark, "transitions", "all").where(F.col("at_ms") >= since)
+        t = t.where(F.col("from_state") != F.col("to_state")).withColumn("n", F.lit(1))
+    joined = t.join(F.broadcast(windows), (t.mirror == windows.w_mirror) & (t.at_ms >= windows.w_start))
     bucket = F.least(F.floor((F.col("at_ms") - F.col("w_start")) / F.col("bucket_ms")), F.lit(BUCKETS))
-    sums = joined.groupBy("eid", "state", bucket.alias("b")).agg(F.sum("d").alias("d")).collect()
-    per: dict[tuple[int, str], dict[int, int]] = defaultdict(dict)
-    for r in sums:
-        per[(r.eid, r.state)][int(r.b)] = int(r.d)
+    # One scan, a row per (window, bucket, pair): each pair takes its count from one state and
+    # gives it to the other, summed here.
+    sums = joined.groupBy("eid", "from_state_name", "to_state_name", bucket.alias("b")).agg(F.sum("n").alias("n"))
+    per: dict[tuple[int, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for r in sums.collect():
+        per[(r.eid, r.from_state_name)][int(r.b)] -= int(r.n)
+        per[(r.eid, r.to_state_name)][int(r.b)] += int(r.n)
     out: dict[int, dict[str, list[tuple[int, float]]]] = {}
     unexplained: dict[int, int] = {}
     for e in episodes:
@@ -232,20 +244,35 @@ def build_report(
     episodes_per_mirror: int = 3,
     generated_at: dt.datetime | None = None,
 ) -> str:
-    """The report as HTML text. ``results``: queries already run (others are run here)."""
-    # Results cut shorter than the report shows are run again; the timeline is needed whole.
-    have = {r.name: r for r in results if not (r.truncated and len(r.rows) < HTML_ROWS)}
-    if have.get("failover_timeline") and have["failover_timeline"].truncated:
-        del have["failover_timeline"]
-    if "failover_timeline" not in have:
-        [have["failover_timeline"]] = run_queries(spark, store, ["failover_timeline"], params)
-    missing = [n for n in QUERIES if n not in have]
-    for r in run_queries(spark, store, missing, params, limit=HTML_ROWS, strict=strict):
-        have[r.name] = r
-    episodes = _episodes(have["failover_timeline"].rows, episodes_per_mirror)
-    counts, unexplained = _state_counts(spark, store, episodes, params)
-    lag = _lag_series(spark, store, params)
-    configs = store.read(spark, "mirror_configs", "latest").orderBy("mirror", "config_name").collect()
+    """The report as HTML text. ``results``: queries already run (others are run here, two at
+    a time)."""
+    # Results cut shorter than the report shows are run again; WHOLE ones are needed whole.
+    have = {
+        r.name: r for r in results
+        if not (r.truncated and (r.name in WHOLE or len(r.rows) < HTML_ROWS))
+    }  # fmt: skip
+    given = have.get("failover_timeline")
+
+    def timeline() -> tuple[QueryResult, list[dict[str, Any]], Any]:
+        ft = given or run_query(spark, store, "failover_timeline", params)
+        episodes = _episodes(ft.rows, episodes_per_mirror)
+        return ft, episodes, _state_counts(spark, store, episodes, params, now.result())
+
+    def configs() -> list[Row]:
+        return store.read(spark, "mirror_configs", "latest").orderBy("mirror", "config_name").collect()
+
+    with ThreadPoolExecutor(REPORT_THREADS, thread_name_prefix="audit-report") as pool:
+        now = pool.submit(_latest_states, spark, store)
+        chain = pool.submit(timeline)  # the longest: early, with the charts that need it after it
+        runs = {
+            n: pool.submit(run_query, spark, store, n, params, limit=None if n in WHOLE else HTML_ROWS, strict=strict)
+            for n in QUERIES if n not in have and n != "failover_timeline"
+        }  # fmt: skip
+        config_rows = pool.submit(configs)
+        have.update({n: f.result() for n, f in runs.items()})
+        have["failover_timeline"], episodes, (counts, unexplained) = chain.result()
+    lag = _lag_series(have["lag_per_topic"].rows)
+    configs_ = config_rows.result()
     latest = store.latest
     failing = [r for n, r in have.items() if r.fails]
     generated = (generated_at or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -310,7 +337,7 @@ def build_report(
     parts.append("<h2>Lag tables</h2>")
     parts += [_result_section(have[n]) for n in ("lag_per_mirror", "lag_per_topic")]
     parts.append("<h2>Mirror configs <span class='note'>(secrets redacted at export)</span></h2>")
-    parts.append(_table(["mirror", "config_name", "config_value", "redacted"], [r.asDict() for r in configs]))
+    parts.append(_table(["mirror", "config_name", "config_value", "redacted"], [r.asDict() for r in configs_]))
     parts.append(
         f"<p class='note'>Store: {escape(str(store.root))} · snapshot manifests: {len(store.manifests)} · "
         f"first snapshot at offset {store.manifests[0].metadata_offset:,} ({escape(store.manifests[0].taken_at)})</p>"

@@ -1,4 +1,4 @@
-"""Rollups of the exported transitions, written beside them by the export (pure Arrow, no Spark).
+"""Rollups written beside a snapshot's tables by the export (pure Arrow, no Spark).
 
 Two small tables per snapshot, built from exactly the transitions that snapshot appends, so they
 are as incremental as the history itself:
@@ -17,6 +17,13 @@ are as incremental as the history itself:
 
 A run cut by a snapshot boundary is two rows; the query merges rows of one (episode, partition),
 so that only costs a row.
+
+And one from the snapshot's offsets (``SNAPSHOT_ROLLUPS``), a picture like them:
+
+- ``topic_lag``: one row per (mirror, topic): partitions, lagging partitions, total and largest
+  lag. ``lag_per_mirror``, ``lag_per_topic`` and the report's lag charts sum it (a row per topic
+  where the offsets have one per partition). Snapshots exported before it existed do not list
+  it; the queries then read the offsets.
 """
 
 from __future__ import annotations
@@ -187,4 +194,29 @@ def failover_runs(t: pa.Table) -> pa.Table:
     )
 
 
+def topic_lag(offsets: pa.Table) -> pa.Table:
+    """``offsets`` (normalised, one snapshot) -> one row per (mirror, topic)."""
+    m_codes, m_values = _codes(offsets.column("mirror"))
+    t_codes, t_values = _codes(offsets.column("topic"))
+    lag = offsets.column("lag").combine_chunks()
+    g = pa.table(
+        {"m": m_codes, "t": t_codes, "lag": lag, "lagging": pc.greater(lag, pa.scalar(0, _I64)).cast(_I64)}
+    ).group_by(["m", "t"], use_threads=False).aggregate(
+        [("lag", "count", pc.CountOptions(mode="all")), ("lagging", "sum"), ("lag", "sum"), ("lag", "max")]
+    )
+    return pa.table(
+        {
+            "mirror": pa.DictionaryArray.from_arrays(g.column("m").combine_chunks(), m_values),
+            "topic": pa.DictionaryArray.from_arrays(g.column("t").combine_chunks(), t_values),
+            "partitions": g.column("lag_count"),
+            "lagging_partitions": g.column("lagging_sum"),
+            "total_lag": g.column("lag_sum"),
+            "max_lag": g.column("lag_max"),
+        }
+    )
+
+
+# Rollups of the transitions a snapshot appends (history: read from every snapshot).
 ROLLUPS: Final = {"transition_seconds": transition_seconds, "failover_runs": failover_runs}
+# Rollups of one of a snapshot's pictures: name -> (the table it sums, how).
+SNAPSHOT_ROLLUPS: Final = {"topic_lag": ("offsets", topic_lag)}

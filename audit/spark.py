@@ -58,9 +58,13 @@ def spark_session(master: str | None = None, *, app_name: str = "kip1279-audit",
             "spark.driver.bindAddress": "127.0.0.1",
             "spark.driver.memory": os.environ.get("AUDIT_SPARK_DRIVER_MEMORY", "2g"),
             # Audit queries are short and each compiles new code: C2's compile time cost more CPU
-            # than its faster code saved (docs/audit-performance.md). Only when this session starts
-            # the JVM; a conf argument overrides it.
-            "spark.driver.extraJavaOptions": os.environ.get(JAVA_OPTIONS_ENV, "-XX:TieredStopAtLevel=1"),
+            # than its faster code saved (docs/audit-performance.md). C1 alone gets a 48 MB code
+            # cache, which a session's generated code fills within a few reports: then the JIT
+            # stops and all runs interpreted; 240 MB is the tiered default. Only when this session
+            # starts the JVM; a conf argument overrides it.
+            "spark.driver.extraJavaOptions": os.environ.get(
+                JAVA_OPTIONS_ENV, "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+            ),
         }
     for k, v in (defaults | conf).items():
         builder = builder.config(k, v)

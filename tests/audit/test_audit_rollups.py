@@ -17,7 +17,7 @@ from audit.export import export_snapshot
 from audit.layout import MANIFEST_DIR
 from audit.model import AuditSnapshot, PartitionRow, TransitionRow
 from audit.queries import AuditParams
-from audit.report import _episodes, _state_counts
+from audit.report import _episodes, _lag_series, _state_counts
 from audit.rollup import RUN_GAP_MS, failover_runs
 from audit.run import run_query
 from audit.spark import SnapshotStore
@@ -80,7 +80,7 @@ def _export(history: list[TransitionRow], cuts: int, root: Path) -> Path:
 
 def _both(spark: SparkSession, root: Path, name: str, **params: object) -> tuple[list[dict], list[dict]]:
     store = SnapshotStore(root)
-    assert store.has("failover_runs") and store.has("transition_seconds")
+    assert store.has("failover_runs") and store.has("transition_seconds") and store.has("topic_lag")
     fast = run_query(spark, store, name, AuditParams(**params))  # type: ignore[arg-type]
     raw = run_query(spark, store, name, AuditParams(rollups=False, **params))  # type: ignore[arg-type]
     return fast.rows, raw.rows
@@ -205,3 +205,41 @@ def test_topic_id_halves_are_kafkas_uuid_bits_or_none(spark: SparkSession, tmp_p
     assert fast == raw and [(r["event"], r["partitions"], r["topics"]) for r in fast] == [
         ("failover started", 2, 2), ("failover completed", 1, 1)
     ]
+
+
+def _lag_store(root: Path, seed: int) -> Path:
+    """Snapshots of partitions whose lag varies: zeros, topics with none lagging, a topic that
+    appears late, partitions that leave; two mirrors share topic names."""
+    rng = random.Random(seed)
+    for i in range(4):
+        parts = [
+            PartitionRow(mirror=m, topic=f"t{t}", topic_id=f"{t:08d}-0000-0000-0000-000000000000", partition=p,
+                         state=int(S.MIRRORING), lag=rng.choice([0, 0, 1, rng.randrange(2, 5_000)]) if t else 0)
+            for m in ("a-to-b", "c-to-b") for t in range(4 if i else 3) for p in range(rng.randrange(1, 6))
+        ]  # fmt: skip
+        export_snapshot(AuditSnapshot(metadata_offset=10 + i, taken_at_ms=T0 + i * 60_000, partitions=parts), root)
+    return root
+
+
+def test_lag_from_the_topic_rollup_as_from_the_offsets(spark: SparkSession, tmp_path: Path) -> None:
+    root = _lag_store(tmp_path, 5)
+    store = SnapshotStore(root)
+    assert store.has("topic_lag")
+    got = {}
+    for name in ("lag_per_mirror", "lag_per_topic"):
+        fast, raw = _both(spark, root, name)
+        assert fast == raw, name
+        got[name] = fast
+    assert {r["lagging_partitions"] > 0 for r in got["lag_per_topic"]} == {True, False}
+    assert len({r["max_lag"] for r in got["lag_per_mirror"]}) > 1
+    # The report's lag charts come from lag_per_topic's rows: the same from either.
+    series = _lag_series(got["lag_per_topic"])
+    assert sorted(series) == ["a-to-b", "c-to-b"] and all(len(s[0].points) == 4 for s in series.values())
+    # A store whose first snapshot predates topic_lag reads the offsets, with the same rows.
+    first = sorted((root / MANIFEST_DIR).glob("snapshot-*.json"))[0]
+    body = json.loads(first.read_text())
+    del body["tables"]["topic_lag"]
+    first.write_text(json.dumps(body))
+    store = SnapshotStore(root)
+    assert not store.has("topic_lag") and store.has("failover_runs")
+    assert {n: run_query(spark, store, n, AuditParams()).rows for n in got} == got
