@@ -182,6 +182,7 @@ class MirrorRunner:
         self.backoff_until.pop(tp, None)
         self.idle_until.pop(tp, None)
         self.progress.pop(tp, None)
+        self.executor.positions.pop(tp, None)
         self.source_errors.pop(tp, None)
 
     def reconfigure(self, config: MirrorConfig) -> None:
@@ -294,6 +295,9 @@ class MirrorRunner:
         if now_ms < self._next_sync_ms:
             return False
         self._next_sync_ms = now_ms + self.config.metadata_refresh_interval_ms
+        # The destination's positions kept from our appends are asked again once a sync period:
+        # what changes there without a command of ours (a new leader of B) is seen in that time.
+        self.executor.positions.clear()
         desired = self.metadata.latest(self.mirror_name) if desired is None else desired
         # Periodic work for live mirror partitions only (paused, stopped and failed ones are left
         # be, as are those of topics being stopped or paused).
