@@ -69,14 +69,17 @@ def fetch_round(r: FetchHost, desired: dict[uuid.UUID, tuple[DesiredState, int]]
         # From the smaller side: ``only`` is one table partition's share of every fetcher's members.
         candidates = members if only is None or len(only) >= len(members) else [tp for tp in only if tp in members]
         parked = r.interest.parked
-        states: dict[TopicPartition, MirrorPartitionState] = {}  # read once per partition per round
+        # The state and the desired state's offset, read once per partition per round (a topic ID
+        # is hashed and compared in Python).
+        states: dict[TopicPartition, tuple[MirrorPartitionState, int]] = {}
         for tp in candidates:
             if ((only is None or tp in only) and tp not in parked
-                    and r.backoff_until.get(tp, -1) <= now and r.idle_until.get(tp, -1) <= now
-                    and desired.get(tp.topic_id, STARTED)[0] is DesiredState.START):  # fmt: skip
-                state = r.state(tp)
-                if state.state is MirrorState.MIRRORING:
-                    states[tp] = state
+                    and r.backoff_until.get(tp, -1) <= now and r.idle_until.get(tp, -1) <= now):  # fmt: skip
+                want, offset = desired.get(tp.topic_id, STARTED)
+                if want is DesiredState.START:
+                    state = r.state(tp)
+                    if state.state is MirrorState.MIRRORING:
+                        states[tp] = (state, offset)
         eligible = list(states)
         positions = r.executor.positions
         threshold = r.config.epoch_bump_threshold
@@ -88,15 +91,14 @@ def fetch_round(r: FetchHost, desired: dict[uuid.UUID, tuple[DesiredState, int]]
                 break
             wave = order[w : w + _FETCH_WAVE]
             cap = partition_max_bytes(remaining, r.config)
-            fetched = drive_all({tp: r.observers.fetch(tp, cap, known_position(positions, tp, states[tp]), threshold)
+            fetched = drive_all({tp: r.observers.fetch(tp, cap, known_position(positions, tp, states[tp][0]), threshold)
                                  for tp in wave})  # fmt: skip
             r.stats.fetch_requests += 1
             commands: dict[TopicPartition, Sequence[c.Command]] = {}
             decided = []
             for tp in wave:
                 got = fetched[tp]
-                offset = desired.get(tp.topic_id, (DesiredState.START, -1))[1]
-                state = states[tp]
+                state, offset = states[tp]
                 if isinstance(got, PortError):
                     positions.pop(tp, None)
                     served += 1
