@@ -424,15 +424,17 @@ class MirrorRunner:
 
     # ------------------------------------------------------------------ fetching
 
-    def quiet(self, key: MirrorPartitionKey) -> bool:
-        """Settled, and when MIRRORING parked in its fetcher: nothing to do until something changes."""
+    def quiet(self, key: MirrorPartitionKey, tp: TopicPartition | None = None) -> bool:
+        """Settled, and when MIRRORING parked in its fetcher: nothing to do until something changes.
+        ``tp``: the key's partition, when the caller has it (a new one hashes its UUID in Python)."""
         was = self._settled.get(key)
         if was is None:
             return False
         s = self.store.get(key)
         if s is None or s.state is not was[0]:
             return False
-        tp = key.topic_partition
+        if tp is None:
+            tp = key.topic_partition
         return s.state is not MirrorState.MIRRORING or (
             tp in self.interest.parked and tp in self.sessions[fetcher_of(tp, len(self.sessions))])
 
