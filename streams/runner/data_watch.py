@@ -35,7 +35,9 @@ class DataWatch:
         self._lock = threading.Lock()
         self._kick = threading.Event()
         self._stop = threading.Event()
-        self._watched: dict[TopicPartition, tuple[int, int]] = {}  # what the session should hold
+        # What the session should hold, with the runner's own object of each partition: a moved
+        # one is reported as that object (its hash cached, its UUID the runner's: no UUID compared in Python).
+        self._watched: dict[TopicPartition, tuple[int, int, TopicPartition]] = {}
         self._add: dict[TopicPartition, tuple[int, int]] = {}  # not sent yet
         self._remove: set[TopicPartition] = set()
         self._moved: set[TopicPartition] = set()
@@ -51,7 +53,8 @@ class DataWatch:
 
     def park(self, tp: TopicPartition, fetch_offset: int, leader_epoch: int) -> None:
         with self._lock:
-            self._watched[tp] = self._add[tp] = (fetch_offset, leader_epoch)
+            self._add[tp] = (fetch_offset, leader_epoch)
+            self._watched[tp] = (fetch_offset, leader_epoch, tp)
             self._remove.discard(tp)
         self._kick.set()
 
@@ -87,7 +90,7 @@ class DataWatch:
                 idle = not self._watched and not self._remove
                 if not idle:
                     if session == 0:  # a full request: every watched partition
-                        add, remove = dict(self._watched), set()
+                        add, remove = {tp: (o, e) for tp, (o, e, _) in self._watched.items()}, set()
                     else:
                         add, remove = self._add, self._remove
                     self._add, self._remove = {}, set()
@@ -127,9 +130,9 @@ class DataWatch:
                 with self._lock:
                     for tp in moved:
                         # Parked again meanwhile (a newer position not sent yet): it waits on that one.
-                        if tp not in self._add and self._watched.pop(tp, None) is not None:
-                            self._moved.add(tp)
-                            told.add(tp)
+                        if tp not in self._add and (got := self._watched.pop(tp, None)) is not None:
+                            self._moved.add(got[2])
+                            told.add(got[2])
                 self._tell(told)
         self._close(client)
 

@@ -4,6 +4,8 @@ says which partitions' commands failed (a partition's commands always run in ord
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
+
 from coordinator.ports import (
     DestinationCluster,
     PortError,
@@ -21,6 +23,9 @@ class Executor:
         self.dest = dest
         self.sessions = sessions
         self.num_fetchers = num_fetchers
+        # The destination's position per partition as our last append left it (``fetch_round``):
+        # any other command on the partition may move it, so it is forgotten then.
+        self.positions: dict[TopicPartition, Any] = {}
 
     def run(self, commands: Iterable[c.Command]) -> None:
         for cmd in commands:
@@ -57,6 +62,8 @@ class Executor:
     def plan(self, cmd: c.Command) -> Call | None:  # noqa: C901 - one arm per command, on purpose
         """A fetch-session change is applied here (None); anything else is the port call to make."""
         d = self.dest
+        if type(cmd) is not c.AppendBatches and (tp := getattr(cmd, "tp", None)) is not None:
+            self.positions.pop(tp, None)
         match cmd:
             case c.AddFetcher(tp=tp):
                 self.sessions[fetcher_of(tp, self.num_fetchers)].add(tp)

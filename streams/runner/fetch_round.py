@@ -16,7 +16,7 @@ from coordinator.partition_state import MirrorPartitionKey, MirrorPartitionState
 from coordinator.ports import FetchResult, PortError, TopicPartition
 from coordinator.states import DesiredState, MirrorState
 from coordinator.workflows import commands as c
-from coordinator.workflows.fetcher import decide_fetch, partition_max_bytes, round_order
+from coordinator.workflows.fetcher import FetchPosition, decide_fetch, partition_max_bytes, round_order
 from streams.runner.driver import drive_all
 
 if TYPE_CHECKING:
@@ -69,11 +69,20 @@ def fetch_round(r: FetchHost, desired: dict[uuid.UUID, tuple[DesiredState, int]]
         # From the smaller side: ``only`` is one table partition's share of every fetcher's members.
         candidates = members if only is None or len(only) >= len(members) else [tp for tp in only if tp in members]
         parked = r.interest.parked
-        eligible = [tp for tp in candidates if (only is None or tp in only)
-                    and tp not in parked
-                    and r.backoff_until.get(tp, -1) <= now and r.idle_until.get(tp, -1) <= now
-                    and desired.get(tp.topic_id, STARTED)[0] is DesiredState.START
-                    and r.state(tp).state is MirrorState.MIRRORING]  # fmt: skip
+        # The state and the desired state's offset, read once per partition per round (a topic ID
+        # is hashed and compared in Python).
+        states: dict[TopicPartition, tuple[MirrorPartitionState, int]] = {}
+        for tp in candidates:
+            if ((only is None or tp in only) and tp not in parked
+                    and r.backoff_until.get(tp, -1) <= now and r.idle_until.get(tp, -1) <= now):  # fmt: skip
+                want, offset = desired.get(tp.topic_id, STARTED)
+                if want is DesiredState.START:
+                    state = r.state(tp)
+                    if state.state is MirrorState.MIRRORING:
+                        states[tp] = (state, offset)
+        eligible = list(states)
+        positions = r.executor.positions
+        threshold = r.config.epoch_bump_threshold
         remaining = r.config.fetch_response_max_bytes
         used = served = 0
         order = round_order(eligible, r.rotation[i])
@@ -82,15 +91,16 @@ def fetch_round(r: FetchHost, desired: dict[uuid.UUID, tuple[DesiredState, int]]
                 break
             wave = order[w : w + _FETCH_WAVE]
             cap = partition_max_bytes(remaining, r.config)
-            fetched = drive_all({tp: r.observers.fetch(tp, cap) for tp in wave})
+            fetched = drive_all({tp: r.observers.fetch(tp, cap, known_position(positions, tp, states[tp][0]), threshold)
+                                 for tp in wave})  # fmt: skip
             r.stats.fetch_requests += 1
             commands: dict[TopicPartition, Sequence[c.Command]] = {}
             decided = []
             for tp in wave:
                 got = fetched[tp]
-                offset = desired.get(tp.topic_id, (DesiredState.START, -1))[1]
-                state = r.state(tp)
+                state, offset = states[tp]
                 if isinstance(got, PortError):
+                    positions.pop(tp, None)
                     served += 1
                     r.stats.fetch_errors += 1
                     r.on_port_error(r.key(tp), state, got, offset)
@@ -113,11 +123,19 @@ def fetch_round(r: FetchHost, desired: dict[uuid.UUID, tuple[DesiredState, int]]
             failed = r.executor.run_many(commands)
             for tp, state, offset, pos, result, decision, size in decided:
                 if tp in failed:
+                    positions.pop(tp, None)
                     r.on_port_error(r.key(tp), state, failed[tp], offset)
                     continue
                 if isinstance(result, FetchResult):
                     appended = [b for cmd in decision.commands if isinstance(cmd, c.AppendBatches) for b in cmd.batches]
                     leo = appended[-1].next_offset if appended else pos.fetch_offset
+                    if (decision.state is state and result.diverging_epoch is None
+                            and len(decision.commands) == (1 if appended else 0)):  # fmt: skip
+                        # Only our append moved the destination: its next fetch starts where it ended.
+                        positions[tp] = (state, FetchPosition(leo, appended[-1].leader_epoch, pos.log_start, pos.dle)
+                                         if appended else pos)  # fmt: skip
+                    else:
+                        positions.pop(tp, None)
                     r.progress[tp] = (result.hw, leo)
                     if leo >= result.hw and decision.state is state:
                         # Caught up (with this fetch's batches appended, if any): on the source's
@@ -127,8 +145,18 @@ def fetch_round(r: FetchHost, desired: dict[uuid.UUID, tuple[DesiredState, int]]
                             r.interest.park(tp, leo, result.leader_epoch)
                         elif size == 0 and not r.interest.park(tp, leo, result.leader_epoch):
                             r.idle_until[tp] = now + r.config.fetch_max_wait_ms
+                else:
+                    positions.pop(tp, None)
                 if decision.state is not state:
                     r.persist(r.key(tp), stamp_applied(decision.state, offset))
         r.rotation[i] += served
         r.peak_round_bytes = max(r.peak_round_bytes, used)
+
+
+def known_position(positions: dict[TopicPartition, tuple[MirrorPartitionState, FetchPosition]],
+                   tp: TopicPartition, state: MirrorPartitionState) -> FetchPosition | None:
+    """The destination's position our last append left, while the state it was made under is
+    the one read now (any write, ours or another worker's, forgets it)."""
+    got = positions.get(tp)
+    return got[1] if got is not None and (got[0] is state or got[0] == state) else None
 

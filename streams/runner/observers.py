@@ -176,9 +176,28 @@ class MirrorObservers:
 
     # ------------------------------------------------------------------ fetching
 
-    def fetch(self, tp: TopicPartition, max_bytes: int) -> Observer:
+    def fetch(self, tp: TopicPartition, max_bytes: int, known: FetchPosition | None = None,
+              bump_threshold: int = 0) -> Observer:
         """The fetch position from the destination, the source's fetch from there, and on a
-        diverging epoch the destination's end offset for it."""
+        diverging epoch the destination's end offset for it.
+
+        ``known`` is the destination's position as this runner's last append left it: the
+        destination is not asked (a third of a copy's round trips). Whenever the answer would
+        make a decision that reads more of it than the fetch offset (a batch above its DLE, a
+        source epoch near it, a divergence, an out-of-range, a batch below the offset), the
+        destination is asked after all, and the source again if the position was not the same."""
+        pos = known if known is not None else (yield from self._dest_position(tp))
+        result = yield from self._source_fetch(tp, pos, max_bytes)
+        if known is not None and not plain_fetch(result, pos, bump_threshold):
+            pos = yield from self._dest_position(tp)
+            if pos != known:
+                result = yield from self._source_fetch(tp, pos, max_bytes)
+        local_end = None
+        if isinstance(result, FetchResult) and result.diverging_epoch is not None:
+            local_end = yield (self.dest, "end_offset_for_epoch", (tp, result.diverging_epoch.epoch), None)
+        return pos, result, local_end
+
+    def _dest_position(self, tp: TopicPartition) -> Observer:
         if getattr(self.dest, "latest_epoch", None) is not None:
             # Both in one round trip: a copy runs a wave after another, each waiting on this.
             got = yield [(self.dest, "list_offsets", (tp,), None), (self.dest, "latest_epoch", (tp,), None)]
@@ -187,19 +206,17 @@ class MirrorObservers:
         else:
             dest = yield (self.dest, "list_offsets", (tp,), None)
             epoch = yield from latest_epoch(self.dest, tp, dest.leader_epoch)
-        pos = FetchPosition(dest.leo, epoch, dest.log_start, dest.leader_epoch)
-        result: FetchResult | OutOfRange
+        return FetchPosition(dest.leo, epoch, dest.log_start, dest.leader_epoch)
+
+    def _source_fetch(self, tp: TopicPartition, pos: FetchPosition, max_bytes: int) -> Observer:
         try:
-            result = yield (self.source, "fetch", (tp, pos.fetch_offset, max_bytes, MIRROR_FETCH_ISOLATION),
-                            {"last_fetched_epoch": pos.last_fetched_epoch})  # fmt: skip
+            return (yield (self.source, "fetch", (tp, pos.fetch_offset, max_bytes, MIRROR_FETCH_ISOLATION),
+                           {"last_fetched_epoch": pos.last_fetched_epoch}))  # fmt: skip
         except OffsetOutOfRange as e:
-            result = OutOfRange(e.log_start, e.leo)
+            return OutOfRange(e.log_start, e.leo)
         except PortError as e:
             raise SourceCallFailed(e) from e
-        local_end = None
-        if isinstance(result, FetchResult) and result.diverging_epoch is not None:
-            local_end = yield (self.dest, "end_offset_for_epoch", (tp, result.diverging_epoch.epoch), None)
-        return pos, result, local_end
+
 
     # ------------------------------------------------------------------ topic level
 
@@ -222,3 +239,15 @@ class MirrorObservers:
         return TopicObservation(topic_id=topic_id, source_topic=source_topic, dest_topic=dest_topic,
                                 dest_same_name=same_name, source_cluster_id=source_cluster_id,
                                 dest_cluster_id=dest_cluster_id)
+
+
+def plain_fetch(result: FetchResult | OutOfRange, pos: FetchPosition, bump_threshold: int) -> bool:
+    """Whether ``decide_fetch`` reads nothing of ``pos`` but its fetch offset for ``result``:
+    batches from the offset on, none above the DLE, and no proactive bump due (``fencing.needs_bump``)."""
+    if not isinstance(result, FetchResult) or result.diverging_epoch is not None:
+        return False
+    if result.leader_epoch >= 0 and result.leader_epoch + bump_threshold >= pos.dle:
+        return False
+    batches = result.batches
+    return not batches or (batches[0].base_offset >= pos.fetch_offset
+                           and all(b.leader_epoch <= pos.dle for b in batches))  # fmt: skip

@@ -183,6 +183,7 @@ class MirrorRunner:
         self.backoff_until.pop(tp, None)
         self.idle_until.pop(tp, None)
         self.progress.pop(tp, None)
+        self.executor.positions.pop(tp, None)
         self.source_errors.pop(tp, None)
 
     def reconfigure(self, config: MirrorConfig) -> None:
@@ -295,6 +296,9 @@ class MirrorRunner:
         if now_ms < self._next_sync_ms:
             return False
         self._next_sync_ms = now_ms + self.config.metadata_refresh_interval_ms
+        # The destination's positions kept from our appends are asked again once a sync period:
+        # what changes there without a command of ours (a new leader of B) is seen in that time.
+        self.executor.positions.clear()
         desired = self.metadata.latest(self.mirror_name) if desired is None else desired
         # Periodic work for live mirror partitions only (paused, stopped and failed ones are left
         # be, as are those of topics being stopped or paused).
@@ -421,15 +425,17 @@ class MirrorRunner:
 
     # ------------------------------------------------------------------ fetching
 
-    def quiet(self, key: MirrorPartitionKey) -> bool:
-        """Settled, and when MIRRORING parked in its fetcher: nothing to do until something changes."""
+    def quiet(self, key: MirrorPartitionKey, tp: TopicPartition | None = None) -> bool:
+        """Settled, and when MIRRORING parked in its fetcher: nothing to do until something changes.
+        ``tp``: the key's partition, when the caller has it (a new one hashes its UUID in Python)."""
         was = self._settled.get(key)
         if was is None:
             return False
         s = self.store.get(key)
         if s is None or s.state is not was[0]:
             return False
-        tp = key.topic_partition
+        if tp is None:
+            tp = key.topic_partition
         return s.state is not MirrorState.MIRRORING or (
             tp in self.interest.parked and tp in self.sessions[fetcher_of(tp, len(self.sessions))])
 

@@ -203,5 +203,6 @@ def run_copy(w: JobHost, m: MirrorJob, now_ms: int) -> int:
     free = {k.topic_partition: k for k in woken if store.partition_of(k) in owned and not store.has_pending(k)}
     if free:
         fetch_while_behind(w, r, free, w.desired_for(r.mirror_name), now_ms, t0)
-    r.interest.cool(woken, r.quiet)
+    tps = {k: tp for tp, k in free.items()}
+    r.interest.cool(woken, lambda k: r.quiet(k, tps.get(k)))
     return len(free)

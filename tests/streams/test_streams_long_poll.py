@@ -187,3 +187,18 @@ def test_a_broken_watch_reports_every_partition_moved() -> None:
         assert moved == {tp}  # the runner fetches it: its own error handling takes over
     finally:
         watch.close()
+
+
+def test_a_moved_partition_is_reported_as_the_object_that_was_parked() -> None:
+    # The source's answer decodes new objects with new UUIDs: reported as they are, every set and
+    # dict lookup of the copy path hashed and compared the UUIDs in Python.
+    tp = TopicPartition(uuid.uuid4(), 0)
+    decoded = TopicPartition(uuid.UUID(int=tp.topic_id.int), 0)
+    watch = DataWatch(lambda: FakeWatchClient(report=decoded), max_wait_ms=10)
+    try:
+        watch.park(tp, 5, 1)
+        moved: set[TopicPartition] = set()
+        _until("the partition reported", lambda: bool(moved.update(watch.take_moved()) or moved))
+        assert moved == {tp} and next(iter(moved)) is tp
+    finally:
+        watch.close()
