@@ -282,17 +282,20 @@ class PortsAdapter(ClusterCore):
         topic.mirror_source_cluster_id = mirror_source_cluster_id if mirror_name else None
 
     @journaled
-    def append_mirror_batches(self, tp: TopicPartition, batches: Sequence[Batch]) -> int:
+    def append_mirror_batches(self, tp: TopicPartition, batches: Sequence[Batch], expected_leo: int | None = None) -> int:
         """Append source batches as they are (offsets, batch epochs); all or nothing. Returns the LEO.
 
-        Refused on a writable topic (only mirror topics take mirrored data), below the LEO, and
-        for a batch whose epoch is above the DLE (the coordinator must bump first: DLE >= SLE).
+        Refused on a writable topic (only mirror topics take mirrored data), below the LEO, when
+        the LEO is not ``expected_leo`` (given: the log moved since the caller read it), and for a
+        batch whose epoch is above the DLE (the coordinator must bump first: DLE >= SLE).
         """
         self._serve()
         topic, part = self._online(tp)
         if not topic.read_only:
             raise InvalidRequest(f"mirror append to writable topic {topic.name}")
         leo = part.leader_log.leo
+        if expected_leo is not None and expected_leo != leo:
+            raise UnexpectedAppendOffset(tp, expected_leo, leo)
         for b in batches:
             if b.base_offset < leo or b.last_offset < b.base_offset:
                 raise UnexpectedAppendOffset(tp, b.base_offset, leo)

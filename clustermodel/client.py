@@ -365,8 +365,10 @@ class ClusterClient:
     ) -> None:
         self.call("set_mirror", topic_id, mirror_name, mirror_source_cluster_id)
 
-    def append_mirror_batches(self, tp: TopicPartition, batches: Sequence[Batch]) -> int:
-        return self.call("append_mirror_batches", tp, list(batches))  # type: ignore[no-any-return]
+    def append_mirror_batches(self, tp: TopicPartition, batches: Sequence[Batch], expected_leo: int | None = None) -> int:
+        if expected_leo is None:
+            return self.call("append_mirror_batches", tp, list(batches))  # type: ignore[no-any-return]
+        return self.call("append_mirror_batches", tp, list(batches), expected_leo=expected_leo)  # type: ignore[no-any-return]
 
     def truncate_to(self, tp: TopicPartition, offset: int) -> PartitionOffsets:
         return self.call("truncate_to", tp, offset)  # type: ignore[no-any-return]

@@ -128,12 +128,13 @@ class ReadOnlyTopic(PortError):
 
 
 class UnexpectedAppendOffset(PortError):
-    """A mirror append's batches start below the LEO or overlap each other (offsets must increase)."""
+    """A mirror append's batches start below the LEO or overlap each other (offsets must increase), or
+    the LEO is not the one the append was fetched for."""
 
     field_names = ("topic_partition", "base_offset", "leo")
 
     def __init__(self, topic_partition: TopicPartition, base_offset: int, leo: int) -> None:
-        super().__init__(f"append at {base_offset} below LEO {leo} for {topic_partition}")
+        super().__init__(f"append at {base_offset} where the LEO is {leo} for {topic_partition}")
         self.topic_partition = topic_partition
         self.base_offset = base_offset
         self.leo = leo

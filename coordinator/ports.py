@@ -228,10 +228,12 @@ class DestinationCluster(ClusterPort, Protocol):
         """Attach the topic to a cluster mirror, or detach it (None)."""
         ...
 
-    def append_mirror_batches(self, tp: TopicPartition, batches: Sequence[Batch]) -> int:
+    def append_mirror_batches(self, tp: TopicPartition, batches: Sequence[Batch], expected_leo: int | None = None) -> int:
         """Append fetched source batches keeping their base offsets and batch leader epochs; returns the LEO.
 
-        Offsets must increase (gaps are kept); a batch below the LEO raises UnexpectedAppendOffset.
+        Offsets must increase (gaps are kept); a batch below the LEO raises UnexpectedAppendOffset, as
+        does an ``expected_leo`` (the LEO the caller fetched for) that is not the LEO: the log moved
+        without the caller (a new leader truncated it), and a gap must not be made.
         The epoch cache, producer state and transaction index are built from the batches.
         """
         ...

@@ -26,6 +26,9 @@ class Executor:
         # The destination's position per partition as our last append left it (``fetch_round``):
         # any other command on the partition may move it, so it is forgotten then.
         self.positions: dict[TopicPartition, Any] = {}
+        # Per partition, the destination LEO a fetch round's append was fetched for: the append
+        # is refused if the log is elsewhere (a new leader of B truncated it), so no gap is made.
+        self.expected_leo: dict[TopicPartition, int] = {}
 
     def run(self, commands: Iterable[c.Command]) -> None:
         for cmd in commands:
@@ -76,7 +79,8 @@ class Executor:
             case c.TruncateFullyAndStartAt(tp=tp, offset=offset):
                 return (d, "truncate_fully_and_start_at", (tp, offset), None)
             case c.AppendBatches(tp=tp, batches=batches):
-                return (d, "append_mirror_batches", (tp, batches), None)
+                leo = self.expected_leo.get(tp)
+                return (d, "append_mirror_batches", (tp, batches), None if leo is None else {"expected_leo": leo})
             case c.BumpLeaderEpoch(tp=tp, min_epoch=epoch):
                 return (d, "bump_leader_epoch", (tp, epoch), None)
             case c.AppendControl():

@@ -81,7 +81,7 @@ def fetch_round(r: FetchHost, desired: dict[uuid.UUID, tuple[DesiredState, int]]
                     if state.state is MirrorState.MIRRORING:
                         states[tp] = (state, offset)
         eligible = list(states)
-        positions = r.executor.positions
+        positions, expected = r.executor.positions, r.executor.expected_leo
         threshold = r.config.epoch_bump_threshold
         remaining = r.config.fetch_response_max_bytes
         used = served = 0
@@ -119,8 +119,13 @@ def fetch_round(r: FetchHost, desired: dict[uuid.UUID, tuple[DesiredState, int]]
                     r.stats.fetch_records += sum(b.record_count for b in result.batches)
                 decision = decide_fetch(state, tp, pos, result, now, r.config, local_end)
                 commands[tp] = decision.commands
+                if len(decision.commands) == 1 and type(decision.commands[0]) is c.AppendBatches:
+                    expected[tp] = pos.fetch_offset  # the LEO this append was fetched for
                 decided.append((tp, state, offset, pos, result, decision, size))
-            failed = r.executor.run_many(commands)
+            try:
+                failed = r.executor.run_many(commands)
+            finally:
+                expected.clear()
             for tp, state, offset, pos, result, decision, size in decided:
                 if tp in failed:
                     positions.pop(tp, None)

@@ -111,5 +111,19 @@ def test_a_failed_append_forgets_the_kept_position() -> None:
     assert tp in dest.asked  # asked again after the refusal
 
 
+def test_a_log_cut_on_b_behind_the_runner_leaves_no_gap() -> None:
+    # A new leader of B cut the log (an unclean election): the kept position is above B's LEO.
+    # The append says which LEO it was fetched for, B refuses it, and the copy starts again
+    # from B's real end: no gap.
+    w, m, dest, tp = _mirroring()
+    for i in range(3):
+        w["a"].produce("e", 0, [(b"k", b"%d" % i)])
+        w.step()
+    assert len(batches(w["b"], tp)) == 3
+    w["b"].truncate_to(tp, 1)
+    w["a"].produce("e", 0, [(b"k", b"3")])
+    run_until(w, lambda: shape(batches(w["b"], tp)) == shape(batches(w["a"], tp)))
+
+
 def _fields(b: Any) -> dict[str, Any]:
     return {f: getattr(b, f) for f in b.__struct_fields__}
