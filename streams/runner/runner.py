@@ -364,7 +364,8 @@ class MirrorRunner:
                     wait_isr.append(key.topic_partition)
             active = runnable
             self._final_group_sync([tp for tp in wait_isr if self.final_sync.get(tp) is not FinalSync.RAN])
-            observed = drive_all({key: self.observers.partition(key, states[key], want, self.now_ms) for key, want, _ in active})
+            observed = drive_all({key: self.observers.partition(key, states[key], want, self.now_ms, offset)
+                                 for key, want, offset in active})
             decisions = {}
             for key, want, offset in active:
                 obs = observed[key]
