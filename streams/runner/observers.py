@@ -20,6 +20,7 @@ from coordinator.ports import (
     FetchResult,
     IsolationLevel,
     OffsetOutOfRange,
+    PartitionOffsets,
     PortError,
     SourceCluster,
     TopicMetadata,
@@ -74,6 +75,9 @@ class MirrorObservers:
         # the PID reset's ID, described once per topic and desired record, not per topic and wave.
         # Only a START re-attaches a topic (a new record: asked again); a stop keeps the attachment.
         self.reset_sources: dict[uuid.UUID, tuple[int, str | None]] = {}
+        # The destination's offsets the last group sync read in this step (STOP_WAIT_ISR's), set
+        # and cleared by the runner around the step's observations: not asked a second time.
+        self.dest_offsets: dict[TopicPartition, PartitionOffsets] = {}
 
     # ------------------------------------------------------------------ partition level
 
@@ -124,7 +128,8 @@ class MirrorObservers:
         """Destination only: a failover must work with the source unreachable."""
         step = state.step
         bump = step is Step.STOP_BUMP_EPOCH  # the bump step also aborts and resets (``decide_stop``)
-        asks: list[Call] = [(self.dest, "list_offsets", (tp,), None)]
+        seen = self.dest_offsets.pop(tp, None) if self.dest_offsets and step is Step.STOP_WAIT_ISR else None
+        asks: list[Call] = [] if seen is not None else [(self.dest, "list_offsets", (tp,), None)]
         if step is Step.STOP_ABORT_OPEN or bump:
             asks.append((self.dest, "open_transactions", (tp,), None))
         elif step is Step.STOP_WAIT_ISR or step is Step.STOP_CUT:
@@ -136,6 +141,8 @@ class MirrorObservers:
         if describe:
             asks.append((self.dest, "describe_topics", ((tp.topic_id,),), None))
         got = yield asks
+        if seen is not None:
+            got.insert(0, seen)
         dest = got[0]
         mirrored = known[1] if resets and not describe and known is not None else None
         if describe:

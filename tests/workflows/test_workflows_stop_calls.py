@@ -11,7 +11,7 @@ from workflow_harness import World, all_in, batches, run_until
 
 from clustermodel.records import decode_mirror_pid_reset, decode_records
 from coordinator.partition_state import MirrorPartitionKey
-from coordinator.ports import ControlType, TopicPartition
+from coordinator.ports import ControlType, GroupOffset, TopicPartition
 from coordinator.states import DesiredState, MirrorState
 
 PARTITIONS = 6
@@ -101,3 +101,18 @@ def test_a_later_stop_reads_the_source_cluster_id_again():
     _stop_one_by_one(w, m, topics)
     assert dest.calls["describe_topics"] == 1
     assert _reset_sources(w, t) == ["moved-source"] * PARTITIONS  # the restart truncated the first stop's away
+
+
+def test_the_wait_for_the_isr_reuses_the_offsets_the_last_group_sync_read():
+    """A partition with group offsets: its last group sync reads the destination's ListOffsets in
+    the step that waits for the ISR, whose observation does not ask for them again."""
+    w, m, topics, dest = _mirroring(topics=1)
+    (t,) = topics
+    w["a"].commit_group_offsets("g", [GroupOffset("g", t.topic_id, p, 1) for p in range(PARTITIONS)])
+    dest.calls.clear()
+    _stop_one_by_one(w, m, topics)
+    # The stop's own steps read them once each (LME, bump, ISR wait); the last group sync once more.
+    assert dest.calls["isr_status"] == PARTITIONS  # each waited once: the ISR was caught up
+    assert dest.calls["list_offsets"] == 3 * PARTITIONS
+    assert all(o.offset == 1 for o in w["b"].group_offsets("g"))
+    assert _reset_sources(w, t) == [w["a"].cluster_id()] * PARTITIONS
