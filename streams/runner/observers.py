@@ -20,6 +20,7 @@ from coordinator.ports import (
     FetchResult,
     IsolationLevel,
     OffsetOutOfRange,
+    PartitionOffsets,
     PortError,
     SourceCluster,
     TopicMetadata,
@@ -70,10 +71,19 @@ class MirrorObservers:
         self.source_topics = source_topics
         self.final_sync = final_sync
         self.cluster_ids = cluster_ids
+        # topic -> (offset of the desired record, the destination topic's mirror source cluster ID):
+        # the PID reset's ID, described once per topic and desired record, not per topic and wave.
+        # Only a START re-attaches a topic (a new record: asked again); a stop keeps the attachment.
+        self.reset_sources: dict[uuid.UUID, tuple[int, str | None]] = {}
+        # The destination's offsets the last group sync read in this step (STOP_WAIT_ISR's), set
+        # and cleared by the runner around the step's observations: not asked a second time.
+        self.dest_offsets: dict[TopicPartition, PartitionOffsets] = {}
 
     # ------------------------------------------------------------------ partition level
 
-    def partition(self, key: MirrorPartitionKey, state: MirrorPartitionState, want: DesiredState, now_ms: int) -> Observer:
+    def partition(self, key: MirrorPartitionKey, state: MirrorPartitionState, want: DesiredState, now_ms: int,
+                  offset: int = -1) -> Observer:
+        """``offset``: the desired record's (the stop's source cluster ID is kept per record)."""
         tp = key.topic_partition
         in_fetcher = tp in self.sessions[fetcher_of(tp, len(self.sessions))]
         need = needs(state, want, now_ms)
@@ -86,7 +96,7 @@ class MirrorObservers:
             return PartitionObservation(in_fetcher=in_fetcher, dest=(yield (self.dest, "list_offsets", (tp,), None)))
         if need is Need.PREPARE:
             return PartitionObservation(in_fetcher=in_fetcher, prepare=(yield from self._prepare(tp, state)))
-        return PartitionObservation(in_fetcher=in_fetcher, stop=(yield from self._stop(tp, state, in_fetcher)))
+        return PartitionObservation(in_fetcher=in_fetcher, stop=(yield from self._stop(tp, state, in_fetcher, offset)))
 
     def _prepare(self, tp: TopicPartition, state: MirrorPartitionState) -> Observer:
         ready = tp.topic_id in self.ready
@@ -114,22 +124,34 @@ class MirrorObservers:
         return PrepareObservation(topic_ready=ready, dest=dest, source_leader_epoch=src.leader_epoch, source_lme=lme,
                                   source_epoch_end=src_end, local_epoch_end=local_end, source_cut=cut)
 
-    def _stop(self, tp: TopicPartition, state: MirrorPartitionState, in_fetcher: bool) -> Observer:
+    def _stop(self, tp: TopicPartition, state: MirrorPartitionState, in_fetcher: bool, offset: int) -> Observer:
         """Destination only: a failover must work with the source unreachable."""
         step = state.step
         bump = step is Step.STOP_BUMP_EPOCH  # the bump step also aborts and resets (``decide_stop``)
-        asks: list[Call] = [(self.dest, "list_offsets", (tp,), None)]
+        seen = self.dest_offsets.pop(tp, None) if self.dest_offsets and step is Step.STOP_WAIT_ISR else None
+        asks: list[Call] = [] if seen is not None else [(self.dest, "list_offsets", (tp,), None)]
         if step is Step.STOP_ABORT_OPEN or bump:
             asks.append((self.dest, "open_transactions", (tp,), None))
         elif step is Step.STOP_WAIT_ISR or step is Step.STOP_CUT:
             asks.append((self.dest, "isr_status", (tp,), None))
-        if step is Step.STOP_PID_RESET or bump:  # the reset batch names the source cluster the topic mirrored
+        # The reset batch names the source cluster the topic mirrored (its destination topic says).
+        resets = step is Step.STOP_PID_RESET or bump
+        known = self.reset_sources.get(tp.topic_id) if resets else None
+        describe = resets and (known is None or known[0] != offset or offset < 0)
+        if describe:
             asks.append((self.dest, "describe_topics", ((tp.topic_id,),), None))
         got = yield asks
+        if seen is not None:
+            got.insert(0, seen)
         dest = got[0]
-        described = got[-1] if step is Step.STOP_PID_RESET or bump else []
-        if isinstance(described, UnknownTopicId):
-            described = got[-1] = []
+        mirrored = known[1] if resets and not describe and known is not None else None
+        if describe:
+            described = got[-1]
+            if isinstance(described, UnknownTopicId):
+                described = got[-1] = []
+            if described and not isinstance(described, PortError):
+                mirrored = described[0].mirror_source_cluster_id
+                self.reset_sources[tp.topic_id] = (offset, mirrored)
         raise_first(got)
         latest = tail = None
         if step is Step.STOP_RECORD_LME:
@@ -143,8 +165,7 @@ class MirrorObservers:
             cut_tail = yield from self._read_dest(tp, state.cut_offset, dest.leo)  # what the cut gives up
         opens = tuple(got[1]) if step is Step.STOP_ABORT_OPEN or bump else ()
         isr = got[1] if step is Step.STOP_WAIT_ISR or step is Step.STOP_CUT else None
-        topic = described[0] if described else None
-        source_id = (topic.mirror_source_cluster_id if topic is not None else None) or self.cluster_ids()[0] or ""
+        source_id = mirrored or self.cluster_ids()[0] or ""
         final = self.final_sync.get(tp) if step is Step.STOP_WAIT_ISR else None
         return StopObservation(dest=dest, dest_latest_epoch=latest, open_transactions=opens, tail=tail,
                                isr=isr, in_fetcher=in_fetcher, source_cluster_id=source_id, final_sync=final,

@@ -335,6 +335,7 @@ class MirrorRunner:
             return
         states = {tp: self.state(tp) for tp in tps}
         outcome = self.syncer.final_group_sync(states, self.now_ms)
+        self.observers.dest_offsets = self.syncer.final_dest  # this step's observations take them
         for tp in tps:
             self.final_sync[tp] = outcome
         self.impacts.final_sync(states, self.syncer.final_positions if outcome is FinalSync.RAN else None)
@@ -368,7 +369,10 @@ class MirrorRunner:
                     wait_isr.append(key.topic_partition)
             active = runnable
             self._final_group_sync([tp for tp in wait_isr if self.final_sync.get(tp) is not FinalSync.RAN])
-            observed = drive_all({key: self.observers.partition(key, states[key], want, self.now_ms) for key, want, _ in active})
+            observed = drive_all({key: self.observers.partition(key, states[key], want, self.now_ms, offset)
+                                 for key, want, offset in active})
+            if self.observers.dest_offsets:
+                self.observers.dest_offsets = {}  # read in this step only
             decisions = {}
             for key, want, offset in active:
                 obs = observed[key]

@@ -18,6 +18,7 @@ from coordinator.ports import (
     GroupNotEmpty,
     GroupType,
     IsolationLevel,
+    PartitionOffsets,
     PortError,
     SourceCluster,
     TopicPartition,
@@ -93,6 +94,9 @@ class MirrorSyncer:
         self.warnings = warnings  # the runner's: config sync warnings join them
         # the last final sync's group positions per partition (group, offset): a stop's outcome
         self.final_positions: dict[TopicPartition, list[tuple[str, int]]] = {}
+        # The destination's ListOffsets the last final sync read, per partition: that step's stop
+        # observation takes them instead of asking again (``MirrorObservers.dest_offsets``).
+        self.final_dest: dict[TopicPartition, PartitionOffsets] = {}
         self.now_ms = 0
         self._warned: tuple[tuple[str, str], ...] = ()
         # Called between the parts of a sync (on the sync's thread): the worker's copy path goes
@@ -228,6 +232,7 @@ class MirrorSyncer:
         error: PortError | None = None
         tps = list(stopping)
         self.final_positions = {}
+        self.final_dest = {}
         try:
             self._sync_groups(stopping, final=True)
             outcome = FinalSync.RAN
@@ -272,6 +277,8 @@ class MirrorSyncer:
         partitions = {}
         for tp in sorted(wanted & live.keys(), key=tp_order):
             off = self.dest.list_offsets(tp)
+            if final:
+                self.final_dest[tp] = off
             partitions[tp] = DestPartition(live[tp].state, off.log_start, off.leo, final=final)
         plan = plan_group_sync(groups, source_offsets, active, dest_committed, partitions,
                                self.config.groups_include, self.config.groups_exclude)
