@@ -34,7 +34,7 @@ from audit.queries import (
     uses_rollups,
 )
 from audit.run import QueryResult, run_query
-from audit.spark import SnapshotStore
+from audit.spark import SnapshotStore, sharing_cores
 
 HTML_ROWS = 200  # rows shown per table; the count says how many there are
 # Queries run at a time: one's driver work (planning, code generation, collecting) overlaps the
@@ -246,6 +246,7 @@ def build_report(
 ) -> str:
     """The report as HTML text. ``results``: queries already run (others are run here, two at
     a time)."""
+    spark = sharing_cores(spark, REPORT_THREADS)
     # Results cut shorter than the report shows are run again; WHOLE ones are needed whole.
     have = {
         r.name: r for r in results

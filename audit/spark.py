@@ -73,6 +73,17 @@ def spark_session(master: str | None = None, *, app_name: str = "kip1279-audit",
     return session
 
 
+def sharing_cores(spark: SparkSession, queries: int) -> SparkSession:
+    """A session (same context, own SQL conf) for ``queries`` run at a time: each query's
+    shuffles get its share of the shuffle partitions. With two at a time on ``local[2]``, one
+    partition each cost less JVM CPU than one per core (docs/audit-performance.md); the
+    caller's session keeps its setting."""
+    shared = spark.newSession()
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    shared.conf.set("spark.sql.shuffle.partitions", str(max(1, partitions // queries)))
+    return shared
+
+
 def local_cores(master: str) -> int:
     """Worker threads of a ``local``, ``local[N]``, ``local[*]`` or ``local[N,F]`` master."""
     m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master)
