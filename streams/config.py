@@ -87,6 +87,7 @@ _KEYS: dict[str, str] = {
     "metrics.listener": "metrics_listener",
     "metrics.partition.lag.max.series": "metrics_lag_max_series",
     "metrics.failover.ready.max.lag": "failover_ready_max_lag",
+    "mirror.copy.linger.ms": "copy_linger_ms",
     "audit.export.dir": "audit_export_dir",
     "audit.export.interval.ms": "audit_export_interval_ms",
 }
@@ -128,6 +129,9 @@ class WorkerConfig:
     metrics_lag_max_series: int = 1000
     # Failover readiness needs every partition's lag (source HW - destination LEO) at most this.
     failover_ready_max_lag: int = 1000
+    # As a producer's linger.ms: the copy path waits this long after the first moved partition of
+    # a mirror, so one copy job (two round trips) takes the others that move meanwhile (0: at once).
+    copy_linger_ms: int = 50
     # Audit snapshots (Parquet, ``streams.worker.audit_export``) under <dir>/<cluster.name>, one every
     # interval; empty: off.
     audit_export_dir: str = ""
@@ -156,6 +160,8 @@ class WorkerConfig:
                               f"({4 * self.heartbeat_interval_ms}), not {self.unhealthy_exit_ms}")  # fmt: skip
         if self.metrics_listener:
             self.metrics_address  # noqa: B018 - validates HOST:PORT
+        if self.copy_linger_ms < 0:
+            raise ConfigError(f"mirror.copy.linger.ms must be >= 0, not {self.copy_linger_ms}")
         if self.metrics_lag_max_series < 0 or self.failover_ready_max_lag < 0:
             raise ConfigError("metrics.partition.lag.max.series and metrics.failover.ready.max.lag must be >= 0")
         if self.audit_export_interval_ms < 100:

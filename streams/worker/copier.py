@@ -34,6 +34,9 @@ class CopyPath:
         self._since: dict[str, float] = {}  # per wanted mirror: when its first report waited
         self.waited_s = 0.0  # reports' waits behind another job of their mirror: the longest of the period
         self._logged = time.monotonic()
+        # ``mirror.copy.linger.ms``: a copy waits this long for more moved partitions of its mirror.
+        self.linger_s = getattr(getattr(worker, "config", None), "copy_linger_ms", 0) / 1000
+        self._lingering: set[str] = set()
 
     def moved(self, name: str) -> bool:
         """The data watch of mirror ``name`` reported moved partitions: copy them. False when the
@@ -45,8 +48,26 @@ class CopyPath:
             self.wanted.add(name)  # started when the running job (or the waiting step's) ends (``job_done``)
             self._since.setdefault(name, time.monotonic())
             return True
+        if self.linger_s > 0:
+            if name not in self._lingering:
+                self._lingering.add(name)
+                asyncio.get_running_loop().call_later(self.linger_s, self._lingered, name)
+            return True
         self._start(m)
         return True
+
+    def _lingered(self, name: str) -> None:
+        """The linger of mirror ``name`` is over: copy what moved meanwhile, unless a job of the
+        mirror runs (its end starts the copy) or a step waits for it."""
+        self._lingering.discard(name)
+        m = self.w.mirrors.get(name)
+        if m is None or m.retired:
+            return
+        if m.busy is not None or self.steps_waiting.get(name):
+            self.wanted.add(name)
+            self._since.setdefault(name, time.monotonic())
+            return
+        self._start(m)
 
     def takes(self, name: str) -> bool:
         """Whether mirror ``name``'s moved partitions are copied here (else its steps fetch them)."""

@@ -108,6 +108,37 @@ def test_a_moved_partition_is_copied_without_a_tick_and_parks_again(port: int) -
         b.close()
 
 
+def test_reports_within_the_linger_make_one_copy_job() -> None:
+    """``mirror.copy.linger.ms``: the reports of a mirror within the linger are one copy job;
+    with 0, each report starts one at once; a job running when the linger ends starts it after."""
+    r = SimpleNamespace(mirror_name="m")
+    m = MirrorJob(r, ())  # type: ignore[arg-type]
+
+    async def scenario(linger_ms: int, busy_at_end: bool = False) -> tuple[int, int]:
+        w: Any = SimpleNamespace(mirrors={"m": m}, caught_up=threading.Event(),
+                                 config=SimpleNamespace(copy_linger_ms=linger_ms))  # fmt: skip
+        w.caught_up.set()
+        copier = CopyPath(w)
+        started: list[MirrorJob] = []
+        copier._start = lambda job: started.append(job)  # type: ignore[method-assign]
+        for _ in range(5):
+            assert copier.moved("m")
+            await asyncio.sleep(0.005)
+        during = len(started)
+        if busy_at_end:
+            m.busy = asyncio.get_running_loop().create_future()
+        await asyncio.sleep(linger_ms / 1000 + 0.05)
+        if busy_at_end:
+            assert started == [] and copier.wanted == {"m"}
+            m.busy = None
+            copier.job_done(m)
+        return during, len(started)
+
+    assert asyncio.run(scenario(200)) == (0, 1)
+    assert asyncio.run(scenario(0)) == (5, 5)
+    assert asyncio.run(scenario(100, busy_at_end=True)) == (0, 1)
+
+
 def test_a_step_waits_for_a_running_copy_job_and_goes_first() -> None:
     r = SimpleNamespace(mirror_name="m")
     m = MirrorJob(r, ())  # type: ignore[arg-type]
