@@ -61,6 +61,26 @@ def worker(r: MirrorRunner, pending: set[MirrorPartitionKey]) -> Any:
     return w
 
 
+def parked(r: MirrorRunner, n: int) -> int:
+    """Ticks ``r`` until ``n`` partitions are parked (caught up); the tick's time."""
+    now = 0
+    while len(r.interest.parked) < n:
+        now += 100
+        assert now < 10_000, "partitions never parked"
+        r.interest.wake()
+        r.tick(now)
+    return now
+
+
+def produced_and_reported(a: ClusterClient, r: MirrorRunner, topic: str, tp: TopicPartition) -> None:
+    """A record produced to partition 0 of ``topic`` on A, and ``tp`` reported moved by the watch."""
+    a.produce(topic, 0, [(b"k", b"v0")])
+    deadline = time.monotonic() + 10
+    while tp not in r.interest.watch.peek_moved():
+        assert time.monotonic() < deadline, "the watch never reported the record"
+        time.sleep(0.01)
+
+
 def test_a_moved_partition_is_copied_without_a_tick_and_parks_again(port: int) -> None:
     a, b = ClusterClient(port, "A"), ClusterClient(port, "B")
     meta = a.add_topic("orders", 3)
@@ -71,12 +91,7 @@ def test_a_moved_partition_is_copied_without_a_tick_and_parks_again(port: int) -
     w = worker(r, pending)
     try:
         r.set_desired(meta.topic_id, DesiredState.START)
-        now = 0
-        while len(r.interest.parked) < 3:
-            now += 100
-            assert now < 10_000, "partitions never parked"
-            r.interest.wake()
-            r.tick(now)
+        parked(r, 3)
         assert all(r.state(tp).state is MirrorState.MIRRORING for tp in tps)
         r.interest.cool(list(r.interest.hot), r.quiet)
         assert r.interest.hot == set()
@@ -187,17 +202,8 @@ def test_a_sync_lets_the_copy_path_run_between_its_parts(port: int, monkeypatch:
     w.store.remote, w.config = None, SimpleNamespace(state_partitions=1)
     try:
         r.set_desired(meta.topic_id, DesiredState.START)
-        now = 0
-        while len(r.interest.parked) < 5:
-            now += 100
-            assert now < 10_000, "partitions never parked"
-            r.interest.wake()
-            r.tick(now)
-        a.produce("orders", 0, [(b"k", b"v0")])
-        deadline = time.monotonic() + 10
-        while tp0 not in r.interest.watch.peek_moved():  # no loop here: nothing copies it but the sync's job
-            assert time.monotonic() < deadline, "the watch never reported the record"
-            time.sleep(0.01)
+        now = parked(r, 5)
+        produced_and_reported(a, r, "orders", tp0)  # no loop here: nothing copies it but the sync's job
         calls: list[int] = []
         sync = r.syncer.run
 
@@ -234,17 +240,8 @@ def test_a_topic_level_refresh_lets_the_copy_path_run_between_its_parts(port: in
     try:
         for meta in metas:
             r.set_desired(meta.topic_id, DesiredState.START)
-        now = 0
-        while len(r.interest.parked) < 3:
-            now += 100
-            assert now < 10_000, "partitions never parked"
-            r.interest.wake()
-            r.tick(now)
-        a.produce("t0", 0, [(b"k", b"v0")])
-        deadline = time.monotonic() + 10
-        while tp0 not in r.interest.watch.peek_moved():
-            assert time.monotonic() < deadline, "the watch never reported the record"
-            time.sleep(0.01)
+        now = parked(r, 3)
+        produced_and_reported(a, r, "t0", tp0)
         seen: list[int] = []
         run = r.topic_level.run
         r.topic_level.run = lambda topics: (seen.append(b.list_offsets(tp0).leo), run(topics))[1]  # type: ignore[method-assign]
