@@ -22,24 +22,33 @@ MMAP_THRESHOLD_BYTES = 32 << 20  # glibc's upper bound (HEAP_MAX_SIZE / 2 on 64-
 TRIM_THRESHOLD_BYTES = 64 << 20  # freed heap kept for the next batches before it is returned
 
 
+_libc: object = None  # glibc once looked up; False for another C library (``_glibc``)
+
+
+def _glibc() -> ctypes.CDLL | None:
+    """glibc, or None: musl has a ``mallopt`` that ignores these settings and no ``malloc_trim``."""
+    global _libc
+    if _libc is None:
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c"))
+            libc.gnu_get_libc_version.restype = ctypes.c_char_p
+            libc.malloc_trim.argtypes = (ctypes.c_size_t,)
+            _libc = libc
+        except (OSError, AttributeError, TypeError):
+            _libc = False
+    return _libc or None  # type: ignore[return-value]
+
+
 def keep_large_buffers() -> bool:
     """Tunes glibc's malloc as the module docstring says; False where there is no glibc ``mallopt``
     (another C library: nothing changes)."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-        gnu = libc.gnu_get_libc_version  # musl has a mallopt that ignores these: glibc only
-    except (OSError, AttributeError, TypeError):
+    libc = _glibc()
+    if libc is None:
         return False
-    gnu.restype = ctypes.c_char_p
-    ok = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+    ok = bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
     if not ok:
-        log.debug("mallopt refused the buffer settings (glibc %s)", gnu().decode())
+        log.debug("mallopt refused the buffer settings (glibc %s)", libc.gnu_get_libc_version().decode())
     return ok
-
-
-_trim: object = None  # libc's malloc_trim once looked up; False where there is none
 
 
 def release_free_heap() -> bool:
@@ -50,18 +59,10 @@ def release_free_heap() -> bool:
     an arena stays resident: a worker's mass failover leaves each job's observations, decisions
     and record batches (megabytes) there. Call after such a burst, not per small job: it walks
     every arena's free chunks. False without glibc (nothing done)."""
-    global _trim
-    if _trim is None:
-        try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c"))
-            libc.gnu_get_libc_version  # noqa: B018 - glibc only, as ``keep_large_buffers``
-            _trim = libc.malloc_trim
-            _trim.argtypes = (ctypes.c_size_t,)  # type: ignore[attr-defined]
-        except (OSError, AttributeError, TypeError):
-            _trim = False
-    if _trim is False:
+    libc = _glibc()
+    if libc is None:
         return False
-    _trim(0)  # type: ignore[operator]
+    libc.malloc_trim(0)
     return True
 
 
@@ -77,9 +78,5 @@ def one_heap() -> bool:
     failover was 283-295 MB, with one arena 264 MB, for no more CPU (the GIL serialises the
     Python threads' allocations anyway). Call first thing, before threads start. False
     without glibc (nothing done)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
-        libc.gnu_get_libc_version  # noqa: B018 - glibc only, as ``keep_large_buffers``
-        return bool(libc.mallopt(M_ARENA_MAX, 1))
-    except (OSError, AttributeError, TypeError):
-        return False
+    libc = _glibc()
+    return libc is not None and bool(libc.mallopt(M_ARENA_MAX, 1))

@@ -44,9 +44,7 @@ class CopyPath:
         m = self.w.mirrors.get(name)
         if m is None or not self.takes(name):
             return False
-        if m.busy is not None or self.steps_waiting.get(name):
-            self.wanted.add(name)  # started when the running job (or the waiting step's) ends (``job_done``)
-            self._since.setdefault(name, time.monotonic())
+        if self._after_job(name, m):
             return True
         if self.linger_s > 0:
             if name not in self._lingering:
@@ -57,17 +55,20 @@ class CopyPath:
         return True
 
     def _lingered(self, name: str) -> None:
-        """The linger of mirror ``name`` is over: copy what moved meanwhile, unless a job of the
-        mirror runs (its end starts the copy) or a step waits for it."""
+        """The linger of mirror ``name`` is over: copy what moved meanwhile."""
         self._lingering.discard(name)
         m = self.w.mirrors.get(name)
-        if m is None or m.retired:
-            return
-        if m.busy is not None or self.steps_waiting.get(name):
-            self.wanted.add(name)
-            self._since.setdefault(name, time.monotonic())
-            return
-        self._start(m)
+        if m is not None and not m.retired and not self._after_job(name, m):
+            self._start(m)
+
+    def _after_job(self, name: str, m: MirrorJob) -> bool:
+        """Whether a job of ``m`` runs (or a step waits for one): the copy is then wanted, and
+        started when that job (or the waiting step's) ends (``job_done``)."""
+        if m.busy is None and not self.steps_waiting.get(name):
+            return False
+        self.wanted.add(name)
+        self._since.setdefault(name, time.monotonic())
+        return True
 
     def takes(self, name: str) -> bool:
         """Whether mirror ``name``'s moved partitions are copied here (else its steps fetch them)."""
