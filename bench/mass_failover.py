@@ -116,6 +116,7 @@ class Bench:
         self.workdir = workdir
         self.demo = Demo(workdir, args.seed)
         self.t0 = time.monotonic()
+        self._setup_peaks: dict[str, int | None] = {}
         self.result: dict[str, Any] = {"topics": args.topics, "partitions_per_topic": args.partitions,
                                        "total_partitions": args.topics * args.partitions,
                                        "state_partitions": args.state_partitions, "no_offsets": args.no_offsets,
@@ -206,6 +207,8 @@ class Bench:
         hwm = [_status_kb(self.pid(n), "VmHWM") for n in self.workers()]
         self.result["worker_rss_before_failover_mb"] = _mb(max((x for x in rss if x is not None), default=None))
         self.result["worker_peak_rss_setup_mb"] = _mb(max((x for x in hwm if x is not None), default=None))
+        self._setup_peaks = dict(zip(self.workers(), hwm))
+        self.result["load_average_1m"] = [round(os.getloadavg()[0], 2)]  # before the failover, then after it
 
     def workers(self) -> list[str]:
         """The workers' process names: ``worker-B``, then ``worker-B-2``, ..."""
@@ -242,7 +245,6 @@ class Bench:
         a_ = self.args
         total = a_.topics * a_.partitions
         self.result["stage"] = "failover"
-        worker = self.pid("worker-B")  # profiled
         workers = [self.pid(n) for n in self.workers()]
         self.result["peak_reset"] = all([_reset_peak(w) for w in workers])
         progress: dict[str, Any] = {"done": 0, "total": total, "at": 0.0}
@@ -278,7 +280,7 @@ class Bench:
         procs = {n: p.pid for n, p in self.demo.procs.procs}
         cpu0 = {n: _cpu_s(pid) for n, pid in procs.items()}
         cpu0["broker"] = self._broker_cpu()
-        spies = self._profile(worker)
+        spies = self._profile()
         self.say(f"FAILOVER: kafka-cluster-mirrors --stop --mirror {MIRROR} --topics '.*' --wait {a_.failover_timeout:.0f}")
         th = threading.Thread(target=call, daemon=True, name="cli-stop")
         th.start()
@@ -286,6 +288,7 @@ class Bench:
         elapsed = box.get("end", time.monotonic()) - t0
         cpu1 = {n: _cpu_s(pid) for n, pid in procs.items()}
         cpu1["broker"] = self._broker_cpu()
+        self.result.setdefault("load_average_1m", []).append(round(os.getloadavg()[0], 2))
         # CPU-seconds each process spent during the failover (where the time goes).
         self.result["failover_cpu_seconds"] = {n.replace("-", "_"): round(cpu1[n] - c, 1) for n, c in cpu0.items()
                                                if c is not None and cpu1.get(n) is not None}  # fmt: skip
@@ -300,6 +303,11 @@ class Bench:
         self.result["worker_peak_rss_failover_mb"] = (_mb(max(x for x in peaks if x is not None))
                                                       if self.result["peak_reset"] and any(peaks) else None)  # fmt: skip
         self.result["workers"] = len(workers)
+        # Each worker's own figures: with several, whether they share the work or each does it all.
+        self.result["per_worker"] = {n: {"cpu_seconds": self.result["failover_cpu_seconds"].get(n.replace("-", "_")),
+                                         "peak_rss_setup_mb": _mb(self._setup_peaks.get(n)),
+                                         "peak_rss_failover_mb": _mb(p) if self.result["peak_reset"] else None}
+                                     for n, p in zip(self.workers(), peaks)}  # fmt: skip
         self.result["worker_cpu_seconds"] = round(sum(v for k, v in self.result["failover_cpu_seconds"].items()
                                                       if k.startswith("worker_B")), 1)  # fmt: skip
         done = progress["done"]
@@ -340,14 +348,14 @@ class Bench:
         proc = self._broker_proc()
         return _cpu_s(proc.pid) if proc is not None else None
 
-    def _profile(self, worker: int) -> list[subprocess.Popen[bytes]]:
-        """``--profile S``: py-spy records the worker, the model server and the controller for the failover's first S seconds."""
+    def _profile(self) -> list[subprocess.Popen[bytes]]:
+        """``--profile S``: py-spy records every worker, the model server and the controller for the failover's first S seconds."""
         if not self.args.profile:
             return []
         spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         out = []
-        for name, pid in (("worker", worker), ("model-server", self.pid("model-server")),
-                          ("controller", self.pid("controller-B"))):
+        named = [("worker" + n.removeprefix("worker-B"), self.pid(n)) for n in self.workers()]  # worker, worker-2, ...
+        for name, pid in (*named, ("model-server", self.pid("model-server")), ("controller", self.pid("controller-B"))):
             path = self.workdir / f"profile-{name}.txt"  # collapsed stacks (flamegraph.pl / speedscope input)
             out.append(subprocess.Popen([spy, "record", "-d", str(int(self.args.profile)), "-r", "50", "-f", "raw",
                                          "-o", str(path), "--pid", str(pid)],
@@ -398,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", help="keep everything here (default: a temporary directory)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     p.add_argument("--profile", type=float, default=0.0, metavar="SECONDS",
-                   help="py-spy record the worker, the model server and the controller for the failover's first SECONDS (collapsed stacks in the workdir)")
+                   help="py-spy record every worker, the model server and the controller for the failover's first SECONDS (collapsed stacks in the workdir)")
     p.add_argument("--hold", type=float, default=0.0, help="seconds to keep the processes up before the stop (profiling)")
     args = p.parse_args(argv)
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="kip1279-massfail-"))
