@@ -66,6 +66,11 @@ class StateTally:
         if not per_mirror:
             del self._mirrors[mirror]
 
+    def states_of(self, mirror: str, topic_id: uuid.UUID) -> Collection[MirrorState]:
+        """The states some partition of the topic is in (live: do not change it)."""
+        counts = self._counts.get((mirror, topic_id))
+        return counts.keys() if counts is not None else ()
+
     def mirror_counts(self, mirror: str) -> Mapping[MirrorState, int]:
         """Partitions with a state, per state, in ``mirror`` (a copy)."""
         return dict(self._mirrors.get(mirror, {}))

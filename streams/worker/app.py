@@ -81,7 +81,7 @@ from streams.worker.table import OtherWorkersStates, WorkerTable
 from streams.worker.ports import PortFactory, model_server_ports
 from streams.worker.state_store import WorkerStateStore
 from streams.worker.copier import CopyPath
-from streams.worker.mirror_jobs import MirrorJob, cyclic_gc_paused, full_jitter, run_job
+from streams.worker.mirror_jobs import MirrorJob, cyclic_gc_paused, full_jitter, run_job, waits_on_others
 from streams.worker.profiling import profiled_job
 from streams.worker.table import tick_topic_name, worker_topic_specs
 from streams.worker.ticks import IDLE_INTERVAL_S, TickPlan
@@ -452,16 +452,15 @@ class CoordinatorWorker:
                           partition, t1 - t0, written, time.perf_counter() - t1)
             if not written:
                 break
+        if self.store.remote is None and len(self.store.owned) < self.config.state_partitions and waits_on_others(self):
+            self.ticks.ask(partition)  # its own partitions just got done: the next step reads the others'
 
     async def _read_other_workers_states(self) -> None:
-        """While other workers own some table partitions and a stop is under way, their states
-        from the changelog (``OtherWorkersStates``): a topic turns writable once every partition
-        of it is STOPPED, not only those this worker holds."""
-        # A stop reaches this worker as an event (another worker fanned it out) before its own
-        # image may show it: both count, or the topic level would run on no view of the others.
-        await self.other_workers.refresh(
-            lambda: any(m.desired_state is DesiredState.STOP for m in self.image.mirrors.topics.values())
-            or any(want is DesiredState.STOP for want, _ in self.event_desired.values()))
+        """While other workers own some table partitions and the topic level of a stopping topic
+        this worker leads waits on them (``waits_on_others``), their states from the changelog
+        (``OtherWorkersStates``): the topic turns writable once every partition of it is STOPPED,
+        not only those this worker holds."""
+        await self.other_workers.refresh(lambda: waits_on_others(self))
 
     def _job_done(self, m: MirrorJob, fut: Any) -> None:
         m.busy = None

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from coordinator.partition_state import MirrorPartitionKey
 from coordinator.ports import PortError, TopicPartition
-from coordinator.states import DesiredState
+from coordinator.states import DesiredState, MirrorState
 from records.buffers import release_free_heap
 from streams.config import WorkerConfig
 from streams.runner.runner import MirrorRunner
@@ -51,7 +51,7 @@ class MirrorJob:
         self.configs = configs  # the image's configs it runs with: a change reconfigures or rebuilds it
         self.busy: concurrent.futures.Future[Any] | asyncio.Future[Any] | None = None
         self.retired = False  # topics left the mirror (or it was deleted): rebuilt from the store next
-        self.topics_for: tuple[Any, Any] | None = None  # ``job_topics``: (desired states, those its topic level takes)
+        self.topics_for: tuple[Any, Any, Any] | None = None  # ``job_topics``: (desired states, (owned, viewed), those its topic level takes)
         self.copying = False  # the job in flight is the copy path's (``run_copy``), not a step
 
     def close(self) -> None:
@@ -99,16 +99,57 @@ def cyclic_gc_paused() -> Iterator[None]:
 
 
 def job_topics(w: JobHost, m: Any, desired: Desired) -> Desired:
-    """The desired states a job's topic level works on: the same dict while ``desired`` and the
-    view are (``MirrorRunner.topics_due`` knows a settled topic level by it)."""
-    if not (w.store.remote is None and len(w.store.owned) < w.config.state_partitions):
+    """The desired states a job's topic level works on: the same dict while ``desired``, the
+    assignment and the view are (``MirrorRunner.topics_due`` knows a settled topic level by it)."""
+    owned = w.store.owned
+    if len(owned) >= w.config.state_partitions:
         return desired
-    # Other workers' partitions would read as UNKNOWN, which a stop counts as stopped: a
-    # topic would turn writable while a partition elsewhere still mirrors. Wait for the view.
+    # A stopping topic is one worker's at the topic level (``leads_topic``): every worker making
+    # every topic writable walked all their partitions and read the others' states for nothing.
+    # And while there is no view of the others' partitions, they would read as UNKNOWN, which a
+    # stop counts as stopped: a topic would turn writable while a partition elsewhere still
+    # mirrors. Wait for the view.
+    viewed = w.store.remote is not None
     got = getattr(m, "topics_for", None)
-    if got is None or got[0] is not desired:
-        got = m.topics_for = (desired, {t: d for t, d in desired.items() if d[0] is not DesiredState.STOP})
-    return got[1]
+    if got is None or got[0] is not desired or got[1] != (frozenset(owned), viewed):
+        name = m.runner.mirror_name
+        mine = {t: d for t, d in desired.items()
+                if d[0] is not DesiredState.STOP or (viewed and leads_topic(w.store, name, t))}  # fmt: skip
+        got = m.topics_for = (desired, (frozenset(owned), viewed), mine)
+    return got[2]
+
+
+def leads_topic(store: WorkerStateStore, mirror_name: str, topic_id: Any) -> bool:
+    """Whether this worker runs the topic level of a stopping topic: the one that owns the table
+    partition of the topic's partition 0 (all workers agree on it, and it moves with the assignment)."""
+    return store.partition_of(MirrorPartitionKey(mirror_name, topic_id, 0)) in store.owned
+
+
+_STOPPED = (MirrorState.STOPPED, MirrorState.UNKNOWN)  # what the topic level of a stop counts as stopped
+
+
+def waits_on_others(w: Any) -> bool:
+    """Whether the topic level of a stopping topic this worker leads waits on the other workers'
+    partitions: it has not settled the topic yet, and the topic's partitions here are all STOPPED
+    durably (or none are here). Only then are the others' states read: until the worker's own
+    partitions are done, the topic level has nothing to decide (a 50,000-partition failover read
+    the other worker's writes as they came, every tick, on the loop). A stop reaches a worker as
+    an event (another worker fanned it out) before its own image may show it: both count."""
+    store = w.store
+    tally = store.durable.tally
+
+    def waits(name: str, topic_id: Any, offset: int) -> bool:
+        if not leads_topic(store, name, topic_id):
+            return False
+        job = w.mirrors.get(name)
+        if job is not None and job.runner.topic_level.settled.get(topic_id) == offset:
+            return False  # made writable (or found so) for this stop already
+        return all(s in _STOPPED for s in tally.states_of(name, topic_id))
+
+    return (any(m.desired_state is DesiredState.STOP and waits(m.mirror_name, m.topic_id, max(m.last_change_offset, 0))
+                for m in w.image.mirrors.topics.values())
+            or any(want is DesiredState.STOP and waits(name, tid, offset)
+                   for (name, tid), (want, offset) in w.event_desired.items()))  # fmt: skip
 
 
 def run_job(w: JobHost, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: int, partition: int | None = None) -> None:

@@ -41,6 +41,7 @@ def test_counts_equal_a_full_walk(ops, asked, as_dict) -> None:
     for mirror in MIRRORS:
         for topic in TOPICS:
             assert tally.topic_counts(mirror, topic, partitions) == _walk(states, mirror, topic, asked)
+            assert set(tally.states_of(mirror, topic)) == {s for (m, t, _), s in states.items() if (m, t) == (mirror, topic)}
         every = {}
         for (m, _, _), s in states.items():
             if m == mirror:

@@ -10,6 +10,10 @@ showed it, so it never read the view, and its topic level ran on no view at all.
 These tests drive the two worker methods on stand-ins for what they touch (no broker): the view
 is read as soon as a STOP is known from either source, and the topic level of a stopping topic
 waits while there is no view.
+
+A stopping topic is one worker's at the topic level: the owner of the table partition of its
+partition 0 (``leads_topic``). With two workers each made every topic writable, walking all its
+partitions and reading the other's states for topics the other made writable too.
 """
 
 from __future__ import annotations
@@ -19,12 +23,21 @@ import uuid
 from types import SimpleNamespace
 from typing import Any
 
-from coordinator.states import DesiredState
+from coordinator.states import DesiredState, MirrorState
+from coordinator.partition_state import UNKNOWN_STATE, MirrorPartitionKey
 from streams.worker.app import CoordinatorWorker
 from streams.worker.state_store import WorkerStateStore
 from streams.worker.table import OtherWorkersStates
 
-TOPIC, OTHER = uuid.uuid4(), uuid.uuid4()
+
+def topic_led_from(table_partitions: set[int]) -> uuid.UUID:
+    """A topic ID whose partition 0 of mirror ``m`` lives in one of ``table_partitions`` (of 4)."""
+    store = WorkerStateStore(4)
+    return next(t for i in range(1, 1000) if store.partition_of(MirrorPartitionKey("m", t := uuid.UUID(int=i), 0))
+                in table_partitions)  # fmt: skip
+
+
+TOPIC, OTHER, ELSEWHERE = topic_led_from({0, 1}), topic_led_from({0, 1}), topic_led_from({2, 3})
 
 
 class View:
@@ -41,11 +54,12 @@ class View:
 def worker(owned: set[int], event_desired: dict[Any, Any], image_stop: bool, view: View) -> Any:
     store = WorkerStateStore(4)
     store.owned = set(owned)
-    topics = {TOPIC: SimpleNamespace(desired_state=DesiredState.STOP if image_stop else DesiredState.START)}
+    topics = {TOPIC: SimpleNamespace(mirror_name="m", topic_id=TOPIC, last_change_offset=7,
+                                     desired_state=DesiredState.STOP if image_stop else DesiredState.START)}
     config = SimpleNamespace(state_partitions=4, mirror_state_topic_name="t.__mirror_state")
     others = OtherWorkersStates(config, store, interval=0.1, timeout=5.0)  # type: ignore[arg-type]
     others.view = view
-    return SimpleNamespace(store=store, config=config, event_desired=event_desired, other_workers=others,
+    return SimpleNamespace(store=store, config=config, event_desired=event_desired, other_workers=others, mirrors={},
                            image=SimpleNamespace(mirrors=SimpleNamespace(topics=topics)))  # fmt: skip
 
 
@@ -77,7 +91,7 @@ def test_no_stop_anywhere_drops_the_view_and_a_failed_read_leaves_none() -> None
 
 
 def job_topics(owned: set[int], remote: dict[Any, Any] | None) -> dict[uuid.UUID, Any]:
-    desired = {TOPIC: (DesiredState.STOP, 7), OTHER: (DesiredState.START, 3)}
+    desired = {TOPIC: (DesiredState.STOP, 7), OTHER: (DesiredState.START, 3), ELSEWHERE: (DesiredState.STOP, 7)}
     seen: dict[uuid.UUID, Any] = {}
     runner = SimpleNamespace(mirror_name="m", progress={}, reconcile_topics=lambda now, d: seen.update(d),
                              step_partitions=lambda *a: None, fetch_round=lambda *a: None,
@@ -92,7 +106,50 @@ def job_topics(owned: set[int], remote: dict[Any, Any] | None) -> dict[uuid.UUID
 def test_a_stopping_topic_waits_at_the_topic_level_until_the_view_is_read() -> None:
     assert job_topics({0, 1}, None) == {OTHER: (DesiredState.START, 3)}
     assert job_topics({0, 1}, {}) == {TOPIC: (DesiredState.STOP, 7), OTHER: (DesiredState.START, 3)}
-    assert job_topics({0, 1, 2, 3}, None) == {TOPIC: (DesiredState.STOP, 7), OTHER: (DesiredState.START, 3)}
+    assert job_topics({0, 1, 2, 3}, None) == {TOPIC: (DesiredState.STOP, 7), OTHER: (DesiredState.START, 3),
+                                              ELSEWHERE: (DesiredState.STOP, 7)}  # fmt: skip
+
+
+def test_a_stopping_topic_is_one_workers_at_the_topic_level() -> None:
+    """Of two workers, each takes the stopping topics whose partition 0 it holds; a topic being
+    started stays with both (each creates and attaches what its partitions need)."""
+    assert job_topics({0, 1}, {}) == {TOPIC: (DesiredState.STOP, 7), OTHER: (DesiredState.START, 3)}
+    assert job_topics({2, 3}, {}) == {OTHER: (DesiredState.START, 3), ELSEWHERE: (DesiredState.STOP, 7)}
+
+
+def test_a_worker_that_leads_no_stopping_topic_reads_no_view() -> None:
+    """The other workers' states are read for the topic level of a stopping topic: a worker
+    that leads none of them reads none (with two workers, half the stops' reads of the changelog)."""
+    view = View({("m", TOPIC, 0): SimpleNamespace(state="MIRRORING")})
+    w = worker({2, 3}, {}, image_stop=True, view=view)  # TOPIC stops; the owner of 0 and 1 leads it
+    read(w)
+    assert view.reads == 0 and w.store.remote is None
+    w = worker({2, 3}, {("m", ELSEWHERE): (DesiredState.STOP, 9)}, image_stop=True, view=view)  # one it leads
+    read(w)
+    assert view.reads == 1 and w.store.remote == view.states
+
+
+def test_the_others_states_are_read_once_the_topics_own_partitions_are_stopped() -> None:
+    """Until this worker's own partitions of the stopping topics it leads are STOPPED durably,
+    the topic level has nothing to decide: the changelog is not read (before, every step read
+    the other worker's writes as they came). Nor once the topic level has settled the topic."""
+    view = View({("m", TOPIC, 1): SimpleNamespace(state="STOPPED")})
+    w = worker({0, 1}, {}, image_stop=True, view=view)
+    mine = [MirrorPartitionKey("m", TOPIC, p) for p in range(40) if w.store.partition_of(MirrorPartitionKey("m", TOPIC, p)) in {0, 1}]
+    assert len(mine) > 1
+    for i, key in enumerate(mine):
+        w.store.durable[key] = UNKNOWN_STATE.with_(state=MirrorState.STOPPING if i == 0 else MirrorState.STOPPED)
+    read(w)
+    assert view.reads == 0 and w.store.remote is None
+    w.store.pending[w.store.partition_of(mine[0])][mine[0]] = UNKNOWN_STATE.with_(state=MirrorState.STOPPED)
+    read(w)
+    assert view.reads == 0, "a STOPPED not durable yet counts for nothing"
+    w.store.durable[mine[0]] = UNKNOWN_STATE.with_(state=MirrorState.STOPPED)
+    read(w)
+    assert view.reads == 1 and w.store.remote == view.states
+    w.mirrors["m"] = SimpleNamespace(runner=SimpleNamespace(topic_level=SimpleNamespace(settled={TOPIC: 7})))
+    read(w)
+    assert view.reads == 1 and w.store.remote is None  # settled at this stop: nothing more to read
 
 
 def test_the_view_follows_only_the_table_partitions_other_workers_own(monkeypatch: Any) -> None:
