@@ -16,7 +16,9 @@ scale; ``null`` if it did not finish), ``mass_failover_200k_seconds`` (the same,
 of 200,000 partitions or more: ``--topics 4000 --partitions 50``), ``transitions_per_s``
 (partitions STOPPED per second), ``worker_peak_rss_mb`` (VmHWM of the worker over the whole
 run; with several workers, the highest), ``workers``, ``worker_cpu_seconds`` (all workers' CPU
-during the failover), plus the scale, the setup time (``setup_seconds``), the peak RSS during the failover
+during the failover), ``per_worker`` (each worker's CPU-seconds and peak RSS, setup and failover),
+``load_average_1m`` (before and after the failover), ``writable_seconds`` (until every topic on B
+is writable, the topic level's last act; after the CPU figures), plus the scale, the setup time (``setup_seconds``), the peak RSS during the failover
 alone, every process's peak RSS (``peak_rss_mb``: worker, controller, model server, broker),
 the CPU-seconds each process spent during the failover (``failover_cpu_seconds``), and on a
 timeout ``timed_out``, ``reason`` and the partial progress. Every wait is bounded, so the bench
@@ -117,6 +119,7 @@ class Bench:
         self.demo = Demo(workdir, args.seed)
         self.t0 = time.monotonic()
         self._setup_peaks: dict[str, int | None] = {}
+        self.port = 0  # the cluster-model server's
         self.result: dict[str, Any] = {"topics": args.topics, "partitions_per_topic": args.partitions,
                                        "total_partitions": args.topics * args.partitions,
                                        "state_partitions": args.state_partitions, "no_offsets": args.no_offsets,
@@ -166,6 +169,7 @@ class Bench:
                  f"{len(calls)} of them with records) in {time.monotonic() - t:.1f}s")  # fmt: skip
         d.clock = Clock(port)
         d.clock.start()
+        self.port = port
         self.coordinator(port)
         cfg = self.workdir / f"{MIRROR}.properties"
         cfg.write_text(f"bootstrap.servers=model://A\nmetadata.refresh.interval.ms={self.args.metadata_refresh_ms}\n")
@@ -319,6 +323,7 @@ class Bench:
             self.result["stage"] = "done"
             self.say(f"all {total} partitions STOPPED {elapsed:.2f}s after the stop call "
                      f"({total / elapsed:.0f} transitions/s)")  # fmt: skip
+            self._wait_writable(t0)
             return
         # Partial: how far it got, and the rate so far.
         try:
@@ -338,6 +343,22 @@ class Bench:
         self.result["reason"] = (f"not all partitions STOPPED within {a_.failover_timeout:.0f}s "
                                  f"({done}/{total}); {reason}" + (f"; {' | '.join(tail)}" if tail else ""))  # fmt: skip
         self.say(f"TIMED OUT: {self.result['reason']}")
+
+    def _wait_writable(self, t0: float, timeout: float = 60.0) -> None:
+        """``writable_seconds``: from the stop call until every topic on B is writable (the topic
+        level's last act, after the CPU figures above; None if not within ``timeout``)."""
+        b = ClusterClient(self.port, "B", timeout=60)
+        try:
+            while time.monotonic() - t0 < self.result["mass_failover_50k_seconds"] + timeout:
+                left = sum(1 for t in b.describe_topics() if t.name.startswith(PREFIX) and t.read_only)
+                if not left:
+                    self.result["writable_seconds"] = round(time.monotonic() - t0, 2)
+                    self.say(f"every topic on B writable {self.result['writable_seconds']:.2f}s after the stop call")
+                    return
+                time.sleep(0.25)
+            self.result["writable_seconds"] = None
+        finally:
+            b.close()
 
     def _broker_proc(self) -> Any:
         """The broker's process: noida-db's, or the Kafka node's JVM."""
