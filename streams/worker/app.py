@@ -81,7 +81,7 @@ from streams.worker.table import OtherWorkersStates, WorkerTable
 from streams.worker.ports import PortFactory, model_server_ports
 from streams.worker.state_store import WorkerStateStore
 from streams.worker.copier import CopyPath
-from streams.worker.mirror_jobs import MirrorJob, cyclic_gc_paused, full_jitter, run_job, waits_on_others
+from streams.worker.mirror_jobs import MirrorJob, ask_for_the_view, cyclic_gc_paused, full_jitter, run_job, waits_on_others
 from streams.worker.profiling import profiled_job
 from streams.worker.table import tick_topic_name, worker_topic_specs
 from streams.worker.ticks import IDLE_INTERVAL_S, TickPlan
@@ -452,8 +452,7 @@ class CoordinatorWorker:
                           partition, t1 - t0, written, time.perf_counter() - t1)
             if not written:
                 break
-        if self.store.remote is None and len(self.store.owned) < self.config.state_partitions and waits_on_others(self):
-            self.ticks.ask(partition)  # its own partitions just got done: the next step reads the others'
+        ask_for_the_view(self, partition)
 
     async def _read_other_workers_states(self) -> None:
         """While other workers own some table partitions and the topic level of a stopping topic

@@ -152,6 +152,15 @@ def waits_on_others(w: Any) -> bool:
                    for (name, tid), (want, offset) in w.event_desired.items()))  # fmt: skip
 
 
+def ask_for_the_view(w: Any, partition: int) -> None:
+    """After a step of table partition ``partition``: where this worker's own partitions of a
+    stopping topic it leads just got done (durably), a tick, so the next step reads the other
+    workers' states. No other tick may come: without them the topic level has nothing to do,
+    and the partitions are settled."""
+    if w.store.remote is None and len(w.store.owned) < w.config.state_partitions and waits_on_others(w):
+        w.ticks.ask(partition)
+
+
 def run_job(w: JobHost, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: int, partition: int | None = None) -> None:
     """On a pool thread: one step per partition, the topic level, the fetch round, the sync."""
     r = m.runner

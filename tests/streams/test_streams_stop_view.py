@@ -26,6 +26,7 @@ from typing import Any
 from coordinator.states import DesiredState, MirrorState
 from coordinator.partition_state import UNKNOWN_STATE, MirrorPartitionKey
 from streams.worker.app import CoordinatorWorker
+from streams.worker.mirror_jobs import ask_for_the_view
 from streams.worker.state_store import WorkerStateStore
 from streams.worker.table import OtherWorkersStates
 
@@ -88,6 +89,27 @@ def test_no_stop_anywhere_drops_the_view_and_a_failed_read_leaves_none() -> None
     w = worker({0, 1, 2, 3}, {}, image_stop=True, view=view)  # owns every table partition: no view needed
     read(w)
     assert view.reads == 0 and w.store.remote == {}
+
+
+def test_the_step_that_lands_the_last_stopped_asks_for_a_tick() -> None:
+    """The step whose writes make this worker's own partitions of a topic it leads STOPPED
+    asks for a tick, so the next step reads the others' states and the topic level runs: no
+    other tick would come before the idle one (seconds later)."""
+    w = worker({0, 1}, {}, image_stop=True, view=View({}))
+    w.ticks = SimpleNamespace(asked=set())
+    w.ticks.ask = w.ticks.asked.add
+    key = next(MirrorPartitionKey("m", TOPIC, p) for p in range(40)
+               if w.store.partition_of(MirrorPartitionKey("m", TOPIC, p)) in {0, 1})  # fmt: skip
+    w.store.durable[key] = UNKNOWN_STATE.with_(state=MirrorState.STOPPING)
+    ask_for_the_view(w, 1)
+    assert w.ticks.asked == set()
+    w.store.durable[key] = UNKNOWN_STATE.with_(state=MirrorState.STOPPED)
+    w.store.remote = {}  # read already: the topic level has what it needs
+    ask_for_the_view(w, 1)
+    assert w.ticks.asked == set()
+    w.store.remote = None
+    ask_for_the_view(w, 1)
+    assert w.ticks.asked == {1}
 
 
 def job_topics(owned: set[int], remote: dict[Any, Any] | None) -> dict[uuid.UUID, Any]:
