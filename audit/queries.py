@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Final, Literal
 
 from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
@@ -269,30 +270,27 @@ def _failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) 
 
 
 def _per_second(spark: SparkSession, store: SnapshotStore, p: AuditParams, ev: DataFrame | None) -> DataFrame:
-    """One row per (mirror, second, kind) holding events: from the raw events ``ev``, or (None)
-    from the per-second rollup, summed over snapshots (a second may straddle two), with the
-    first and last snapshot holding the second (``s_lo``, ``s_hi``)."""
+    """Rows of (mirror, second, kind) holding events: from the raw events ``ev``, one per
+    (mirror, second, kind), or (None) the per-second rollup's as they are, one per snapshot
+    holding the second (a second may straddle two; ``_Episodes`` sums them), with that
+    snapshot: summing them here cost a shuffle for as many rows."""
     if ev is not None:
         return ev.groupBy("mirror", "sec", "kind").agg(
             F.count("*").alias("n"), F.min("at_ms").alias("lo"), F.max("at_ms").alias("hi"),
             F.min("metadata_offset").alias("mo"),
         )  # fmt: skip
-    snapshot = F.struct("snapshot_offset", "taken_at_ms")
     return (
         _read(spark, store, "transition_seconds", "all", p)
         .select("mirror", "sec", _kind(F.col("from_state"), F.col("to_state")).alias("kind"),
-                "transitions", "first_ms", "last_ms", "first_metadata_offset", snapshot.alias("snapshot"))
+                F.col("transitions").alias("n"), F.col("first_ms").alias("lo"), F.col("last_ms").alias("hi"),
+                F.col("first_metadata_offset").alias("mo"), "snapshot_offset", "taken_at_ms")
         .where(F.col("kind").isNotNull())
-        .groupBy("mirror", "sec", "kind")
-        .agg(F.sum("transitions").alias("n"), F.min("first_ms").alias("lo"), F.max("last_ms").alias("hi"),
-             F.min("first_metadata_offset").alias("mo"), F.min("snapshot").alias("s_lo"),
-             F.max("snapshot").alias("s_hi"))
     )  # fmt: skip
 
 
 class _Episodes:
     """Episodes from the per-second rows (small: a row per (mirror, second, kind) holding
-    events, collected): runs of events with no gap longer than ``episode_gap_s`` (exact for gaps
+    events, or a few where snapshots share the second; collected): runs of events with no gap longer than ``episode_gap_s`` (exact for gaps
     of a second or more). ``spans``: each episode's (mirror, number, first and last second), its
     index the episode's ID; ``bounds``: each episode's first and last event (ms) and whether its
     events lie in more than one snapshot (False where the rows do not say); ``seconds``: every
@@ -309,8 +307,8 @@ class _Episodes:
         self.seconds: list[tuple[str, int, int]] = []
         self.kinds: dict[tuple[str, int, int], list[int]] = {}
         lo_hi: list[list[int]] = []
-        snapshots: list[set[Row]] = []
-        said = bool(per_sec) and "s_lo" in per_sec[0].__fields__
+        snapshots: list[set[tuple[int, int]]] = []
+        said = bool(per_sec) and "snapshot_offset" in per_sec[0].__fields__
         mirror, episode, hi = None, 0, 0
         for (m, sec), rows in sorted(by_sec.items()):
             lo = min(r.lo for r in rows)
@@ -326,7 +324,7 @@ class _Episodes:
             self.seconds.append((m, sec, len(self.spans) - 1))
             hi = lo_hi[-1][1] = max(hi, *(r.hi for r in rows))
             if said:
-                snapshots[-1].update(s for r in rows for s in (r.s_lo, r.s_hi))
+                snapshots[-1].update((r.snapshot_offset, r.taken_at_ms) for r in rows)
             for r in rows:
                 k = self.kinds.get((m, episode, r.kind))
                 if k is None:
@@ -445,8 +443,9 @@ def _run_counts(runs: DataFrame, seconds: DataFrame, topic: list[str]) -> DataFr
     )  # fmt: skip
 
 
-def failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
-    """One row per (mirror, episode, event) of the failovers and failbacks that happened.
+def failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> list[Row]:
+    """One row per (mirror, episode, event) of the failovers and failbacks that happened
+    (``EVENT_SCHEMA``), on the driver.
 
     An *episode* is a run of failover and failback transitions in one mirror with no gap longer
     than ``episode_gap_s``; episodes holding only PREPARING -> MIRRORING (first starts) give no
@@ -496,18 +495,59 @@ def failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) -
         for i, label in enumerate(_EVENTS):
             n, lo, hi, mo = eps.kinds.get((mirror, episode, i), (None,) * 4) if i < 3 else (r.n3, r.lo3, r.hi3, r.mo3)
             if r[f"p{i}"]:
-                rows.append((mirror, episode, label, i, r[f"p{i}"], r[f"t{i}"], n, lo, hi, mo))
-    return spark.createDataFrame(rows, EVENT_SCHEMA)
+                rows.append(_Event(mirror, episode, label, i, r[f"p{i}"], r[f"t{i}"], n, lo, hi, mo))
+    return rows
 
 
 EVENT_SCHEMA: Final = (
     "mirror string, episode long, event string, event_order int, partitions long, topics long, "
     "transitions long, first_ms long, last_ms long, first_metadata_offset long"
 )
+_Event: Final = Row(*(c.split()[0] for c in EVENT_SCHEMA.split(", ")))
 
 
 def failover_timeline(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
-    return timeline_of(failover_events(spark, store, p))
+    # A few hundred rows, already on the driver: put in order there, not by a window job
+    # (twice, when the CLI collects a limit and then counts).
+    return spark.createDataFrame(timeline_rows(failover_events(spark, store, p)), TIMELINE_SCHEMA)
+
+
+TIMELINE_SCHEMA: Final = (
+    "mirror string, episode int, event string, partitions long, topics long, transitions long, first_at string, "
+    "last_at string, starts_after_s double, spread_s double, first_metadata_offset long, first_ms long, last_ms long"
+)
+
+
+def _iso_ms(ms: int) -> str:
+    """As ``_ts``: epoch millis -> ISO-8601 UTC text with milliseconds."""
+    t = _EPOCH + timedelta(milliseconds=ms)
+    return f"{t:%Y-%m-%dT%H:%M:%S}.{ms % 1000:03d}Z"
+
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def timeline_rows(events: Sequence[Row]) -> list[tuple]:
+    """``timeline_of`` on the driver: the timeline's rows (``TIMELINE_SCHEMA``) from one row
+    per (mirror, episode, event)."""
+    start: dict[tuple[str, int], int] = {}
+    for e in events:
+        k = (e.mirror, e.episode)
+        start[k] = min(start.get(k, e.first_ms), e.first_ms)
+    # Episodes of first starts only left no rows: renumber 1, 2, ... per mirror.
+    episodes: dict[str, list[int]] = defaultdict(list)
+    for m, ep in sorted(start):
+        episodes[m].append(ep)
+    number = {(m, ep): i + 1 for m, eps in episodes.items() for i, ep in enumerate(eps)}
+    rows = [
+        (e.mirror, number[(e.mirror, e.episode)], e.event, e.partitions, e.topics,
+         e.transitions, _iso_ms(e.first_ms), _iso_ms(e.last_ms),
+         round((e.first_ms - start[(e.mirror, e.episode)]) / 1000.0, 3), round((e.last_ms - e.first_ms) / 1000.0, 3),
+         e.first_metadata_offset, e.first_ms, e.last_ms, e.event_order)
+        for e in events
+    ]  # fmt: skip
+    rows.sort(key=lambda r: (r[0], r[1], r[6], r[13]))
+    return [r[:13] for r in rows]
 
 
 def timeline_of(agg: DataFrame) -> DataFrame:
