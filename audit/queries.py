@@ -408,8 +408,8 @@ def _run_counts(runs: DataFrame, seconds: DataFrame, topic: list[str]) -> DataFr
     those runs are counted per (episode ID, topic) as they are. A run is merged with the rest of
     its partition's runs in the episode (a group per partition, as ``_per_partition``) only where
     it may have company: its previous or next run in the snapshot lies in its episode (between
-    the episode's first and last event), or it has none in the snapshot and the episode goes on
-    in another snapshot."""
+    the episode's first and last event), or it lacks one in the snapshot and the episode has
+    events in another snapshot too."""
     prev, nxt = F.col("prev_last_ms"), F.col("next_first_ms")
     company = (
         F.coalesce(prev >= F.col("ep_lo"), F.lit(False)) | F.coalesce(nxt <= F.col("ep_hi"), F.lit(False))
@@ -429,7 +429,7 @@ def _run_counts(runs: DataFrame, seconds: DataFrame, topic: list[str]) -> DataFr
             F.count("failback_ms").alias("c2"), F.count(if_done("pm_count")).alias("c3"),
             F.sum(if_done("pm_count")).alias("cn3"), F.min(if_done("pm_first_ms")).alias("clo3"),
             F.max(if_done("pm_last_ms")).alias("chi3"), F.min(if_done("pm_first_metadata_offset")).alias("cmo3"),
-            *_merged_runs()[2:],
+            *_merged_runs()[2:],  # fb_lo, pm_hi, pm_lo, pm_n, pm_mo of a partition's runs
         )
     )  # fmt: skip
     one = F.col("group") >= 0  # one partition's runs: merged; else single runs, counted
