@@ -378,6 +378,10 @@ ROLLUP_TABLES: Final[dict[str, pa.Schema]] = {
             pa.field("pm_first_ms", _I64, True),
             pa.field("pm_last_ms", _I64, True),
             pa.field("pm_first_metadata_offset", _I64, True),
+            # The same partition's previous run's last and next run's first time, within this
+            # snapshot (null: none in it); version 3.
+            pa.field("prev_last_ms", _I64, True),
+            pa.field("next_first_ms", _I64, True),
         ]
     ),
     "topic_lag": pa.schema(  # from the snapshot's offsets: one row per (mirror, topic)
@@ -395,9 +399,9 @@ ALL_TABLES: Final[dict[str, pa.Schema]] = TABLES | ROLLUP_TABLES
 
 # A table's version, kept per table in each manifest (``layout.TableEntry.version``; 1 where a
 # manifest does not say): readers use a newer column only when every snapshot has it.
-# failover_runs 2: topic_id_msb and topic_id_lsb. topic_lag 1: new (issue #25); a snapshot from
+# failover_runs 2: topic_id_msb and topic_id_lsb; 3: prev_last_ms and next_first_ms. topic_lag 1: new (issue #25); a snapshot from
 # before does not list it, and the lag queries read its offsets (``SnapshotStore.has``).
-TABLE_VERSIONS: Final[dict[str, int]] = {"failover_runs": 2, "topic_lag": 1}
+TABLE_VERSIONS: Final[dict[str, int]] = {"failover_runs": 3, "topic_lag": 1}
 
 # state byte column -> its name column, filled by the export from MirrorState.
 STATE_NAME_COLUMNS: Final[dict[str, str]] = {

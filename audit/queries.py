@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Final, Literal
 
 from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
@@ -269,8 +270,10 @@ def _failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) 
 
 
 def _per_second(spark: SparkSession, store: SnapshotStore, p: AuditParams, ev: DataFrame | None) -> DataFrame:
-    """One row per (mirror, second, kind) holding events: from the raw events ``ev``, or (None)
-    from the per-second rollup, summed over snapshots (a second may straddle two)."""
+    """Rows of (mirror, second, kind) holding events: from the raw events ``ev``, one per
+    (mirror, second, kind), or (None) the per-second rollup's as they are, one per snapshot
+    holding the second (a second may straddle two; ``_Episodes`` sums them), with that
+    snapshot: summing them here cost a shuffle for as many rows."""
     if ev is not None:
         return ev.groupBy("mirror", "sec", "kind").agg(
             F.count("*").alias("n"), F.min("at_ms").alias("lo"), F.max("at_ms").alias("hi"),
@@ -279,21 +282,20 @@ def _per_second(spark: SparkSession, store: SnapshotStore, p: AuditParams, ev: D
     return (
         _read(spark, store, "transition_seconds", "all", p)
         .select("mirror", "sec", _kind(F.col("from_state"), F.col("to_state")).alias("kind"),
-                "transitions", "first_ms", "last_ms", "first_metadata_offset")
+                F.col("transitions").alias("n"), F.col("first_ms").alias("lo"), F.col("last_ms").alias("hi"),
+                F.col("first_metadata_offset").alias("mo"), "snapshot_offset", "taken_at_ms")
         .where(F.col("kind").isNotNull())
-        .groupBy("mirror", "sec", "kind")
-        .agg(F.sum("transitions").alias("n"), F.min("first_ms").alias("lo"), F.max("last_ms").alias("hi"),
-             F.min("first_metadata_offset").alias("mo"))
     )  # fmt: skip
 
 
 class _Episodes:
     """Episodes from the per-second rows (small: a row per (mirror, second, kind) holding
-    events, collected): runs of events with no gap longer than ``episode_gap_s`` (exact for gaps
+    events, or a few where snapshots share the second; collected): runs of events with no gap longer than ``episode_gap_s`` (exact for gaps
     of a second or more). ``spans``: each episode's (mirror, number, first and last second), its
-    index the episode's ID; ``seconds``: every (mirror, second) holding events, with the ID of
-    its episode; ``kinds``: per (mirror, episode, kind), [events, first ms, last ms, first
-    metadata offset]."""
+    index the episode's ID; ``bounds``: each episode's first and last event (ms) and whether its
+    events lie in more than one snapshot (False where the rows do not say); ``seconds``: every
+    (mirror, second) holding events, with the ID of its episode; ``kinds``: per (mirror,
+    episode, kind), [events, first ms, last ms, first metadata offset]."""
 
     def __init__(self, per_sec: list[Row], p: AuditParams) -> None:
         gap = _gap_ms(p)
@@ -301,27 +303,35 @@ class _Episodes:
         for r in per_sec:
             by_sec[(r.mirror, r.sec)].append(r)
         self.spans: list[tuple[str, int, int, int]] = []
+        self.bounds: list[tuple[int, int, bool]] = []  # filled at the end
         self.seconds: list[tuple[str, int, int]] = []
         self.kinds: dict[tuple[str, int, int], list[int]] = {}
-        mirror, episode, hi = None, 0, None
+        lo_hi: list[list[int]] = []
+        snapshots: list[set[tuple[int, int]]] = []
+        said = bool(per_sec) and "snapshot_offset" in per_sec[0].__fields__
+        mirror, episode, hi = None, 0, 0
         for (m, sec), rows in sorted(by_sec.items()):
-            if m != mirror:
-                mirror, episode, hi = m, 1, None
-                self.spans.append((m, episode, sec, sec))
+            lo = min(r.lo for r in rows)
             # Only a second's first event can start an episode: the others are less than a second away.
-            elif min(r.lo for r in rows) - hi > gap:
-                episode += 1
+            if m != mirror or lo - hi > gap:
+                episode = 1 if m != mirror else episode + 1
+                mirror, hi = m, lo
                 self.spans.append((m, episode, sec, sec))
+                lo_hi.append([lo, lo])
+                snapshots.append(set())
             else:
                 self.spans[-1] = (m, episode, self.spans[-1][2], sec)
             self.seconds.append((m, sec, len(self.spans) - 1))
-            hi = max(r.hi for r in rows) if hi is None else max(hi, *(r.hi for r in rows))
+            hi = lo_hi[-1][1] = max(hi, *(r.hi for r in rows))
+            if said:
+                snapshots[-1].update((r.snapshot_offset, r.taken_at_ms) for r in rows)
             for r in rows:
                 k = self.kinds.get((m, episode, r.kind))
                 if k is None:
                     self.kinds[(m, episode, r.kind)] = [r.n, r.lo, r.hi, r.mo]
                 else:
                     k[0], k[1], k[2], k[3] = k[0] + r.n, min(k[1], r.lo), max(k[2], r.hi), min(k[3], r.mo)
+        self.bounds = [(lo, hi, len(s) > 1) for (lo, hi), s in zip(lo_hi, snapshots)]
 
 
 def _gap_ms(p: AuditParams) -> int:
@@ -362,17 +372,80 @@ def _per_partition(ev: DataFrame | None, runs: DataFrame | None, seconds: DataFr
         _in_episodes(runs.withColumn("sec", F.floor(F.col("first_ms") / 1000)), seconds)
         .repartition("eid", *topic)
         .groupBy("eid", *topic, "partition")
-        .agg(
-            F.max(F.when(F.col("stopping"), 1)).alias("has0"), F.max(F.when(F.col("stopped"), 1)).alias("has1"),
-            F.min("failback_ms").alias("fb_lo"), F.max("pm_last_ms").alias("pm_hi"),
-            F.min("pm_first_ms").alias("pm_lo"), F.sum("pm_count").alias("pm_n"),
-            F.min("pm_first_metadata_offset").alias("pm_mo"),
-        )
+        .agg(*_merged_runs())
+    )
+
+
+def _merged_runs() -> list[Column]:
+    """A partition's runs in one episode, merged: the columns of ``_per_partition``."""
+    return [
+        F.max(F.when(F.col("stopping"), 1)).alias("has0"), F.max(F.when(F.col("stopped"), 1)).alias("has1"),
+        F.min("failback_ms").alias("fb_lo"), F.max("pm_last_ms").alias("pm_hi"),
+        F.min("pm_first_ms").alias("pm_lo"), F.sum("pm_count").alias("pm_n"),
+        F.min("pm_first_metadata_offset").alias("pm_mo"),
+    ]  # fmt: skip
+
+
+def _done(fb_lo: Column, pm_hi: Column) -> Column:
+    """A failback completed: a PREPARING -> MIRRORING after its first STOPPED -> PREPARING."""
+    return F.coalesce(fb_lo.isNotNull() & (pm_hi > fb_lo), F.lit(False))
+
+
+def _partition_counts(per_partition: DataFrame, topic: list[str]) -> DataFrame:
+    """``_per_partition``'s rows as counts: per (episode ID, topic, partition) whether it had
+    each event (p0-p3, 0 or 1), and the completed failback's figures (n3, lo3, hi3, mo3)."""
+    done = _done(F.col("fb_lo"), F.col("pm_hi"))
+    return per_partition.select(
+        "eid", *topic, *[F.col(c).isNotNull().cast("long").alias(f"p{i}") for i, c in enumerate(("has0", "has1", "fb_lo"))],
+        done.cast("long").alias("p3"), *[F.when(done, F.col(c)).alias(f"{o}3") for c, o in (
+            ("pm_n", "n"), ("pm_lo", "lo"), ("pm_hi", "hi"), ("pm_mo", "mo"))],
     )  # fmt: skip
 
 
-def failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
-    """One row per (mirror, episode, event) of the failovers and failbacks that happened.
+def _run_counts(runs: DataFrame, seconds: DataFrame, topic: list[str]) -> DataFrame:
+    """``_partition_counts`` from runs that say their neighbours (``failover_runs`` version 3),
+    without a group per (episode, partition). Nearly every partition has one run per episode:
+    those runs are counted per (episode ID, topic) as they are. A run is merged with the rest of
+    its partition's runs in the episode (a group per partition, as ``_per_partition``) only where
+    it may have company: its previous or next run in the snapshot lies in its episode (between
+    the episode's first and last event), or it lacks one in the snapshot and the episode has
+    events in another snapshot too."""
+    prev, nxt = F.col("prev_last_ms"), F.col("next_first_ms")
+    company = (
+        F.coalesce(prev >= F.col("ep_lo"), F.lit(False)) | F.coalesce(nxt <= F.col("ep_hi"), F.lit(False))
+        | (F.col("straddles") & (prev.isNull() | nxt.isNull()))
+    )  # fmt: skip
+    run_done = _done(F.col("failback_ms"), F.col("pm_last_ms"))
+
+    def if_done(c: str) -> Column:
+        return F.when(run_done, F.col(c))
+
+    g = (
+        _in_episodes(runs.withColumn("sec", F.floor(F.col("first_ms") / 1000)), seconds)
+        .withColumn("group", F.when(company, F.col("partition")).otherwise(F.lit(-1)))
+        .groupBy("eid", *topic, "group")
+        .agg(
+            F.count(F.when(F.col("stopping"), 1)).alias("c0"), F.count(F.when(F.col("stopped"), 1)).alias("c1"),
+            F.count("failback_ms").alias("c2"), F.count(if_done("pm_count")).alias("c3"),
+            F.sum(if_done("pm_count")).alias("cn3"), F.min(if_done("pm_first_ms")).alias("clo3"),
+            F.max(if_done("pm_last_ms")).alias("chi3"), F.min(if_done("pm_first_metadata_offset")).alias("cmo3"),
+            *_merged_runs()[2:],  # fb_lo, pm_hi, pm_lo, pm_n, pm_mo of a partition's runs
+        )
+    )  # fmt: skip
+    one = F.col("group") >= 0  # one partition's runs: merged; else single runs, counted
+    done = _done(F.col("fb_lo"), F.col("pm_hi"))
+    return g.select(
+        "eid", *topic,
+        *[F.when(one, F.least(F.col(f"c{i}"), F.lit(1))).otherwise(F.col(f"c{i}")).alias(f"p{i}") for i in range(3)],
+        F.when(one, done.cast("long")).otherwise(F.col("c3")).alias("p3"),
+        *[F.when(one, F.when(done, F.col(c))).otherwise(F.col(f"c{o}3")).alias(f"{o}3") for c, o in (
+            ("pm_n", "n"), ("pm_lo", "lo"), ("pm_hi", "hi"), ("pm_mo", "mo"))],
+    )  # fmt: skip
+
+
+def failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> list[Row]:
+    """One row per (mirror, episode, event) of the failovers and failbacks that happened
+    (``EVENT_SCHEMA``), on the driver.
 
     An *episode* is a run of failover and failback transitions in one mirror with no gap longer
     than ``episode_gap_s``; episodes holding only PREPARING -> MIRRORING (first starts) give no
@@ -383,28 +456,31 @@ def failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) -
     per-second table, collected: the episodes are found in it here, and only its seconds, each
     with the numeric ID of its episode, go back to Spark, so no window job runs. One hash
     aggregate per (episode ID, partition) finds what needs one (which partitions had each event,
-    and the failback-completed rule), kept to the few values that rule needs. With the export's rollups (``audit.rollup``), the per-second table is summed from
-    ``transition_seconds`` and the per-partition pass reads ``failover_runs``, about a tenth of
-    the transitions; without them (or for an episode gap under ``RUN_GAP_MS``), both come from
-    every transition.
+    and the failback-completed rule), kept to the few values that rule needs. With the export's
+    rollups (``audit.rollup``), the per-second table is summed from ``transition_seconds`` and
+    the per-partition pass reads ``failover_runs``, about a tenth of the transitions; from
+    version 3 the runs say their neighbours, and only the runs that may share an episode with
+    another of their partition's are grouped per partition (``_run_counts``): the rest are
+    counted per (episode, topic) as they are. Without the rollups (or for an episode gap under
+    ``RUN_GAP_MS``), both come from every transition.
     """
     raw = not uses_rollups(store, p) or _gap_ms(p) < RUN_GAP_MS
     ev = _failover_events(spark, store, p) if raw else None
     eps = _Episodes(_per_second(spark, store, p, ev).collect(), p)
-    seconds = spark.createDataFrame(eps.seconds, "mirror string, sec long, eid long")
+    seconds = spark.createDataFrame(
+        [(m, sec, eid, *eps.bounds[eid]) for m, sec, eid in eps.seconds],
+        "mirror string, sec long, eid long, ep_lo long, ep_hi long, straddles boolean",
+    )
     runs = None if raw else _read(spark, store, "failover_runs", "all", p)
     # The topic ID's two halves where every snapshot's runs have them: numbers hash faster.
     topic = ["topic_id_msb", "topic_id_lsb"] if not raw and store.has("failover_runs", 2) else ["topic_id"]
-    per_partition = _per_partition(ev, runs, seconds, topic)
-    done = F.col("fb_lo").isNotNull() & (F.col("pm_hi") > F.col("fb_lo"))
-
-    def if_done(c: str) -> Column:
-        return F.when(done, F.col(c))
-
-    per_topic = per_partition.groupBy("eid", *topic).agg(
-        F.count("has0").alias("p0"), F.count("has1").alias("p1"), F.count("fb_lo").alias("p2"),
-        F.count(if_done("pm_n")).alias("p3"), F.sum(if_done("pm_n")).alias("n3"),
-        F.min(if_done("pm_lo")).alias("lo3"), F.max(if_done("pm_hi")).alias("hi3"), F.min(if_done("pm_mo")).alias("mo3"),
+    if runs is not None and store.has("failover_runs", 3):
+        counts = _run_counts(runs, seconds, topic)
+    else:
+        counts = _partition_counts(_per_partition(ev, runs, seconds, topic), topic)
+    per_topic = counts.groupBy("eid", *topic).agg(
+        *[F.sum(f"p{i}").alias(f"p{i}") for i in range(4)],
+        F.sum("n3").alias("n3"), F.min("lo3").alias("lo3"), F.max("hi3").alias("hi3"), F.min("mo3").alias("mo3"),
     )  # fmt: skip
     per_episode = per_topic.groupBy("eid").agg(
         *[F.sum(f"p{i}").alias(f"p{i}") for i in range(4)],
@@ -419,18 +495,59 @@ def failover_events(spark: SparkSession, store: SnapshotStore, p: AuditParams) -
         for i, label in enumerate(_EVENTS):
             n, lo, hi, mo = eps.kinds.get((mirror, episode, i), (None,) * 4) if i < 3 else (r.n3, r.lo3, r.hi3, r.mo3)
             if r[f"p{i}"]:
-                rows.append((mirror, episode, label, i, r[f"p{i}"], r[f"t{i}"], n, lo, hi, mo))
-    return spark.createDataFrame(rows, EVENT_SCHEMA)
+                rows.append(_Event(mirror, episode, label, i, r[f"p{i}"], r[f"t{i}"], n, lo, hi, mo))
+    return rows
 
 
 EVENT_SCHEMA: Final = (
     "mirror string, episode long, event string, event_order int, partitions long, topics long, "
     "transitions long, first_ms long, last_ms long, first_metadata_offset long"
 )
+_Event: Final = Row(*(c.split()[0] for c in EVENT_SCHEMA.split(", ")))
 
 
 def failover_timeline(spark: SparkSession, store: SnapshotStore, p: AuditParams) -> DataFrame:
-    return timeline_of(failover_events(spark, store, p))
+    # A few hundred rows, already on the driver: put in order there, not by a window job
+    # (twice, when the CLI collects a limit and then counts).
+    return spark.createDataFrame(timeline_rows(failover_events(spark, store, p)), TIMELINE_SCHEMA)
+
+
+TIMELINE_SCHEMA: Final = (
+    "mirror string, episode int, event string, partitions long, topics long, transitions long, first_at string, "
+    "last_at string, starts_after_s double, spread_s double, first_metadata_offset long, first_ms long, last_ms long"
+)
+
+
+def _iso_ms(ms: int) -> str:
+    """As ``_ts``: epoch millis -> ISO-8601 UTC text with milliseconds."""
+    t = _EPOCH + timedelta(milliseconds=ms)
+    return f"{t:%Y-%m-%dT%H:%M:%S}.{ms % 1000:03d}Z"
+
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def timeline_rows(events: Sequence[Row]) -> list[tuple]:
+    """``timeline_of`` on the driver: the timeline's rows (``TIMELINE_SCHEMA``) from one row
+    per (mirror, episode, event)."""
+    start: dict[tuple[str, int], int] = {}
+    for e in events:
+        k = (e.mirror, e.episode)
+        start[k] = min(start.get(k, e.first_ms), e.first_ms)
+    # Episodes of first starts only left no rows: renumber 1, 2, ... per mirror.
+    episodes: dict[str, list[int]] = defaultdict(list)
+    for m, ep in sorted(start):
+        episodes[m].append(ep)
+    number = {(m, ep): i + 1 for m, eps in episodes.items() for i, ep in enumerate(eps)}
+    rows = [
+        (e.mirror, number[(e.mirror, e.episode)], e.event, e.partitions, e.topics,
+         e.transitions, _iso_ms(e.first_ms), _iso_ms(e.last_ms),
+         round((e.first_ms - start[(e.mirror, e.episode)]) / 1000.0, 3), round((e.last_ms - e.first_ms) / 1000.0, 3),
+         e.first_metadata_offset, e.first_ms, e.last_ms, e.event_order)
+        for e in events
+    ]  # fmt: skip
+    rows.sort(key=lambda r: (r[0], r[1], r[6], r[13]))
+    return [r[:13] for r in rows]
 
 
 def timeline_of(agg: DataFrame) -> DataFrame:

@@ -13,7 +13,10 @@ are as incremental as the history itself:
   mirror inside it, so none of the partition either), so ``failover_timeline`` counts partitions
   per episode from runs (about a tenth of the transitions) instead of every transition. Its
   partition key is numeric too (version 2, ``model.TABLE_VERSIONS``): the topic ID's two 64-bit
-  halves, so the query hashes three numbers per row and not a 36-character string.
+  halves, so the query hashes three numbers per row and not a 36-character string. Each run also
+  says the same partition's previous run's end and next run's start within the snapshot
+  (version 3), so the query merges only the runs that may share an episode and counts the
+  rest as they are.
 
 A run cut by a snapshot boundary is two rows; the query merges rows of one (episode, partition),
 so that only costs a row.
@@ -98,6 +101,21 @@ def _pair_code(t: pa.Table) -> pa.Array:
     return pc.add(pc.multiply(f, pa.scalar(256, pa.int32())), to)
 
 
+def _neighbours(keys: list[pa.Array], first: pa.Array, last: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """Per run (sorted by ``keys``, then time): the previous run's last and the next run's first
+    time where that run has the same keys, else null."""
+    n = len(first)
+    if n == 0:
+        return pa.array([], _I64), pa.array([], _I64)
+    same = pc.equal(keys[0].slice(1), keys[0].slice(0, n - 1))
+    for k in keys[1:]:
+        same = pc.and_(same, pc.equal(k.slice(1), k.slice(0, n - 1)))
+    none, nulls = pa.nulls(1, _I64), pa.nulls(n - 1, _I64)
+    prev_last = pa.concat_arrays([none, pc.if_else(same, last.slice(0, n - 1), nulls)])
+    next_first = pa.concat_arrays([pc.if_else(same, first.slice(1), nulls), none])
+    return prev_last, next_first
+
+
 def transition_seconds(t: pa.Table) -> pa.Table:
     """``transitions`` (normalised) -> one row per (mirror, second, from_state, to_state)."""
     m_codes, m_values = _codes(t.column("mirror"))
@@ -172,6 +190,10 @@ def failover_runs(t: pa.Table) -> pa.Table:
         return pc.if_else(pc.equal(col, sentinel), pa.scalar(None, _I64), col)
 
     first_t = first.column("t").combine_chunks()
+    # The same partition's run before and after it within this snapshot (runs are in partition,
+    # then time order): failover_timeline merges only the runs that may share an episode.
+    prev_last, next_first = _neighbours([first.column(c).combine_chunks() for c in ("m", "t", "p")],
+                                        g.column("at_min").combine_chunks(), g.column("at_max").combine_chunks())
     halves = _uuid_halves(t_values)
     msb, lsb = (pc.take(h, first_t) for h in halves) if halves else (pa.nulls(len(first_t), _I64),) * 2
     return pa.table(
@@ -190,6 +212,8 @@ def failover_runs(t: pa.Table) -> pa.Table:
             "pm_first_ms": unless("pm_lo_min", _MAX),
             "pm_last_ms": unless("pm_hi_max", _MIN),
             "pm_first_metadata_offset": unless("pm_mo_min", _MAX),
+            "prev_last_ms": prev_last,
+            "next_first_ms": next_first,
         }
     )
 

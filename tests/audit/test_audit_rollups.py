@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 from audit.export import export_snapshot
 from audit.layout import MANIFEST_DIR
 from audit.model import AuditSnapshot, PartitionRow, TransitionRow
-from audit.queries import AuditParams
+from audit.queries import EVENT_SCHEMA, TIMELINE_SCHEMA, AuditParams, timeline_of, timeline_rows
 from audit.report import _episodes, _lag_series, _state_counts
 from audit.rollup import RUN_GAP_MS, failover_runs
 from audit.run import run_query
@@ -160,6 +160,10 @@ def test_failover_runs_split_at_the_run_gap() -> None:
     ]  # fmt: skip
     assert runs[0]["failback_ms"] == T0 + RUN_GAP_MS + 1 and runs[0]["pm_first_ms"] is None
     assert runs[1]["pm_first_metadata_offset"] == 4 and runs[1]["failback_ms"] is None
+    # Each run says its partition's run before and after it in the snapshot; partition 1 has none.
+    assert [(r["prev_last_ms"], r["next_first_ms"]) for r in runs] == [
+        (None, T0 + 2 * RUN_GAP_MS + 2), (T0 + RUN_GAP_MS + 1, None), (None, None)
+    ]
 
 
 def test_runs_key_the_topic_by_its_uuid_halves_and_older_runs_by_the_topic_id(spark: SparkSession, tmp_path: Path) -> None:
@@ -180,6 +184,46 @@ def test_runs_key_the_topic_by_its_uuid_halves_and_older_runs_by_the_topic_id(sp
     store = SnapshotStore(root)
     assert store.has("failover_runs") and not store.has("failover_runs", 2)
     assert run_query(spark, store, "failover_timeline", AuditParams()).rows == expected
+
+
+def test_runs_without_their_neighbours_are_merged_per_partition(spark: SparkSession, tmp_path: Path) -> None:
+    root = _export(_history(7), 4, tmp_path)
+    store = SnapshotStore(root)
+    assert store.has("failover_runs", 3)
+    gaps = (90.0, 300.0)
+    expected = [run_query(spark, store, "failover_timeline", AuditParams(episode_gap_s=g)).rows for g in gaps]
+    assert expected == [run_query(spark, store, "failover_timeline", AuditParams(rollups=False, episode_gap_s=g)).rows
+                        for g in gaps]  # fmt: skip
+    # The snapshots but the last as the exporter before version 3 wrote them: no neighbours.
+    for manifest in sorted((root / MANIFEST_DIR).glob("snapshot-*.json"))[:-1]:
+        body = json.loads(manifest.read_text())
+        entry = body["tables"]["failover_runs"]
+        entry["version"] = 2
+        for f in entry["files"]:
+            path = root / f["path"]
+            pq.write_table(pq.read_table(path).drop_columns(["prev_last_ms", "next_first_ms"]), path)
+        manifest.write_text(json.dumps(body))
+    store = SnapshotStore(root)
+    assert store.has("failover_runs", 2) and not store.has("failover_runs", 3)
+    assert [run_query(spark, store, "failover_timeline", AuditParams(episode_gap_s=g)).rows for g in gaps] == expected
+
+
+def test_the_timeline_put_in_order_on_the_driver_as_by_spark(spark: SparkSession) -> None:
+    rng = random.Random(8)
+    events = [
+        (mirror, episode, f"event {i}", i, rng.randrange(1, 9), rng.randrange(1, 4), rng.randrange(1, 99), lo,
+         lo + rng.choice([0, 1, 5, 999, 1_005, 61_234]), rng.randrange(0, 10**6))
+        for mirror in ("b-to-a", "a-to-b", "é-to-b")
+        for episode in rng.sample(range(1, 40), 5)  # numbers with gaps: the timeline renumbers them
+        for i in range(4) if rng.random() < 0.8
+        for lo in [T0 + episode * 3_600_000 + rng.choice([0, 1, 5, 999]) + i * rng.choice([0, 0, 61_005, 90_001])]
+    ]  # fmt: skip
+    rng.shuffle(events)  # and events of one episode that start together: ordered by event
+    df = spark.createDataFrame(events, EVENT_SCHEMA)
+    by_spark = timeline_of(df)
+    on_driver = spark.createDataFrame(timeline_rows(df.collect()), TIMELINE_SCHEMA)
+    assert [(f.name, f.dataType) for f in on_driver.schema] == [(f.name, f.dataType) for f in by_spark.schema]
+    assert on_driver.collect() == by_spark.collect()
 
 
 def test_topic_id_halves_are_kafkas_uuid_bits_or_none(spark: SparkSession, tmp_path: Path) -> None:
