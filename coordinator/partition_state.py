@@ -266,7 +266,8 @@ def check_write(key: MirrorPartitionKey, stored: MirrorPartitionState | None, pr
 _ENUM_FIELDS = ("state", "previous_state", "step", "error_code")
 
 
-_STATE_V0: tuple[Any, Any] | None = None  # (the value's Struct class, its v0 encoder), looked up once
+_STATE_V0: tuple[Any, Any, bool] | None = None  # (the value's Struct class, its v0 encoder, by position), looked up once
+_STATE_FIELDS = MirrorPartitionState.__struct_fields__
 
 
 def encode_state(state: MirrorPartitionState) -> bytes:
@@ -275,8 +276,15 @@ def encode_state(state: MirrorPartitionState) -> bytes:
     global _STATE_V0
     if _STATE_V0 is None:
         codec = default_schemas().codec("MirrorPartitionStateValue")
-        _STATE_V0 = (codec.cls, codec.version_codec(0).encode)
-    cls, encode = _STATE_V0
+        cls = codec.cls
+        # The value's fields begin with the state's, in its order (the schema's names, 1:1): a
+        # state's field values go in by position, its enums as the ints they are (4x cheaper
+        # than a dict of every field by name). Otherwise by name.
+        positional = cls.__struct_fields__[: len(_STATE_FIELDS)] == _STATE_FIELDS
+        _STATE_V0 = (cls, codec.version_codec(0).encode, positional)
+    cls, encode, positional = _STATE_V0
+    if positional:
+        return encode(cls(*msgspec.structs.astuple(state)))
     return encode(cls(**state.to_schema_fields()))
 
 

@@ -81,6 +81,15 @@ class MirrorObservers:
 
     # ------------------------------------------------------------------ partition level
 
+    def immediate(self, key: MirrorPartitionKey, state: MirrorPartitionState, want: DesiredState,
+                  now_ms: int) -> PartitionObservation | None:
+        """The observation of a step that asks no cluster (entering STOPPING, a settled pair), None
+        when the step asks one: then ``partition``'s generator."""
+        if needs(state, want, now_ms) is not Need.NOTHING:
+            return None
+        tp = key.topic_partition
+        return PartitionObservation(in_fetcher=tp in self.sessions[fetcher_of(tp, len(self.sessions))])
+
     def partition(self, key: MirrorPartitionKey, state: MirrorPartitionState, want: DesiredState, now_ms: int,
                   offset: int = -1) -> Observer:
         """``offset``: the desired record's (the stop's source cluster ID is kept per record)."""

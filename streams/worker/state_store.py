@@ -139,6 +139,19 @@ class WorkerStateStore:
                 return UNKNOWN_STATE.with_(state=status.state)  # another worker's: its state only
         return got
 
+    def step_view(self, key: MirrorPartitionKey) -> tuple[MirrorPartitionState | None, bool]:
+        """``get(key)`` and ``may_run(key, it, None)`` in one lookup (a step reads both for every
+        partition it looks at)."""
+        p = self._partition.get(key)
+        if p is None:
+            p = self.partition_of(key)
+        pending = self.pending.get(p)  # lock-free, as ``get``
+        if pending:
+            got = pending.get(key)
+            if got is not None:
+                return got, may_step_before_durable(got, None)
+        return self.get(key), True
+
     def outlived(self, key: MirrorPartitionKey, applied_offset: int) -> bool:
         """Was state applied at ``applied_offset`` written for a membership the topic has left?"""
         return applied_offset <= self.removed.get((key.mirror_name, key.topic_id), -2)
