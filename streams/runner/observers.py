@@ -143,6 +143,11 @@ class MirrorObservers:
             asks.append((self.dest, "open_transactions", (tp,), None))
         elif step is Step.STOP_WAIT_ISR or step is Step.STOP_CUT:
             asks.append((self.dest, "isr_status", (tp,), None))
+        # A destination that answers ``latest_epoch`` directly is asked it with the offsets:
+        # one wave for the LME's step, not two.
+        lme_asked = step is Step.STOP_RECORD_LME and getattr(self.dest, "latest_epoch", None) is not None
+        if lme_asked:
+            asks.append((self.dest, "latest_epoch", (tp,), None))
         # The reset batch names the source cluster the topic mirrored (its destination topic says).
         resets = step is Step.STOP_PID_RESET or bump
         known = self.reset_sources.get(tp.topic_id) if resets else None
@@ -164,7 +169,10 @@ class MirrorObservers:
         raise_first(got)
         latest = tail = None
         if step is Step.STOP_RECORD_LME:
-            epoch = yield from latest_epoch(self.dest, tp, dest.leader_epoch)
+            if lme_asked:
+                epoch = got[-1] if got[-1] >= 0 else None
+            else:
+                epoch = yield from latest_epoch(self.dest, tp, dest.leader_epoch)
             latest = EpochEndOffset(epoch, dest.leo) if epoch is not None else EpochEndOffset(-1, -1)
         elif step is Step.STOP_PID_RESET and dest.hw >= dest.leo:
             tail = yield from self._read_dest(tp, state.stop_offset, dest.leo)

@@ -102,15 +102,15 @@ class StopImpacts:
             return
         o = self._outcome(key, before.stop_offset)
         aborts = [c for c in decision.commands if isinstance(c, AppendControl) and c.control_type is ControlType.ABORT]
+        stop = getattr(obs, "stop", None)
         if aborts:
-            stop = getattr(obs, "stop", None)
             first = {(t.producer_id, t.producer_epoch): t.first_offset for t in (stop.open_transactions if stop else ())}
             o = msgspec.structs.replace(o, aborts=o.aborts + tuple(
                 PredictedAbort(c.producer_id, c.producer_epoch, first.get((c.producer_id, c.producer_epoch), -1)) for c in aborts))  # fmt: skip
-        tail = getattr(getattr(obs, "stop", None), "tail", None)
+        tail = getattr(stop, "tail", None)
         if before.step is Step.STOP_PID_RESET and tail is not None:
             o = self._aborts_in_tail(tp, o, tail)
-        if after.stop_offset >= 0:
+        if after.stop_offset >= 0 and o.stop_offset != after.stop_offset:
             o = msgspec.structs.replace(o, stop_offset=after.stop_offset)
         self.outcomes[tp] = o
         if after.state is MirrorState.STOPPED:

@@ -177,17 +177,23 @@ class WorkerStateStore:
                 self.deletes[p].add(key)
 
     def put(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> None:
+        p = self._partition.get(key)
+        if p is None:
+            p = self.partition_of(key)
         with self.lock:
-            if self.partition_of(key) not in self.owned:
+            if p not in self.owned:
                 return  # its partition is another worker's: the owner decides for it
-            if self.outlived(key, state.applied_offset):
+            if self.removed and self.outlived(key, state.applied_offset):
                 return  # a step of a membership that is gone (its mirror was deleted)
-            stored = self.get(key)
+            queue = self.pending.get(p)
+            stored = queue.get(key) if queue else None
+            if stored is None:
+                stored = self.get(key)
             check_write(key, stored, state)
             before = stored.state if stored is not None else MirrorState.UNKNOWN
-            if not is_legal_transition(before, state.state):
+            if before is not state.state and not is_legal_transition(before, state.state):
                 raise AssertionError(f"{key}: illegal transition {before.name} -> {state.state.name}")
-            self.pending[self.partition_of(key)][key] = state
+            self.pending[p][key] = state
 
     def put_lme(self, record: LastMirrorEpoch) -> None:
         with self.lock:
