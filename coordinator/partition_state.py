@@ -14,6 +14,7 @@ WriteMirrorStates fences outdated requests (thread AS18).
 from __future__ import annotations
 
 import enum
+import functools
 import uuid
 from typing import Any
 
@@ -52,7 +53,15 @@ class MirrorPartitionKey(msgspec.Struct, frozen=True, order=True, gc=False, cach
 
     @property
     def topic_partition(self) -> TopicPartition:
-        return TopicPartition(self.topic_id, self.partition)
+        return _topic_partition(self)
+
+
+@functools.lru_cache(maxsize=1 << 18)
+def _topic_partition(key: MirrorPartitionKey) -> TopicPartition:
+    """One ``TopicPartition`` per key, its hash made once: a new one hashes its UUID in Python
+    (``UUID.__hash__``) at its first use as a dict key, and a mass stop uses each partition's
+    many times a step. Bounded: beyond 262,144 keys the least recently used are made again."""
+    return TopicPartition(key.topic_id, key.partition)
 
 
 def key_order(key: MirrorPartitionKey) -> tuple[str, int, int]:

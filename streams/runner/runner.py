@@ -424,8 +424,10 @@ class MirrorRunner:
                     continue
                 self.impacts.decided(key, before, decision, observed[key], want, now)
                 tp = key.topic_partition
-                self.backoff_until.pop(tp, None)
-                self.source_errors.pop(tp, None)
+                if self.backoff_until:
+                    self.backoff_until.pop(tp, None)
+                if self.source_errors:
+                    self.source_errors.pop(tp, None)
                 if want is DesiredState.STOP and after.state is MirrorState.STOPPED:
                     self.topic_level.unsettle(key.topic_id)  # the topic level makes it writable next
                     self.final_sync.pop(tp, None)
