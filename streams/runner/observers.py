@@ -138,7 +138,10 @@ class MirrorObservers:
         step = state.step
         bump = step is Step.STOP_BUMP_EPOCH  # the bump step also aborts and resets (``decide_stop``)
         seen = self.dest_offsets.pop(tp, None) if self.dest_offsets and step is Step.STOP_WAIT_ISR else None
-        asks: list[Call] = [] if seen is not None else [(self.dest, "list_offsets", (tp,), None)]
+        # The ISR wait decides from the ISR's status alone: its offsets are not asked (those the
+        # last group sync read in this step go with it, as they are at hand).
+        offsets = step is not Step.STOP_WAIT_ISR
+        asks: list[Call] = [(self.dest, "list_offsets", (tp,), None)] if offsets else []
         if step is Step.STOP_ABORT_OPEN or bump:
             asks.append((self.dest, "open_transactions", (tp,), None))
         elif step is Step.STOP_WAIT_ISR or step is Step.STOP_CUT:
@@ -155,7 +158,7 @@ class MirrorObservers:
         if describe:
             asks.append((self.dest, "describe_topics", ((tp.topic_id,),), None))
         got = yield asks
-        if seen is not None:
+        if not offsets:
             got.insert(0, seen)
         dest = got[0]
         mirrored = known[1] if resets and not describe and known is not None else None

@@ -333,12 +333,12 @@ class MirrorRunner:
         topic = self.source_topics.get(topic_id)
         return topic.name if topic is not None else str(topic_id)
 
-    def _final_group_sync(self, tps: Sequence[TopicPartition]) -> None:
-        """STOPPING's last group offset sync (``MirrorSyncer.final_group_sync``); the outcome goes
-        to each partition's next stop observation."""
-        if not tps:
+    def _final_group_sync(self, states: dict[TopicPartition, MirrorPartitionState]) -> None:
+        """STOPPING's last group offset sync (``MirrorSyncer.final_group_sync``) of the partitions
+        at STOP_WAIT_ISR in ``states``; the outcome goes to each partition's next stop observation."""
+        if not states:
             return
-        states = {tp: self.state(tp) for tp in tps}
+        tps = list(states)
         outcome = self.syncer.final_group_sync(states, self.now_ms)
         self.observers.dest_offsets = self.syncer.final_dest  # this step's observations take them
         for tp in tps:
@@ -356,7 +356,14 @@ class MirrorRunner:
         """Up to ``settle_steps`` workflow steps for each partition, side by side: per step, one
         pipelined wave of observations, the decisions, one pipelined wave per command position,
         then the (fenced) state writes. A partition leaves the loop when its state settles, on a
-        port error, or when the store says its next decision must wait for durability."""
+        port error, or when the store says its next decision must wait for durability. The
+        stops' impact values are queued after the steps (each with its partition's last write)."""
+        try:
+            self._drive_steps(work)
+        finally:
+            self.impacts.flush()
+
+    def _drive_steps(self, work: Sequence[tuple[MirrorPartitionKey, DesiredState, int]]) -> None:
         active = list(work)
         store, observers, settled = self.store, self.observers, self._settled
         view, may_run = store.step_view, store.may_run
@@ -365,7 +372,7 @@ class MirrorRunner:
                 return
             now = self.now_ms
             states: dict[MirrorPartitionKey, MirrorPartitionState] = {}
-            runnable, wait_isr = [], []
+            runnable, wait_isr = [], {}
             for w in active:
                 key = w[0]
                 s, ok = view(key)
@@ -374,9 +381,11 @@ class MirrorRunner:
                     continue  # nothing to observe for it yet
                 runnable.append(w)
                 if s.step is Step.STOP_WAIT_ISR and s.state is MirrorState.STOPPING:
-                    wait_isr.append(key.topic_partition)
+                    tp = key.topic_partition
+                    if self.final_sync.get(tp) is not FinalSync.RAN:
+                        wait_isr[tp] = s
             active = runnable
-            self._final_group_sync([tp for tp in wait_isr if self.final_sync.get(tp) is not FinalSync.RAN])
+            self._final_group_sync(wait_isr)
             # What needs no port call is observed at once; the rest as generators, in waves.
             observed: dict[MirrorPartitionKey, Any] = {}
             asking = {}

@@ -45,6 +45,9 @@ class StopImpacts:
         self.prediction: Callable[[uuid.UUID], TopicPrediction | None] = lambda topic_id: None
         self.outcomes: dict[TopicPartition, StopOutcome] = {}
         self.schemas = default_schemas()
+        # Outcomes to write (``flush``): a step that lands at the ISR wait and one that lands at
+        # STOPPED in the same pass are one state write, so one impact value, the later one.
+        self._unwritten: dict[MirrorPartitionKey, StopOutcome] = {}
 
     def _prediction(self, topic_id: uuid.UUID) -> TopicPrediction | None:
         pred = self.prediction(topic_id)
@@ -86,7 +89,9 @@ class StopImpacts:
             key = MirrorPartitionKey(self.mirror_name, tp.topic_id, tp.partition)
             o = self._outcome(key, state.stop_offset)
             if positions is not None:
-                o = msgspec.structs.replace(o, synced_groups=tuple(SyncedGroup(g, off) for g, off in sorted(positions.get(tp, ()))))
+                groups = tuple(SyncedGroup(g, off) for g, off in sorted(positions.get(tp, ())))
+                if groups != o.synced_groups:
+                    o = msgspec.structs.replace(o, synced_groups=groups)
             if tp in hw and state.stop_offset >= 0:
                 o = msgspec.structs.replace(o, lost_records=max(0, hw[tp] - state.stop_offset))
             self.outcomes[tp] = o
@@ -118,4 +123,14 @@ class StopImpacts:
             self.outcomes.pop(tp, None)
         elif not (after.step is Step.STOP_WAIT_ISR and before.step is not Step.STOP_WAIT_ISR):
             return  # written with the step after the markers, and with STOPPED
-        self.store.put_impact(key, impact_value(self.schemas, self._prediction(tp.topic_id), tp.partition, o))
+        self._unwritten[key] = o
+
+    def flush(self) -> None:
+        """Queues the impact values of the outcomes ``decided`` since the last flush (the runner
+        calls it after each pass of steps, before anything is written)."""
+        if not self._unwritten:
+            return
+        unwritten, self._unwritten = self._unwritten, {}
+        for key, o in unwritten.items():
+            pred = self._prediction(key.topic_id)
+            self.store.put_impact(key, impact_value(self.schemas, pred, key.partition, o))
