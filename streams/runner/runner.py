@@ -49,6 +49,7 @@ from coordinator.ports import (
     SourceCluster,
     TopicMetadata,
     TopicPartition,
+    tp_order,
 )
 from coordinator.image import TopicCut
 from coordinator.states import DesiredState, MirrorState
@@ -308,12 +309,15 @@ class MirrorRunner:
         # Periodic work for live mirror partitions only (paused, stopped and failed ones are left
         # be, as are those of topics being stopped or paused).
         live = {}
-        for key in self.store.keys(self.mirror_name):
+        # In any order (sorting every key took ~0.3 s at 200,000 partitions, in each sync of a
+        # failover that syncs none of them); the live ones in key order after.
+        keys = getattr(self.store, "unsorted_keys", self.store.keys)
+        for key in keys(self.mirror_name):
             if desired.get(key.topic_id, STARTED)[0] is DesiredState.START:  # before the state: a failover reads none
                 s = self.store.get(key)
                 if s is not None and s.state in SYNCED_STATES:
                     live[key.topic_partition] = s
-        self.syncer.run(live, self.now_ms)
+        self.syncer.run(dict(sorted(live.items(), key=lambda kv: tp_order(kv[0]))), self.now_ms)
         return True
 
     def _cluster_ids(self) -> None:

@@ -238,11 +238,15 @@ class WorkerStateStore:
         return may_step_before_durable(pending, self.durable.get(key), proposed)
 
     def keys(self, mirror_name: str) -> list[MirrorPartitionKey]:
+        return sorted(self.unsorted_keys(mirror_name), key=key_order)
+
+    def unsorted_keys(self, mirror_name: str) -> set[MirrorPartitionKey]:
+        """``keys`` in no order (a sort of every key is not for a caller that picks a few)."""
         with self.lock:
             found = {k for k in self.durable if k.mirror_name == mirror_name}
             for writes in self.pending.values():
                 found.update(k for k in writes if k.mirror_name == mirror_name)
-            return sorted(found, key=key_order)
+            return found
 
     def take(self, partition: int) -> tuple[dict[MirrorPartitionKey, MirrorPartitionState], dict[MirrorPartitionKey, LastMirrorEpoch]]:
         with self.lock:
