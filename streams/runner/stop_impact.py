@@ -82,12 +82,21 @@ class StopImpacts:
                    positions: Mapping[TopicPartition, Sequence[tuple[str, int]]] | None) -> None:  # fmt: skip
         """STOPPING's last group sync ran (``positions`` None: it failed): where it left each
         group, and the source's HW where a prediction waits to be compared."""
-        tps = [tp for tp in states if self._prediction(tp.topic_id) is not None]
+        predicted: dict[int, bool] = {}  # per topic (its ID's int: hashed in C), asked once
+        tps = []
+        for tp in states:
+            t = tp.topic_id.int
+            got = predicted.get(t)
+            if got is None:
+                got = predicted[t] = self._prediction(tp.topic_id) is not None
+            if got:
+                tps.append(tp)
         his = run_calls([(self.source, "list_offsets", (tp,), None) for tp in tps]) if tps else []
         hw = {tp: r.hw for tp, r in zip(tps, his) if not isinstance(r, PortError)}
         for tp, state in states.items():
-            key = MirrorPartitionKey(self.mirror_name, tp.topic_id, tp.partition)
-            o = self._outcome(key, state.stop_offset)
+            o = self.outcomes.get(tp)
+            if o is None:
+                o = self._outcome(MirrorPartitionKey(self.mirror_name, tp.topic_id, tp.partition), state.stop_offset)
             if positions is not None:
                 groups = tuple(SyncedGroup(g, off) for g, off in sorted(positions.get(tp, ())))
                 if groups != o.synced_groups:
