@@ -157,10 +157,16 @@ def snapshot_record(schemas: SchemaSet, pred: TopicPrediction) -> msgspec.Struct
 # ------------------------------------------------------------------------- __mirror_state
 
 
+_VALUE_CLASSES: dict[int, tuple[SchemaSet, Any, Any, Any]] = {}
+
+
 def impact_value(schemas: SchemaSet, pred: TopicPrediction | None, partition: int, outcome: StopOutcome) -> msgspec.Struct:
     """The ``MirrorFailoverImpactValue`` of one partition: its prediction (if any) and its outcome."""
-    cls = schemas.struct(VALUE)
-    txn, grp = schemas.nested(VALUE, "Transaction"), schemas.nested(VALUE, "GroupOffset")
+    classes = _VALUE_CLASSES.get(id(schemas))
+    if classes is None or classes[0] is not schemas:  # looked up once per schema set (a mass stop makes one per partition)
+        classes = _VALUE_CLASSES[id(schemas)] = (schemas, schemas.struct(VALUE), schemas.nested(VALUE, "Transaction"),
+                                                 schemas.nested(VALUE, "GroupOffset"))  # fmt: skip
+    _, cls, txn, grp = classes
     p = pred.partition(partition) if pred is not None else None
     if pred is None:
         missing = "no MirrorFailoverImpactRecord for this stop"

@@ -24,8 +24,8 @@ class StateTally:
     __slots__ = ("_parts", "_counts", "_mirrors")
 
     def __init__(self, states: Iterable[tuple[TallyKey, MirrorState]] = ()) -> None:
-        self._parts: dict[tuple[str, uuid.UUID], dict[int, MirrorState]] = {}
-        self._counts: dict[tuple[str, uuid.UUID], dict[MirrorState, int]] = {}
+        self._parts: dict[tuple[str, int], dict[int, MirrorState]] = {}  # (mirror, topic ID as an int)
+        self._counts: dict[tuple[str, int], dict[MirrorState, int]] = {}
         self._mirrors: dict[str, dict[MirrorState, int]] = {}
         for key, state in states:
             self.set(key, state)
@@ -35,7 +35,7 @@ class StateTally:
 
     def set(self, key: TallyKey, state: MirrorState) -> None:
         mirror, topic_id, partition = key
-        topic = (mirror, topic_id)
+        topic = (mirror, topic_id.int)  # an int hashes in C, a UUID in Python (UUID.__hash__)
         parts = self._parts.get(topic)
         if parts is None:
             parts = self._parts[topic] = {}
@@ -53,7 +53,7 @@ class StateTally:
 
     def discard(self, key: TallyKey) -> None:
         mirror, topic_id, partition = key
-        topic = (mirror, topic_id)
+        topic = (mirror, topic_id.int)  # an int hashes in C, a UUID in Python (UUID.__hash__)
         parts = self._parts.get(topic)
         if parts is None or partition not in parts:
             return
@@ -78,7 +78,7 @@ class StateTally:
     def topic_counts(self, mirror: str, topic_id: uuid.UUID, partitions: Collection[int]) -> dict[MirrorState, int]:
         """Counts per state over ``partitions`` of the topic (a partition with no state is UNKNOWN),
         as a walk over them would give; zero counts left out."""
-        topic = (mirror, topic_id)
+        topic = (mirror, topic_id.int)  # an int hashes in C, a UUID in Python (UUID.__hash__)
         parts = self._parts.get(topic)
         if not parts:
             return {MirrorState.UNKNOWN: len(partitions)} if partitions else {}

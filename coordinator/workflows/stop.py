@@ -93,7 +93,7 @@ class FinalSync(enum.IntEnum):
 class StopObservation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What STOPPING reads from the destination (the source may be gone: a failover needs none of it)."""
 
-    dest: PartitionOffsets
+    dest: PartitionOffsets | None  # None at STOP_WAIT_ISR: its decision reads the ISR's status, not the offsets
     dest_latest_epoch: EpochEndOffset | None = None  # OffsetsForLeaderEpoch(DLE) on the destination
     open_transactions: tuple[OpenTransaction, ...] = ()
     tail: tuple[Batch, ...] | None = None  # destination batches in [stop_offset, LEO); None until readable
@@ -124,6 +124,7 @@ def given_up(tail: tuple[Batch, ...], cut_offset: int) -> tuple[int, int]:
 
 def decide_cut(state: MirrorPartitionState, tp: TopicPartition, obs: StopObservation) -> Decision:
     """STOP_CUT: record what the cut gives up, then (that durable) truncate and wait for the ISR."""
+    assert obs.dest is not None, "STOP_CUT reads the destination's offsets"
     dle, cut, leo = obs.dest.leader_epoch, state.cut_offset, obs.dest.leo
     if obs.in_fetcher:
         return unchanged(state, RemoveFetcher(tp))
@@ -166,9 +167,12 @@ def decide_stop(
     state: MirrorPartitionState, key: MirrorPartitionKey, obs: StopObservation, now_ms: int,
     group_sync_timeout_ms: int = 3_000,
 ) -> Decision:
-    tp = key.topic_partition
-    dle = obs.dest.leader_epoch
     step = state.step
+    if step is Step.STOP_WAIT_ISR:
+        return wait_isr(state, obs, now_ms, group_sync_timeout_ms)
+    tp = key.topic_partition
+    assert obs.dest is not None, "a stop step before the ISR wait reads the destination's offsets"
+    dle = obs.dest.leader_epoch
     if step in (Step.NONE, Step.STOP_REMOVE_FETCHER):
         nxt_step = Step.STOP_CUT if state.cut_offset >= 0 and state.given_up_end_offset < 0 else Step.STOP_RECORD_LME
         return Decision(advance(state, leader_epoch=dle, step=nxt_step), (RemoveFetcher(tp),))
@@ -214,7 +218,12 @@ def decide_stop(
         if not has_pid_reset(obs.tail):
             reset = (AppendControl(tp, ControlType.MIRROR_PID_RESET, source_cluster_id=obs.source_cluster_id),)
         return Decision(advance(state, step=Step.STOP_WAIT_ISR), bump + reset)
-    # STOP_WAIT_ISR
+    return wait_isr(state, obs, now_ms, group_sync_timeout_ms)
+
+
+def wait_isr(state: MirrorPartitionState, obs: StopObservation, now_ms: int, group_sync_timeout_ms: int) -> Decision:
+    """STOP_WAIT_ISR: STOPPED once every ISR member has everything and the last group sync ran
+    (or failed for longer than its bound)."""
     if obs.isr is None or not obs.isr.isr_caught_up():
         return unchanged(state)
     if obs.final_sync is None:

@@ -42,11 +42,13 @@ class Interest:
         self._versions: dict[int, object] = {}  # per table partition: its key list's version last seen
         self._desired: dict[uuid.UUID, tuple[DesiredState, int]] = {}
 
-    def mark(self, key: MirrorPartitionKey, mirroring: bool = True) -> None:
-        """``key`` may decide something new (its state was written: ``mirroring`` says whether it still fetches)."""
-        self._heat((key,))
-        if not mirroring:
-            self.unpark(key.topic_partition)
+    def mark(self, key: MirrorPartitionKey, mirroring: bool = True, tp: TopicPartition | None = None) -> None:
+        """``key`` may decide something new (its state was written: ``mirroring`` says whether it still fetches;
+        ``tp``: its partition, when the caller has it)."""
+        if key not in self.hot:  # already hot: a heat changes nothing (a cool after it would win either way)
+            self._heat((key,))
+        if not mirroring and self.parked:
+            self.unpark(key.topic_partition if tp is None else tp)
 
     def forget(self, key: MirrorPartitionKey) -> None:
         self._chill(key)

@@ -81,6 +81,15 @@ class MirrorObservers:
 
     # ------------------------------------------------------------------ partition level
 
+    def immediate(self, key: MirrorPartitionKey, state: MirrorPartitionState, want: DesiredState,
+                  now_ms: int) -> PartitionObservation | None:
+        """The observation of a step that asks no cluster (entering STOPPING, a settled pair), None
+        when the step asks one: then ``partition``'s generator."""
+        if needs(state, want, now_ms) is not Need.NOTHING:
+            return None
+        tp = key.topic_partition
+        return PartitionObservation(in_fetcher=tp in self.sessions[fetcher_of(tp, len(self.sessions))])
+
     def partition(self, key: MirrorPartitionKey, state: MirrorPartitionState, want: DesiredState, now_ms: int,
                   offset: int = -1) -> Observer:
         """``offset``: the desired record's (the stop's source cluster ID is kept per record)."""
@@ -129,11 +138,19 @@ class MirrorObservers:
         step = state.step
         bump = step is Step.STOP_BUMP_EPOCH  # the bump step also aborts and resets (``decide_stop``)
         seen = self.dest_offsets.pop(tp, None) if self.dest_offsets and step is Step.STOP_WAIT_ISR else None
-        asks: list[Call] = [] if seen is not None else [(self.dest, "list_offsets", (tp,), None)]
+        # The ISR wait decides from the ISR's status alone: its offsets are not asked (those the
+        # last group sync read in this step go with it, as they are at hand).
+        offsets = step is not Step.STOP_WAIT_ISR
+        asks: list[Call] = [(self.dest, "list_offsets", (tp,), None)] if offsets else []
         if step is Step.STOP_ABORT_OPEN or bump:
             asks.append((self.dest, "open_transactions", (tp,), None))
         elif step is Step.STOP_WAIT_ISR or step is Step.STOP_CUT:
             asks.append((self.dest, "isr_status", (tp,), None))
+        # A destination that answers ``latest_epoch`` directly is asked it with the offsets:
+        # one wave for the LME's step, not two.
+        lme_asked = step is Step.STOP_RECORD_LME and getattr(self.dest, "latest_epoch", None) is not None
+        if lme_asked:
+            asks.append((self.dest, "latest_epoch", (tp,), None))
         # The reset batch names the source cluster the topic mirrored (its destination topic says).
         resets = step is Step.STOP_PID_RESET or bump
         known = self.reset_sources.get(tp.topic_id) if resets else None
@@ -141,7 +158,7 @@ class MirrorObservers:
         if describe:
             asks.append((self.dest, "describe_topics", ((tp.topic_id,),), None))
         got = yield asks
-        if seen is not None:
+        if not offsets:
             got.insert(0, seen)
         dest = got[0]
         mirrored = known[1] if resets and not describe and known is not None else None
@@ -155,7 +172,10 @@ class MirrorObservers:
         raise_first(got)
         latest = tail = None
         if step is Step.STOP_RECORD_LME:
-            epoch = yield from latest_epoch(self.dest, tp, dest.leader_epoch)
+            if lme_asked:
+                epoch = got[-1] if got[-1] >= 0 else None
+            else:
+                epoch = yield from latest_epoch(self.dest, tp, dest.leader_epoch)
             latest = EpochEndOffset(epoch, dest.leo) if epoch is not None else EpochEndOffset(-1, -1)
         elif step is Step.STOP_PID_RESET and dest.hw >= dest.leo:
             tail = yield from self._read_dest(tp, state.stop_offset, dest.leo)

@@ -45,6 +45,9 @@ class StopImpacts:
         self.prediction: Callable[[uuid.UUID], TopicPrediction | None] = lambda topic_id: None
         self.outcomes: dict[TopicPartition, StopOutcome] = {}
         self.schemas = default_schemas()
+        # Outcomes to write (``flush``): a step that lands at the ISR wait and one that lands at
+        # STOPPED in the same pass are one state write, so one impact value, the later one.
+        self._unwritten: dict[MirrorPartitionKey, StopOutcome] = {}
 
     def _prediction(self, topic_id: uuid.UUID) -> TopicPrediction | None:
         pred = self.prediction(topic_id)
@@ -79,14 +82,25 @@ class StopImpacts:
                    positions: Mapping[TopicPartition, Sequence[tuple[str, int]]] | None) -> None:  # fmt: skip
         """STOPPING's last group sync ran (``positions`` None: it failed): where it left each
         group, and the source's HW where a prediction waits to be compared."""
-        tps = [tp for tp in states if self._prediction(tp.topic_id) is not None]
+        predicted: dict[int, bool] = {}  # per topic (its ID's int: hashed in C), asked once
+        tps = []
+        for tp in states:
+            t = tp.topic_id.int
+            got = predicted.get(t)
+            if got is None:
+                got = predicted[t] = self._prediction(tp.topic_id) is not None
+            if got:
+                tps.append(tp)
         his = run_calls([(self.source, "list_offsets", (tp,), None) for tp in tps]) if tps else []
         hw = {tp: r.hw for tp, r in zip(tps, his) if not isinstance(r, PortError)}
         for tp, state in states.items():
-            key = MirrorPartitionKey(self.mirror_name, tp.topic_id, tp.partition)
-            o = self._outcome(key, state.stop_offset)
+            o = self.outcomes.get(tp)
+            if o is None:
+                o = self._outcome(MirrorPartitionKey(self.mirror_name, tp.topic_id, tp.partition), state.stop_offset)
             if positions is not None:
-                o = msgspec.structs.replace(o, synced_groups=tuple(SyncedGroup(g, off) for g, off in sorted(positions.get(tp, ()))))
+                groups = tuple(SyncedGroup(g, off) for g, off in sorted(positions.get(tp, ())))
+                if groups != o.synced_groups:
+                    o = msgspec.structs.replace(o, synced_groups=groups)
             if tp in hw and state.stop_offset >= 0:
                 o = msgspec.structs.replace(o, lost_records=max(0, hw[tp] - state.stop_offset))
             self.outcomes[tp] = o
@@ -102,15 +116,15 @@ class StopImpacts:
             return
         o = self._outcome(key, before.stop_offset)
         aborts = [c for c in decision.commands if isinstance(c, AppendControl) and c.control_type is ControlType.ABORT]
+        stop = getattr(obs, "stop", None)
         if aborts:
-            stop = getattr(obs, "stop", None)
             first = {(t.producer_id, t.producer_epoch): t.first_offset for t in (stop.open_transactions if stop else ())}
             o = msgspec.structs.replace(o, aborts=o.aborts + tuple(
                 PredictedAbort(c.producer_id, c.producer_epoch, first.get((c.producer_id, c.producer_epoch), -1)) for c in aborts))  # fmt: skip
-        tail = getattr(getattr(obs, "stop", None), "tail", None)
+        tail = getattr(stop, "tail", None)
         if before.step is Step.STOP_PID_RESET and tail is not None:
             o = self._aborts_in_tail(tp, o, tail)
-        if after.stop_offset >= 0:
+        if after.stop_offset >= 0 and o.stop_offset != after.stop_offset:
             o = msgspec.structs.replace(o, stop_offset=after.stop_offset)
         self.outcomes[tp] = o
         if after.state is MirrorState.STOPPED:
@@ -118,4 +132,14 @@ class StopImpacts:
             self.outcomes.pop(tp, None)
         elif not (after.step is Step.STOP_WAIT_ISR and before.step is not Step.STOP_WAIT_ISR):
             return  # written with the step after the markers, and with STOPPED
-        self.store.put_impact(key, impact_value(self.schemas, self._prediction(tp.topic_id), tp.partition, o))
+        self._unwritten[key] = o
+
+    def flush(self) -> None:
+        """Queues the impact values of the outcomes ``decided`` since the last flush (the runner
+        calls it after each pass of steps, before anything is written)."""
+        if not self._unwritten:
+            return
+        unwritten, self._unwritten = self._unwritten, {}
+        for key, o in unwritten.items():
+            pred = self._prediction(key.topic_id)
+            self.store.put_impact(key, impact_value(self.schemas, pred, key.partition, o))

@@ -57,6 +57,10 @@ class InMemoryStateStore:
     def may_run(self, key: MirrorPartitionKey, current: MirrorPartitionState, proposed: MirrorPartitionState | None) -> bool:
         return True  # every write is durable at once
 
+    def step_view(self, key: MirrorPartitionKey) -> tuple[MirrorPartitionState | None, bool]:
+        """``get`` and ``may_run(key, state, None)`` in one."""
+        return self.get(key), True
+
 
 class DesiredStateLog:
     """Stand-in for the metadata log's MirrorTopicStateChangeRecords: offsets only grow."""

@@ -238,16 +238,20 @@ class MirrorSyncer:
             outcome = FinalSync.RAN
         except PortError as e:
             outcome, error = FinalSync.FAILED, e
-        topics = ", ".join(sorted({self.topic_name(tp.topic_id) for tp in tps}))
         if error is None:
-            log.info("mirror %s: last group offset sync before the stop ran for %d partition(s) of %s",
-                     self.mirror_name, len(tps), topics)  # fmt: skip
+            if log.isEnabledFor(logging.INFO):  # the topics' names: a walk over every partition, for the log only
+                log.info("mirror %s: last group offset sync before the stop ran for %d partition(s) of %s",
+                         self.mirror_name, len(tps), self._topic_names(tps))  # fmt: skip
         else:
+            topics = self._topic_names(tps)
             log.warning("mirror %s: last group offset sync before the stop failed for %d partition(s) of %s "
                         "(tried until stop.group.sync.timeout.ms, %d ms after the stop began): %s: %s",
                         self.mirror_name, len(tps), topics, self.config.stop_group_sync_timeout_ms,
                         type(error).__name__, error)  # fmt: skip
         return outcome
+
+    def _topic_names(self, tps: list[TopicPartition]) -> str:
+        return ", ".join(sorted({self.topic_name(tp.topic_id) for tp in tps}))
 
     def _sync_groups(self, live: dict[TopicPartition, MirrorPartitionState], final: bool = False) -> None:
         """Consumer- and share-group offsets; counted per kind (a failure before the commits, a

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 Desired = dict[uuid.UUID, tuple[DesiredState, int]]
 _NEVER = -(1 << 62)
+_DONE = (MirrorState.STOPPED, MirrorState.UNKNOWN)  # a stop's topic turns writable once every partition is in one
 _PART = 25  # topics per part of a reconcile; ``TopicLevel.between`` runs between the parts
 
 
@@ -54,6 +55,7 @@ class TopicLevel:
     def __init__(self, host: TopicHost) -> None:
         self.r = host
         self.settled: dict[uuid.UUID, int] = {}  # topic -> desired offset its topic level settled at
+        self._not_stopped: dict[uuid.UUID, int] = {}  # topic -> a partition ``all_stopped`` last found not stopped
         self.checked_ms: dict[uuid.UUID, int] = {}
         # (the desired states, until when): every topic of them settled at its desired offset, none
         # due for its metadata refresh before then, so ``reconcile`` has nothing to look at.
@@ -102,8 +104,19 @@ class TopicLevel:
 
     def all_stopped(self, topic_id: uuid.UUID) -> bool:
         state = self.r.state
-        return all(state(TopicPartition(topic_id, p)).state in (MirrorState.STOPPED, MirrorState.UNKNOWN)
-                   for p in self.r.partitions.get(topic_id, ()))  # fmt: skip
+        # The partition that was not stopped at the last look is looked at first: while a stop
+        # goes on it mostly still is not, and a topic's answer costs one read, not a walk (each
+        # round asks for every stopping topic: 4,000 of them at 200,000 partitions).
+        blocker = self._not_stopped.get(topic_id)
+        parts = self.r.partitions.get(topic_id, ())
+        if blocker is not None and blocker in parts and state(TopicPartition(topic_id, blocker)).state not in _DONE:
+            return False
+        for p in parts:
+            if state(TopicPartition(topic_id, p)).state not in _DONE:
+                self._not_stopped[topic_id] = p
+                return False
+        self._not_stopped.pop(topic_id, None)
+        return True
 
     def run(self, topics: Sequence[tuple[uuid.UUID, DesiredState, int]]) -> None:
         """Observe every topic at once (pipelined), decide each, then run every topic's commands

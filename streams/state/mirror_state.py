@@ -91,6 +91,16 @@ class ChangelogRecord(NamedTuple):
     value: msgspec.Struct | None  # None: tombstone
 
 
+_TYPE_PREFIX = {t: _INT16.pack(t) for t in RecordType}
+
+
+def retyped_key(state_key: bytes, rtype: RecordType) -> bytes:
+    """The key of record type ``rtype`` of the partition whose MirrorPartitionState key is
+    ``state_key``: the three key schemas have the same fields, so the same body after the type
+    (a changelog write of a stop takes its LME and impact keys from the state's, made once)."""
+    return _TYPE_PREFIX[rtype] + state_key[2:]
+
+
 class MirrorStateCodec:
     """Encodes and decodes ``__mirror_state`` keys and values with the project's schemas."""
 

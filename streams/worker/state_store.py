@@ -139,6 +139,19 @@ class WorkerStateStore:
                 return UNKNOWN_STATE.with_(state=status.state)  # another worker's: its state only
         return got
 
+    def step_view(self, key: MirrorPartitionKey) -> tuple[MirrorPartitionState | None, bool]:
+        """``get(key)`` and ``may_run(key, it, None)`` in one lookup (a step reads both for every
+        partition it looks at)."""
+        p = self._partition.get(key)
+        if p is None:
+            p = self.partition_of(key)
+        pending = self.pending.get(p)  # lock-free, as ``get``
+        if pending:
+            got = pending.get(key)
+            if got is not None:
+                return got, may_step_before_durable(got, None)
+        return self.get(key), True
+
     def outlived(self, key: MirrorPartitionKey, applied_offset: int) -> bool:
         """Was state applied at ``applied_offset`` written for a membership the topic has left?"""
         return applied_offset <= self.removed.get((key.mirror_name, key.topic_id), -2)
@@ -164,17 +177,23 @@ class WorkerStateStore:
                 self.deletes[p].add(key)
 
     def put(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> None:
+        p = self._partition.get(key)
+        if p is None:
+            p = self.partition_of(key)
         with self.lock:
-            if self.partition_of(key) not in self.owned:
+            if p not in self.owned:
                 return  # its partition is another worker's: the owner decides for it
-            if self.outlived(key, state.applied_offset):
+            if self.removed and self.outlived(key, state.applied_offset):
                 return  # a step of a membership that is gone (its mirror was deleted)
-            stored = self.get(key)
+            queue = self.pending.get(p)
+            stored = queue.get(key) if queue else None
+            if stored is None:
+                stored = self.get(key)
             check_write(key, stored, state)
             before = stored.state if stored is not None else MirrorState.UNKNOWN
-            if not is_legal_transition(before, state.state):
+            if before is not state.state and not is_legal_transition(before, state.state):
                 raise AssertionError(f"{key}: illegal transition {before.name} -> {state.state.name}")
-            self.pending[self.partition_of(key)][key] = state
+            self.pending[p][key] = state
 
     def put_lme(self, record: LastMirrorEpoch) -> None:
         with self.lock:
@@ -219,11 +238,15 @@ class WorkerStateStore:
         return may_step_before_durable(pending, self.durable.get(key), proposed)
 
     def keys(self, mirror_name: str) -> list[MirrorPartitionKey]:
+        return sorted(self.unsorted_keys(mirror_name), key=key_order)
+
+    def unsorted_keys(self, mirror_name: str) -> set[MirrorPartitionKey]:
+        """``keys`` in no order (a sort of every key is not for a caller that picks a few)."""
         with self.lock:
             found = {k for k in self.durable if k.mirror_name == mirror_name}
             for writes in self.pending.values():
                 found.update(k for k in writes if k.mirror_name == mirror_name)
-            return sorted(found, key=key_order)
+            return found
 
     def take(self, partition: int) -> tuple[dict[MirrorPartitionKey, MirrorPartitionState], dict[MirrorPartitionKey, LastMirrorEpoch]]:
         with self.lock:

@@ -19,7 +19,7 @@ from typing import Any
 from coordinator.image import MetadataImage
 from coordinator.partition_state import MirrorPartitionKey, decode_state, encode_state, key_order
 from streams.config import WorkerConfig
-from streams.state.mirror_state import RecordType, applied_offset_of, default_codec, partition_for_key
+from streams.state.mirror_state import RecordType, applied_offset_of, default_codec, partition_for_key, retyped_key
 from streams.config import dlq_topic_spec, metadata_topic_spec
 from streams.state.mirror_state import desired_state_topic_spec, mirror_state_topic_spec
 from streams.state.sync_status import sync_status_topic_spec
@@ -133,9 +133,10 @@ class WorkerTable:
         writes += [(state_key(k), _VALUE_PREFIX + encode_state(st)) for k, st in ready]
         for key, lme in lmes.items():
             value = codec.lme_value(lme.last_mirror_epoch, lme.applied_offset)
-            writes.append((codec.lme_key(key.mirror_name, key.topic_id, key.partition), codec.encode_value(value)))
+            writes.append((retyped_key(state_key(key), RecordType.LAST_MIRROR_EPOCHS), codec.encode_value(value)))
         # a stop's impact rides with the state write of the same step: no write of its own
-        writes += [(codec.impact_key(k.mirror_name, k.topic_id, k.partition), codec.encode_value(v)) for k, v in impacts.items()]
+        writes += [(retyped_key(state_key(k), RecordType.MIRROR_FAILOVER_IMPACT), codec.encode_value(v))
+                   for k, v in impacts.items()]  # fmt: skip
         try:
             # durable before the next step's commands run
             started = time.perf_counter()

@@ -14,6 +14,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from coordinator.states import ErrorCode, MirrorState
@@ -238,3 +240,12 @@ def test_a_worker_takes_the_cut_of_the_newest_desired_state_image_or_event() -> 
     assert view.cut("a-to-b", TID) == new
     worker.event_cuts[("a-to-b", TID)] = (None, 8)  # an older event: the image's
     assert view.cut("a-to-b", TID) == old
+
+
+@given(st.text(min_size=1, max_size=20), st.uuids(), st.integers(0, (1 << 31) - 1))
+def test_the_lme_and_impact_keys_are_the_state_key_retyped(mirror: str, topic_id: uuid.UUID, partition: int) -> None:
+    codec = mss.default_codec()
+    state_key = codec.state_key(mirror, topic_id, partition)
+    assert mss.retyped_key(state_key, mss.RecordType.LAST_MIRROR_EPOCHS) == codec.lme_key(mirror, topic_id, partition)
+    assert mss.retyped_key(state_key, mss.RecordType.MIRROR_FAILOVER_IMPACT) == codec.impact_key(mirror, topic_id, partition)
+    assert mss.retyped_key(state_key, mss.RecordType.MIRROR_PARTITION_STATE) == state_key

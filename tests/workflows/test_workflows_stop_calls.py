@@ -116,3 +116,13 @@ def test_the_wait_for_the_isr_reuses_the_offsets_the_last_group_sync_read():
     assert dest.calls["list_offsets"] == 3 * PARTITIONS
     assert all(o.offset == 1 for o in w["b"].group_offsets("g"))
     assert _reset_sources(w, t) == [w["a"].cluster_id()] * PARTITIONS
+
+
+def test_the_wait_for_the_isr_asks_the_isr_only():
+    """The ISR wait decides from the ISR's status: a stop reads the destination's offsets twice
+    per partition (the LME's stop offset, the bump's end check), not at the ISR wait."""
+    w, m, topics, dest = _mirroring(topics=1)
+    dest.calls.clear()
+    _stop_one_by_one(w, m, topics)
+    assert dest.calls["isr_status"] == PARTITIONS
+    assert dest.calls["list_offsets"] == 2 * PARTITIONS
