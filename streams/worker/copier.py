@@ -96,8 +96,8 @@ class CopyPath:
             self.waited_s = max(self.waited_s, now - since)
         if now - self._logged >= 10.0:
             polls = sum(getattr(m.runner.interest.watch, "polls", 0) for m in list(self.w.mirrors.values()))
-            log.info("copy path: %d job(s), %d partition(s) copied, %d long poll(s); longest wait behind another job %.0f ms",
-                     self.jobs, self.copied, polls, self.waited_s * 1000)
+            log.info("copy path: %d job(s), %d partition(s) copied, %d long poll(s), %d tick(s); longest wait behind another job %.0f ms",
+                     self.jobs, self.copied, polls, getattr(getattr(self.w, "ticks", None), "sent", -1), self.waited_s * 1000)
             self._logged, self.waited_s = now, 0.0
 
     def _start(self, m: MirrorJob) -> None:

@@ -186,6 +186,38 @@ def test_a_step_waits_for_a_running_copy_job_and_goes_first() -> None:
     assert asyncio.run(scenario()) == ["step", "copy"]
 
 
+def test_a_copy_leaves_its_partitions_cold_while_it_runs(port: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hot while copied, a partition made the tick timer tick its table partition for nothing
+    (a produce, a Faust event and a step each): only what the copy leaves unquiet turns hot."""
+    import streams.worker.mirror_jobs as mirror_jobs
+
+    a, b = ClusterClient(port, "A"), ClusterClient(port, "B")
+    meta = a.add_topic("orders", 2)
+    r = MirrorRunner("m", ClusterClient(port, "A"), ClusterClient(port, "B"), MirrorConfig(), long_poll=True)
+    tp0, tp1 = TopicPartition(meta.topic_id, 0), TopicPartition(meta.topic_id, 1)
+    key0, key1 = MirrorPartitionKey("m", meta.topic_id, 0), MirrorPartitionKey("m", meta.topic_id, 1)
+    w = worker(r, {key1})  # a state write not durable yet: left to its step
+    hot_during: list[set[MirrorPartitionKey]] = []
+    fetch = mirror_jobs.fetch_while_behind
+    monkeypatch.setattr(mirror_jobs, "fetch_while_behind", lambda *args: hot_during.append(set(r.interest.hot)) or fetch(*args))
+    try:
+        r.set_desired(meta.topic_id, DesiredState.START)
+        now = parked(r, 2)
+        r.interest.cool(list(r.interest.hot), r.quiet)
+        a.produce("orders", 1, [(b"k", b"v")])
+        produced_and_reported(a, r, "orders", tp0)
+        while tp1 not in r.interest.watch.peek_moved():
+            time.sleep(0.01)
+        assert mirror_jobs.run_copy(w, w.mirrors["m"], now + 100) == 1
+        assert hot_during == [set()] and b.list_offsets(tp0).leo == 1
+        assert r.interest.hot == {key1} and tp0 in r.interest.parked
+    finally:
+        w.pool.shutdown(wait=True)
+        r.close()
+        a.close()
+        b.close()
+
+
 def test_a_sync_lets_the_copy_path_run_between_its_parts(port: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The metadata sync holds its mirror's job for seconds at 50,000 partitions: a record
     produced meanwhile is copied between the sync's parts, not after the sync."""
