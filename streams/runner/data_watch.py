@@ -59,7 +59,8 @@ class DataWatch:
             self._add[tp] = (fetch_offset, leader_epoch)
             self._watched[tp] = (fetch_offset, leader_epoch, tp)
             self._remove.discard(tp)
-        self._kick.set()
+        if not self._kick.is_set():  # set takes a lock and notifies: once per batch of parks
+            self._kick.set()
 
     def unpark(self, tp: TopicPartition) -> None:
         with self._lock:

@@ -65,7 +65,10 @@ class Executor:
     def plan(self, cmd: c.Command) -> Call | None:  # noqa: C901 - one arm per command, on purpose
         """A fetch-session change is applied here (None); anything else is the port call to make."""
         d = self.dest
-        if type(cmd) is not c.AppendBatches and (tp := getattr(cmd, "tp", None)) is not None:
+        if type(cmd) is c.AppendBatches:  # a copy's one command: before the match's class checks
+            leo = self.expected_leo.get(cmd.tp)
+            return (d, "append_mirror_batches", (cmd.tp, cmd.batches), None if leo is None else {"expected_leo": leo})
+        if (tp := getattr(cmd, "tp", None)) is not None:
             self.positions.pop(tp, None)
         match cmd:
             case c.AddFetcher(tp=tp):
