@@ -132,7 +132,7 @@ class WorkerConfig:
     # As a producer's linger.ms: a mirror's data watch waits this long after reporting moved
     # partitions before its next long poll, so one report and one copy job (two round trips) take
     # the others that move meanwhile (0: a long poll right after each report).
-    copy_linger_ms: int = 50
+    copy_linger_ms: int = 100
     # Audit snapshots (Parquet, ``streams.worker.audit_export``) under <dir>/<cluster.name>, one every
     # interval; empty: off.
     audit_export_dir: str = ""
