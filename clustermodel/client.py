@@ -66,6 +66,9 @@ def _generic(raw: Any) -> Any:
 
 
 _BATCH_CALLS = 2048  # calls per batch request: bounds one reply frame
+# A pipeline's requests up to this size are sent whole before any reply is read: they fit the
+# socket buffers (the server's receive window alone is larger), so neither side can block the other.
+_SEND_WHOLE = 32 << 10
 
 
 class ClusterClient:
@@ -81,8 +84,11 @@ class ClusterClient:
         except OSError as exc:
             raise SourceUnavailable(cluster, f"cannot connect to model server {host}:{port}: {exc}") from exc
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sel: selectors.BaseSelector | None = None  # a long pipeline's (``_interleaved``)
 
     def close(self) -> None:
+        if self._sel is not None:
+            self._sel.close()
         self._sock.close()
 
     def __enter__(self) -> ClusterClient:
@@ -156,44 +162,63 @@ class ClusterClient:
             ids.append((request_id, f"{BATCH}:{args[0]}" if method == BATCH else method))
         results: list[Any] = []
         undecodable: BaseException | None = None  # raised once every reply is read: the connection stays in step
-        view = memoryview(out)
+
+        def decoded(payload: bytes) -> None:
+            nonlocal undecodable
+            try:
+                resp = response_decoder.decode(payload)
+                results.append(_result(ids[len(results)][1], resp.ok, resp.result))
+            except Exception as e:  # noqa: BLE001 - raised below
+                results.append(e)
+                undecodable = undecodable or e
+
+        if len(out) <= _SEND_WHOLE:
+            # Small enough to sit whole in the socket buffers whatever the server does: sent at
+            # once, then the replies read (no selector: a copy job's two round trips each made one).
+            self._send(out)
+            while len(results) < len(ids):
+                decoded(self._read_frame())
+        else:
+            self._interleaved(memoryview(out), len(ids), results, decoded)
+        if undecodable is not None:
+            raise undecodable
+        return results
+
+    def _interleaved(self, view: memoryview, n: int, results: list[Any], decoded: Any) -> None:
+        """Send ``view`` and read ``n`` replies at once (one selector per connection, kept)."""
         sent = 0
         timeout = self._sock.gettimeout()
         self._sock.setblocking(False)
         try:
-            with selectors.DefaultSelector() as sel:
+            sel = self._sel
+            if sel is None:
+                sel = self._sel = selectors.DefaultSelector()
                 sel.register(self._sock, selectors.EVENT_READ | selectors.EVENT_WRITE)
-                while len(results) < len(ids):
-                    events = sel.select(timeout)
-                    if not events:
-                        raise SourceUnavailable(self.cluster, "model server timed out")
-                    for _, mask in events:
-                        if mask & selectors.EVENT_WRITE and sent < len(view):
-                            sent += self._sock.send(view[sent : sent + (1 << 20)])
-                            if sent == len(view):
-                                sel.modify(self._sock, selectors.EVENT_READ)
-                        if mask & selectors.EVENT_READ:
-                            chunk = self._sock.recv(1 << 20)
-                            if not chunk:
-                                raise SourceUnavailable(self.cluster, "model server closed the connection")
-                            self._buf += chunk
-                            # Decoded as they come: the server works on the next requests meanwhile.
-                            for payload in self._complete_frames():
-                                try:
-                                    resp = response_decoder.decode(payload)
-                                    results.append(_result(ids[len(results)][1], resp.ok, resp.result))
-                                except Exception as e:  # noqa: BLE001 - raised below
-                                    results.append(e)
-                                    undecodable = undecodable or e
+            else:
+                sel.modify(self._sock, selectors.EVENT_READ | selectors.EVENT_WRITE)
+            while len(results) < n:
+                events = sel.select(timeout)
+                if not events:
+                    raise SourceUnavailable(self.cluster, "model server timed out")
+                for _, mask in events:
+                    if mask & selectors.EVENT_WRITE and sent < len(view):
+                        sent += self._sock.send(view[sent : sent + (1 << 20)])
+                        if sent == len(view):
+                            sel.modify(self._sock, selectors.EVENT_READ)
+                    if mask & selectors.EVENT_READ:
+                        chunk = self._sock.recv(1 << 20)
+                        if not chunk:
+                            raise SourceUnavailable(self.cluster, "model server closed the connection")
+                        self._buf += chunk
+                        # Decoded as they come: the server works on the next requests meanwhile.
+                        for payload in self._complete_frames():
+                            decoded(payload)
         except (BlockingIOError, InterruptedError):  # pragma: no cover - spurious wakeup
             raise SourceUnavailable(self.cluster, "model server connection failed") from None
         except OSError as exc:
             raise SourceUnavailable(self.cluster, f"model server connection failed: {exc}") from exc
         finally:
             self._sock.settimeout(timeout)
-        if undecodable is not None:
-            raise undecodable
-        return results
 
     def call_many(self, calls: Sequence[tuple[str, tuple[Any, ...], Mapping[str, Any] | None]]) -> list[Any]:
         """Results of many calls, in order, errors as exception values: the calls of each method go

@@ -129,9 +129,10 @@ class WorkerConfig:
     metrics_lag_max_series: int = 1000
     # Failover readiness needs every partition's lag (source HW - destination LEO) at most this.
     failover_ready_max_lag: int = 1000
-    # As a producer's linger.ms: the copy path waits this long after the first moved partition of
-    # a mirror, so one copy job (two round trips) takes the others that move meanwhile (0: at once).
-    copy_linger_ms: int = 50
+    # As a producer's linger.ms: a mirror's data watch waits this long after reporting moved
+    # partitions before its next long poll, so one report and one copy job (two round trips) take
+    # the others that move meanwhile (0: a long poll right after each report).
+    copy_linger_ms: int = 100
     # Audit snapshots (Parquet, ``streams.worker.audit_export``) under <dir>/<cluster.name>, one every
     # interval; empty: off.
     audit_export_dir: str = ""

@@ -3,7 +3,9 @@
 The fetch round parks a partition whose fetch came back empty at the source's HW (``park``);
 this thread keeps them in a fetch session on the source (``fetch_wait`` on the model server:
 ``clustermodel.fetch_sessions``) and collects those that moved (``take_moved``) for the runner's
-next round. Requests are incremental (only the partitions parked or unparked since the last
+next round. After a report it waits ``linger_s`` before its next long poll, as a producer's
+linger.ms: partitions that move meanwhile collect in the session and come as one report (one
+copy job, one wake-up of the worker's loop), not one request and report each. Requests are incremental (only the partitions parked or unparked since the last
 one), as KIP-227 fetch sessions; a session the server lost (FETCH_SESSION_ID_NOT_FOUND) is
 started again with a full request, as Kafka's FetchSessionHandler does. Any other failure
 reports every watched partition as moved: the runner fetches them and its error handling takes
@@ -42,6 +44,7 @@ class DataWatch:
         self._remove: set[TopicPartition] = set()
         self._moved: set[TopicPartition] = set()
         self.polls = 0
+        self.linger_s = 0.0  # the least time from a report to the next long poll (``mirror.copy.linger.ms``)
         self.resets = 0
         # Told (on the watch's thread) of partitions newly reported moved: the worker steps them
         # at once rather than at its next round.
@@ -56,7 +59,8 @@ class DataWatch:
             self._add[tp] = (fetch_offset, leader_epoch)
             self._watched[tp] = (fetch_offset, leader_epoch, tp)
             self._remove.discard(tp)
-        self._kick.set()
+        if not self._kick.is_set():  # set takes a lock and notifies: once per batch of parks
+            self._kick.set()
 
     def unpark(self, tp: TopicPartition) -> None:
         with self._lock:
@@ -134,6 +138,8 @@ class DataWatch:
                             self._moved.add(got[2])
                             told.add(got[2])
                 self._tell(told)
+                if told and self.linger_s > 0:
+                    self._stop.wait(self.linger_s)  # what moves meanwhile waits in the session
         self._close(client)
 
     def _tell(self, moved: set[TopicPartition]) -> None:

@@ -92,17 +92,19 @@ class Interest:
             if self.watch is not None:
                 self.watch.unpark(tp)
 
-    def wake(self) -> list[MirrorPartitionKey]:
-        """Parked partitions whose source moved turn hot and fetchable again (returned)."""
+    def wake(self, heat: bool = True) -> list[MirrorPartitionKey]:
+        """Parked partitions whose source moved turn fetchable again (returned), and hot unless
+        ``heat`` is False: the copy path copies them at once and heats only those it leaves
+        (``heat_unless``), so the tick timer does not tick their table partitions meanwhile."""
         if self.watch is None:
             return []
         woken = []
         for tp in self.watch.take_moved():
             if tp in self.parked:
                 self.parked.discard(tp)
-                key = MirrorPartitionKey(self.mirror_name, tp.topic_id, tp.partition)
-                self._heat((key,))
-                woken.append(key)
+                woken.append(MirrorPartitionKey(self.mirror_name, tp.topic_id, tp.partition))
+        if heat:
+            self._heat(woken)
         return woken
 
     def close(self) -> None:
@@ -165,3 +167,7 @@ class Interest:
         for k in keys:
             if quiet(k):
                 self._chill(k)
+
+    def heat_unless(self, keys: Iterable[MirrorPartitionKey], quiet: Callable[[MirrorPartitionKey], bool]) -> None:
+        """Keys a copy woke (``wake(heat=False)``) and did not leave quiet turn hot: a step takes them."""
+        self._heat([k for k in keys if not quiet(k)])

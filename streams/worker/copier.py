@@ -34,9 +34,10 @@ class CopyPath:
         self._since: dict[str, float] = {}  # per wanted mirror: when its first report waited
         self.waited_s = 0.0  # reports' waits behind another job of their mirror: the longest of the period
         self._logged = time.monotonic()
-        # ``mirror.copy.linger.ms``: a copy waits this long for more moved partitions of its mirror.
+        # ``mirror.copy.linger.ms``: the data watch waits this long after a report before its next
+        # long poll, so one report (one copy job) takes every partition that moves meanwhile
+        # (``TickPlan.watch`` hands it over): a copy starts at once on a report.
         self.linger_s = getattr(getattr(worker, "config", None), "copy_linger_ms", 0) / 1000
-        self._lingering: set[str] = set()
 
     def moved(self, name: str) -> bool:
         """The data watch of mirror ``name`` reported moved partitions: copy them. False when the
@@ -46,20 +47,8 @@ class CopyPath:
             return False
         if self._after_job(name, m):
             return True
-        if self.linger_s > 0:
-            if name not in self._lingering:
-                self._lingering.add(name)
-                asyncio.get_running_loop().call_later(self.linger_s, self._lingered, name)
-            return True
         self._start(m)
         return True
-
-    def _lingered(self, name: str) -> None:
-        """The linger of mirror ``name`` is over: copy what moved meanwhile."""
-        self._lingering.discard(name)
-        m = self.w.mirrors.get(name)
-        if m is not None and not m.retired and not self._after_job(name, m):
-            self._start(m)
 
     def _after_job(self, name: str, m: MirrorJob) -> bool:
         """Whether a job of ``m`` runs (or a step waits for one): the copy is then wanted, and
@@ -106,8 +95,9 @@ class CopyPath:
         if since is not None:
             self.waited_s = max(self.waited_s, now - since)
         if now - self._logged >= 10.0:
-            log.info("copy path: %d job(s), %d partition(s) copied; longest wait behind another job %.0f ms",
-                     self.jobs, self.copied, self.waited_s * 1000)
+            polls = sum(getattr(m.runner.interest.watch, "polls", 0) for m in list(self.w.mirrors.values()))
+            log.info("copy path: %d job(s), %d partition(s) copied, %d long poll(s), %d tick(s); longest wait behind another job %.0f ms",
+                     self.jobs, self.copied, polls, getattr(getattr(self.w, "ticks", None), "sent", -1), self.waited_s * 1000)
             self._logged, self.waited_s = now, 0.0
 
     def _start(self, m: MirrorJob) -> None:

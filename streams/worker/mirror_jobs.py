@@ -245,14 +245,19 @@ def run_copy(w: JobHost, m: MirrorJob, now_ms: int) -> int:
     copier = getattr(w, "copier", None)
     if copier is not None:
         copier.copying(r.mirror_name)
-    woken = r.interest.wake()
+    # Not hot while copied (the tick timer would tick their table partitions for nothing): only
+    # those the copy leaves short of quiet turn hot, whatever happens on the way.
+    woken = r.interest.wake(heat=False)
     if not woken:
         return 0
-    store = w.store
-    owned = store.owned
-    free = {k.topic_partition: k for k in woken if store.partition_of(k) in owned and not store.has_pending(k)}
-    if free:
-        fetch_while_behind(w, r, free, w.desired_for(r.mirror_name), now_ms, t0)
-    tps = {k: tp for tp, k in free.items()}
-    r.interest.cool(woken, lambda k: r.quiet(k, tps.get(k)))
+    free: dict[TopicPartition, MirrorPartitionKey] = {}
+    try:
+        store = w.store
+        owned = store.owned
+        free = {k.topic_partition: k for k in woken if store.partition_of(k) in owned and not store.has_pending(k)}
+        if free:
+            fetch_while_behind(w, r, free, w.desired_for(r.mirror_name), now_ms, t0)
+    finally:
+        tps = {k: tp for tp, k in free.items()}
+        r.interest.heat_unless(woken, lambda k: r.quiet(k, tps.get(k)))
     return len(free)

@@ -107,6 +107,10 @@ class TickPlan:
         if watch is None:
             return
 
+        copier = getattr(self.w, "copier", None)
+        if copier is not None:
+            watch.linger_s = copier.linger_s  # ``mirror.copy.linger.ms``: the watch batches its reports
+
         def moved(tps: set[TopicPartition]) -> None:
             if not loop.is_closed():  # shutting down: nothing to step
                 loop.call_soon_threadsafe(self._moved, name, tps)

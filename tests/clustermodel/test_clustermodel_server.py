@@ -141,6 +141,29 @@ def test_long_pipeline_of_large_requests_does_not_deadlock(model_server: Any) ->
         assert all(f.batches for f in fetched)
 
 
+def test_a_small_pipeline_needs_no_selector_and_a_long_one_keeps_its_own(model_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A copy job's two round trips each made (and closed) a selector: syscalls and Python per call.
+    import selectors
+
+    made: list[Any] = []
+    real = selectors.DefaultSelector
+    monkeypatch.setattr(selectors, "DefaultSelector", lambda: made.append(1) or real())
+    with ClusterClient(model_server.port, timeout=20) as admin:
+        admin.add_cluster("sel", 7)
+    with ClusterClient(model_server.port, "sel", timeout=20) as client:
+        client.add_topic("t", 1, 1)
+        tp = client.tp("t")
+        for _ in range(3):
+            assert [type(r) for r in client.pipeline([("list_offsets", (tp,)), ("fetch", (tp, 9, 10))])] == [
+                PartitionOffsets, OffsetOutOfRange]
+        assert made == []
+        for _ in range(2):  # requests larger than the socket buffers: sent and read interleaved
+            replies = client.pipeline([("produce", ("t", 0, [(None, b"z" * 65536)]))] * 4)
+            assert len(replies) == 4 and not any(isinstance(r, BaseException) for r in replies)
+        assert made == [1]
+        assert client.list_offsets(tp).leo == 8
+
+
 def test_call_many_batches_per_method_and_answers_each_call_on_its_own(model_server: Any) -> None:
     with ClusterClient(model_server.port, timeout=20) as admin:
         admin.add_cluster("many", 8)

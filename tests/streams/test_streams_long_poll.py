@@ -202,3 +202,47 @@ def test_a_moved_partition_is_reported_as_the_object_that_was_parked() -> None:
         assert moved == {tp} and next(iter(moved)) is tp
     finally:
         watch.close()
+
+
+class MovingSource:
+    """A fetch session that answers at once with the watched partitions in ``moving`` (set by the
+    test), else after a short wait with none."""
+
+    def __init__(self) -> None:
+        self.moving: set[TopicPartition] = set()
+        self.watched: set[TopicPartition] = set()
+
+    def fetch_wait(self, session: int, add: list[Any], remove: list[Any], max_wait_ms: int) -> Any:
+        self.watched.update(tp for tp, _, _ in add)
+        deadline = time.monotonic() + max_wait_ms / 1000
+        while not (got := self.watched & self.moving) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        self.watched -= got
+        return 7, sorted(got, key=lambda tp: tp.partition)
+
+    def close(self) -> None: ...
+
+
+def test_partitions_moving_within_the_linger_after_a_report_come_as_one_report() -> None:
+    # As a producer's linger.ms (``mirror.copy.linger.ms``): one report, one copy job, one wake-up
+    # of the worker's loop, not one long poll and report per moved partition.
+    t = uuid.uuid4()
+    tps = [TopicPartition(t, p) for p in range(4)]
+    source = MovingSource()
+    watch = DataWatch(lambda: source, max_wait_ms=20)
+    watch.linger_s = 0.3
+    reports: list[set[TopicPartition]] = []
+    watch.on_moved = reports.append
+    try:
+        for tp in tps:
+            watch.park(tp, 5, 1)
+        _until("every partition watched", lambda: source.watched == set(tps))
+        source.moving.add(tps[0])
+        _until("the first report", lambda: len(reports) == 1)
+        for tp in tps[1:]:  # within the linger, one after another
+            source.moving.add(tp)
+            time.sleep(0.02)
+        _until("the rest reported", lambda: sum(map(len, reports)) == 4)
+        assert reports == [{tps[0]}, set(tps[1:])]
+    finally:
+        watch.close()
