@@ -68,7 +68,7 @@ class StateTally:
 
     def states_of(self, mirror: str, topic_id: uuid.UUID) -> Collection[MirrorState]:
         """The states some partition of the topic is in (live: do not change it)."""
-        counts = self._counts.get((mirror, topic_id))
+        counts = self._counts.get((mirror, topic_id.int))
         return counts.keys() if counts is not None else ()
 
     def mirror_counts(self, mirror: str) -> Mapping[MirrorState, int]:
