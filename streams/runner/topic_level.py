@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 Desired = dict[uuid.UUID, tuple[DesiredState, int]]
 _NEVER = -(1 << 62)
-_DONE = (MirrorState.STOPPED, MirrorState.UNKNOWN)  # a stop's topic turns writable once every partition is in one
+STOP_DONE = (MirrorState.STOPPED, MirrorState.UNKNOWN)  # a stop's topic turns writable once every partition is in one
 _PART = 25  # topics per part of a reconcile; ``TopicLevel.between`` runs between the parts
 
 
@@ -109,10 +109,10 @@ class TopicLevel:
         # round asks for every stopping topic: 4,000 of them at 200,000 partitions).
         blocker = self._not_stopped.get(topic_id)
         parts = self.r.partitions.get(topic_id, ())
-        if blocker is not None and blocker in parts and state(TopicPartition(topic_id, blocker)).state not in _DONE:
+        if blocker is not None and blocker in parts and state(TopicPartition(topic_id, blocker)).state not in STOP_DONE:
             return False
         for p in parts:
-            if state(TopicPartition(topic_id, p)).state not in _DONE:
+            if state(TopicPartition(topic_id, p)).state not in STOP_DONE:
                 self._not_stopped[topic_id] = p
                 return False
         self._not_stopped.pop(topic_id, None)

@@ -17,10 +17,11 @@ from typing import Any, Protocol
 
 from coordinator.partition_state import MirrorPartitionKey
 from coordinator.ports import PortError, TopicPartition
-from coordinator.states import DesiredState, MirrorState
+from coordinator.states import DesiredState
 from records.buffers import release_free_heap
 from streams.config import WorkerConfig
 from streams.runner.runner import MirrorRunner
+from streams.runner.topic_level import STOP_DONE
 from streams.worker.state_store import WorkerStateStore
 from streams.worker.table import WorkerTable
 
@@ -125,9 +126,6 @@ def leads_topic(store: WorkerStateStore, mirror_name: str, topic_id: Any) -> boo
     return store.partition_of(MirrorPartitionKey(mirror_name, topic_id, 0)) in store.owned
 
 
-_STOPPED = (MirrorState.STOPPED, MirrorState.UNKNOWN)  # what the topic level of a stop counts as stopped
-
-
 def waits_on_others(w: Any) -> bool:
     """Whether the topic level of a stopping topic this worker leads waits on the other workers'
     partitions: it has not settled the topic yet, and the topic's partitions here are all STOPPED
@@ -144,7 +142,7 @@ def waits_on_others(w: Any) -> bool:
         job = w.mirrors.get(name)
         if job is not None and job.runner.topic_level.settled.get(topic_id) == offset:
             return False  # made writable (or found so) for this stop already
-        return all(s in _STOPPED for s in tally.states_of(name, topic_id))
+        return all(s in STOP_DONE for s in tally.states_of(name, topic_id))
 
     return (any(m.desired_state is DesiredState.STOP and waits(m.mirror_name, m.topic_id, max(m.last_change_offset, 0))
                 for m in w.image.mirrors.topics.values())
