@@ -73,6 +73,11 @@ class WorkerTable:
         """Takes the table partitions in ``owned`` on and lets the others go; returns the mirror
         partitions released and those whose states were loaded, for the runners to follow."""
         gained, lost = owned - self.store.owned, self.store.owned - owned
+        app = getattr(self.table, "app", None)
+        if gained and app is not None and (app.rebalancing or app.in_recovery):
+            # Faust replays a newly assigned partition's changelog into RocksDB with the stream
+            # flow already resumed: loaded now, its states would be partial, and never loaded again.
+            gained = set()
         released = [key for p in lost for key in self.store.drop_partition(p)]
         loaded: list[MirrorPartitionKey] = []
         if not gained:

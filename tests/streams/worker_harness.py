@@ -67,7 +67,8 @@ class Rig:
         self.workdir, self.bootstrap, self.topics = workdir, bootstrap, topics
         self.state_partitions, self.tick, self.seed = state_partitions, tick, seed
         self.procs = Processes(workdir)
-        self.loglevel = os.environ.get("KIP1279_TEST_LOGLEVEL", "warning")
+        # The table's hand-overs at info: a failed wait prints them (``wait``).
+        self.loglevel = os.environ.get("KIP1279_TEST_LOGLEVEL", "warning,streams.worker.table=info")
         self.tag = uuid.uuid4().hex[:6]
         self.endpoints: dict[str, str] = {}
         self.workers: dict[str, tuple[str, subprocess.Popen[str]]] = {}
@@ -294,7 +295,13 @@ class Rig:
             c.abort_transaction(txn)
 
     def wait(self, what: str, predicate: Callable[[], bool], timeout: float = 60.0) -> None:
-        wait_for(what, predicate, timeout, self.clock)
+        try:
+            wait_for(what, predicate, timeout, self.clock)
+        except DemoError:
+            for log_file in sorted(self.workdir.glob("*.log")):  # what CI shows of a wait that never ended
+                print(f"--- the last lines of {log_file.name}", *log_file.read_text(errors="replace").splitlines()[-15:],
+                      sep="\n")  # fmt: skip
+            raise
 
     # ------------------------------------------------------------------- verification
 
