@@ -69,6 +69,7 @@ from streams.runner.topic_level import TopicLevel
 from streams.runner.syncer import MirrorStats, MirrorSyncer
 from streams.runner.executor import Executor
 from streams.runner.stop_impact import StopImpacts
+from streams.runner.stop_columns import StopColumns
 from streams.runner.stores import DesiredStateLog, InMemoryStateStore
 
 _SETTLE_STEPS = 12  # workflow steps per partition per round; every workflow is shorter
@@ -157,6 +158,7 @@ class MirrorRunner:
         # epoch stamped) is a new object, and the round after a mass stop re-stepped them all.
         self._settled: dict[MirrorPartitionKey, tuple[MirrorState, DesiredState, int]] = {}
         self.topic_level = TopicLevel(self)
+        self.columns = StopColumns(self)  # a mass stop's common steps, columnar
         # Caught-up partitions park on the source's long poll (with ``long_poll`` and a source
         # that offers one): only what changed is stepped and fetched (``streams.runner.interest``).
         opener = getattr(source, "open_watch", None) if long_poll else None
@@ -388,8 +390,9 @@ class MirrorRunner:
                     tp = key.topic_partition
                     if self.final_sync.get(tp) is not FinalSync.RAN:
                         wait_isr[tp] = s
-            active = runnable
             self._final_group_sync(wait_isr)
+            bulk, active = self.columns.split(runnable, states)  # the stop's common steps, as columns
+            later = self.columns.run(bulk, now)
             # What needs no port call is observed at once; the rest as generators, in waves.
             observed: dict[MirrorPartitionKey, Any] = {}
             asking = {}
@@ -453,7 +456,7 @@ class MirrorRunner:
                 if not may_run(key, after, None):
                     continue
                 nxt.append((key, want, offset))
-            active = nxt
+            active = nxt + later
 
     def persist(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> bool:
         self.interest.mark(key, state.state is MirrorState.MIRRORING)
