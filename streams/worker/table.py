@@ -205,8 +205,13 @@ class OtherWorkersStates:
         self.view: Any = None  # streams.admin.controller.MirrorStateChangelogView, made on first use
         self._following: frozenset[int] | None = None  # the table partitions the view follows
         self._read_at = 0.0
+        self._lock = asyncio.Lock()  # table partitions step side by side: one read at a time
 
     async def refresh(self, stop_under_way: Callable[[], bool]) -> None:
+        async with self._lock:
+            await self._refresh(stop_under_way)
+
+    async def _refresh(self, stop_under_way: Callable[[], bool]) -> None:
         if len(self.store.owned) >= self.config.state_partitions:
             self.store.remote = {}
             return
