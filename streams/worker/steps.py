@@ -34,9 +34,11 @@ log = logging.getLogger(__name__)
 class StepTasks:
     """One step task per table partition at a time; partitions step side by side.
 
-    A rebalance waits for the steps under way (``hold``), as Faust waits for an agent's event in
-    progress before it revokes partitions: a revoked table partition's last writes are durable
-    before its next owner steps it. Steps asked for meanwhile run after the rebalance (``resume``)."""
+    A rebalance waits for the jobs under way and their writes (``hold``), as Faust waits for an
+    agent's event in progress before it revokes partitions: a revoked table partition's last
+    writes are durable before its next owner steps it. A step waiting for its mirror gives up,
+    and no step starts another round (a rebalance waits for one job per mirror, not for every
+    table partition's). Steps asked for meanwhile run after the rebalance (``resume``)."""
 
     def __init__(self, step: Callable[[int], Awaitable[None]], rebalancing: Callable[[], bool] = lambda: False) -> None:
         self._step = step
@@ -44,6 +46,10 @@ class StepTasks:
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self._again: set[int] = set()  # asked for while their step ran: one more step after it
         self._held: set[int] | None = None  # during a rebalance: the steps asked for meanwhile
+
+    @property
+    def holding(self) -> bool:
+        return self._held is not None
 
     def request(self, partition: int) -> None:
         if self._held is not None and not self._rebalancing():
@@ -65,11 +71,11 @@ class StepTasks:
                     raise
                 except Exception:  # noqa: BLE001 - one bad round must not stop the partition's steps
                     log.exception("stepping table partition %d failed", partition)
-                if partition not in self._again:
-                    return
-                if self._held is not None:
+                if self._held is not None:  # a rebalance cut it short, or more was asked: after it
                     self._again.discard(partition)
                     self._held.add(partition)
+                    return
+                if partition not in self._again:
                     return
         finally:
             self.tasks.pop(partition, None)
@@ -104,10 +110,12 @@ async def job_when_free(w: Any, m: Any, keys: list[MirrorPartitionKey], partitio
     start = loop.time()
     while m.busy is not None:  # another table partition's job or a copy: wait for it, do not skip
         left = start + w.step_timeout - loop.time()
-        if left <= 0:
-            return False
+        if left <= 0 or w.steps.holding:
+            return False  # (a rebalance: asked again after it)
         await w.copier.settle(m, left)
     waited.append(loop.time() - start)
+    if w.steps.holding:
+        return False
     if m.retired or w.mirrors.get(m.runner.mirror_name) is not m:
         return False  # rebuilt or closed meanwhile: the next step takes the new one
     fut = loop.run_in_executor(w.pool, w._paused_job, m, keys, w.clock_ms(), partition)
@@ -123,8 +131,8 @@ async def job_when_free(w: Any, m: Any, keys: list[MirrorPartitionKey], partitio
 async def step_rounds(w: Any, partition: int, by_mirror: dict[str, list[MirrorPartitionKey]]) -> None:
     """Up to ``w.max_rounds`` rounds of ``partition``: every mirror's job, then the writes durable."""
     for _ in range(w.max_rounds):
-        if partition not in w.store.owned:
-            break  # released meanwhile: its new owner steps it
+        if partition not in w.store.owned or w.steps.holding:
+            break  # released meanwhile (its new owner steps it), or a rebalance begins
         waits, waited = [], []
         for name, mkeys in by_mirror.items():
             m = await w._mirror(name)

@@ -236,7 +236,10 @@ class OtherWorkersStates:
                                                 partitions=others)  # fmt: skip
                 await view.start()
                 self.view, self._following = view, others
+            started = time.perf_counter()
             self.store.remote = await asyncio.wait_for(self.view.catch_up(), timeout=self.timeout)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("other workers' states: %d read in %.3fs", len(self.store.remote), time.perf_counter() - started)
         except Exception as e:  # noqa: BLE001 - the topic level waits for the next read (a timeout too)
             self.store.remote = None
             log.warning("reading other workers' states from %s failed: %s", c.mirror_state_topic_name, e)
