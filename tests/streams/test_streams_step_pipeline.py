@@ -219,3 +219,40 @@ def test_a_rebalance_waits_for_the_steps_under_way_and_starts_none_until_it_is_o
         assert await until(lambda: not w.steps.tasks)
 
     run(test)
+
+
+def test_a_stops_topic_level_counts_only_durable_stopped_states() -> None:
+    """Another table partition's job may run while a STOPPED is queued or in flight: the topic
+    level of a stop reads durable states only, so a topic never turns writable on a STOPPED the
+    changelog has not acknowledged (a crash would leave the partition STOPPING)."""
+    from coordinator.partition_state import UNKNOWN_STATE
+    from coordinator.ports import TopicPartition
+    from coordinator.states import MirrorState
+    from streams.runner.runner import MirrorRunner
+    from streams.runner.topic_level import TopicLevel
+
+    class Host:
+        state = MirrorRunner.state
+        durable_state = MirrorRunner.durable_state
+
+        def __init__(self, store: WorkerStateStore) -> None:
+            self.store, self.mirror_name, self.partitions = store, "m", {TOPIC: {0, 1}}
+
+        def key(self, tp: TopicPartition) -> MirrorPartitionKey:
+            return MirrorPartitionKey("m", tp.topic_id, tp.partition)
+
+    store = WorkerStateStore(4)
+    store.owned = {0, 1, 2, 3}
+    keys = [MirrorPartitionKey("m", TOPIC, p) for p in (0, 1)]
+    stopping = UNKNOWN_STATE.with_(state=MirrorState.STOPPING, state_epoch=1)
+    stopped = UNKNOWN_STATE.with_(state=MirrorState.STOPPED, state_epoch=2)
+    store.durable[keys[0]], store.durable[keys[1]] = stopped, stopping
+    store.put(keys[1], stopped)  # queued by a job, not durable yet
+    host = Host(store)
+    level = TopicLevel(host)  # type: ignore[arg-type]
+    assert host.state(TopicPartition(TOPIC, 1)).state is MirrorState.STOPPED  # the steps read their own writes
+    assert not level.all_stopped(TOPIC)
+    ready, _, _ = store.prepare(store.partition_of(keys[1]))  # in flight to the changelog
+    assert not level.all_stopped(TOPIC)
+    store.land(ready)  # acknowledged
+    assert level.all_stopped(TOPIC)
