@@ -103,13 +103,15 @@ class StepTasks:
 
 
 async def job_when_free(w: Any, m: Any, keys: list[MirrorPartitionKey], partition: int, waited: list[float]) -> bool:
-    """Runs the mirror's job for ``partition`` once the mirror runs no other job (waiting at most
-    ``w.step_timeout``); True once the job ended or ran past ``w.step_timeout`` (still running:
-    its mirror stays busy), False if it never started. ``waited`` gets the seconds waited."""
+    """Runs the mirror's job for ``partition`` once the mirror runs no other job; True once the
+    job ended or ran past ``w.step_timeout`` (still running: its mirror stays busy), False if it
+    never started. ``waited`` gets the seconds waited. The wait is bounded by a step timeout per
+    owned table partition (ahead of it, at most one job of each other one, or a copy)."""
     loop = asyncio.get_running_loop()
     start = loop.time()
+    bound = w.step_timeout * max(1, len(w.store.owned))
     while m.busy is not None:  # another table partition's job or a copy: wait for it, do not skip
-        left = start + w.step_timeout - loop.time()
+        left = start + bound - loop.time()
         if left <= 0 or w.steps.holding:
             return False  # (a rebalance: asked again after it)
         await w.copier.settle(m, left)
