@@ -185,7 +185,7 @@ class CoordinatorWorker:
         self.app.timer(max(1.0, config.heartbeat_interval_ms / 1000), name=f"{config.faust_app_id}.membership")(
             self.exit.watch_membership)  # fmt: skip
         self.app.on_before_shutdown.connect(self._before_shutdown)
-        # A rebalance revokes table partitions once the steps under way have ended (``StepTasks.hold``).
+        # A rebalance revokes table partitions once the jobs under way and their writes have ended (``StepTasks.hold``).
         self.app.on_partitions_revoked.connect(self._hold_steps)
         self.app.on_rebalance_complete.connect(self.steps.resume)
         # Sync status (for the controller's describe) and audit snapshots, each on its own timer.

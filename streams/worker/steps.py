@@ -13,9 +13,9 @@ only after its writes were acknowledged, and reads of keys whose writes are in f
 durable state before them (``WorkerStateStore``), so another table partition's job (the topic
 level above all) never acts on a state that is not durable.
 
-A step that finds its mirror busy (another table partition's job, or a copy) waits for it, at
-most ``step_timeout``, rather than skipping the mirror: a skipped table partition was left to a
-later tick.
+A step that finds its mirror busy (another table partition's job, or a copy) waits for it (at
+most a step timeout per owned table partition) rather than skipping the mirror: a skipped table
+partition was left to a later tick.
 """
 
 from __future__ import annotations
