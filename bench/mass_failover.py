@@ -226,7 +226,7 @@ class Bench:
         data = ["--data-dir", str(self.workdir / "data-B")]
         extra = ["--no-offsets"] if a_.no_offsets else []
         _, line = d.procs.spawn("controller-B", [PY, "-m", "streams.worker.main", "--controller", "--listener", "127.0.0.1:0",
-                                                 "--super-users", ADMIN, "--loglevel", "warning", *extra, *common, *data],
+                                                 "--super-users", ADMIN, "--loglevel", a_.controller_loglevel, *extra, *common, *data],
                                         ready="LISTENING")  # fmt: skip
         d.endpoints["B"] = line.split()[1]
         for name in self.workers():  # each its own data directory (RocksDB, member identity)
@@ -287,6 +287,7 @@ class Bench:
         spies = self._profile()
         self.say(f"FAILOVER: kafka-cluster-mirrors --stop --mirror {MIRROR} --topics '.*' --wait {a_.failover_timeout:.0f}")
         th = threading.Thread(target=call, daemon=True, name="cli-stop")
+        self.result["stop_called_at"] = round(time.time(), 3)  # to line the processes' logs up with the call
         th.start()
         th.join(a_.failover_timeout + 30)  # the CLI bounds its own wait; this bounds a hung admin call
         elapsed = box.get("end", time.monotonic()) - t0
@@ -424,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-offsets", action="store_true",
                    help="controller describe without source HW / dest LEO (2 model calls per partition less)")
     p.add_argument("--worker-loglevel", default="warning", help="the worker's log level (debug: per-round timings)")
+    p.add_argument("--controller-loglevel", default="warning", help="the controller's log level (info: each command's append)")
     p.add_argument("--workdir", help="keep everything here (default: a temporary directory)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     p.add_argument("--profile", type=float, default=0.0, metavar="SECONDS",

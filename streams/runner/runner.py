@@ -218,6 +218,11 @@ class MirrorRunner:
     def state(self, tp: TopicPartition) -> MirrorPartitionState:
         return self.store.get(self.key(tp)) or UNKNOWN_STATE
 
+    def durable_state(self, tp: TopicPartition) -> MirrorPartitionState:
+        """``state`` as a crash would leave it (a store without writes pending: the same)."""
+        get = getattr(self.store, "durable_get", None)
+        return (get(self.key(tp)) if get is not None else self.store.get(self.key(tp))) or UNKNOWN_STATE
+
     def states(self) -> dict[TopicPartition, MirrorPartitionState]:
         return {k.topic_partition: self.store.get(k) or UNKNOWN_STATE for k in self.store.keys(self.mirror_name)}
 

@@ -102,8 +102,14 @@ class TopicLevel:
         self.run([(t, want, offset) for t, (want, offset) in sorted(desired.items())
                   if want is DesiredState.STOP and self.settled.get(t) != offset and self.all_stopped(t)])  # fmt: skip
 
+    def stop_state(self, tp: TopicPartition) -> MirrorPartitionState:
+        """A partition's state as a stop's topic level reads it: durable only (a write queued or in
+        flight, of another table partition's job, counts for nothing until it is acknowledged)."""
+        durable = getattr(self.r, "durable_state", None)
+        return durable(tp) if durable is not None else self.r.state(tp)
+
     def all_stopped(self, topic_id: uuid.UUID) -> bool:
-        state = self.r.state
+        state = self.stop_state
         # The partition that was not stopped at the last look is looked at first: while a stop
         # goes on it mostly still is not, and a topic's answer costs one read, not a walk (each
         # round asks for every stopping topic: 4,000 of them at 200,000 partitions).
@@ -138,7 +144,8 @@ class TopicLevel:
                 parts = set(r.partitions.get(topic_id, ()))
                 if want is DesiredState.STOP and obs.dest_topic is not None:
                     parts.update(range(len(obs.dest_topic.partitions)))  # writable once every one is STOPPED, wherever its state lives
-                states = {p: r.state(TopicPartition(topic_id, p)) for p in sorted(parts)}
+                state = self.stop_state if want is DesiredState.STOP else r.state
+                states = {p: state(TopicPartition(topic_id, p)) for p in sorted(parts)}
                 decided.append((topic_id, want, offset, states,
                                 decide_topic(r.mirror_name, obs, want, states, r.now_ms, r.config)))
         # One round trip per command position, not one per command: making 4,000 topics

@@ -18,7 +18,9 @@ Per event of table partition ``p`` the agent (1) writes the state writes waiting
 the table (RocksDB; changelog ``__mirror_state``) and waits for the changelog to acknowledge
 them, then (2) drives every mirror partition of ``p`` in a bounded thread pool (blocking port
 calls never run on the loop), one job per cluster mirror so a slow or dead source stalls only
-its own mirror's partitions, and goes back to (1), a few rounds at most. Within a round the
+its own mirror's partitions, and goes back to (1), a few rounds at most. Table partitions step
+side by side, one task each (``streams.worker.steps``): while ``p``'s writes are acknowledged,
+the job of ``q`` runs. Within a round the
 steps of one state run on (each is idempotent and resumes after a crash) and end up as one
 write; a second change of state, and the one STOPPING step whose inputs a crash could not
 recompute, wait for the round's writes to be durable (``may_step_before_durable``). That is
@@ -84,6 +86,7 @@ from streams.worker.copier import CopyPath
 from streams.worker.mirror_jobs import MirrorJob, ask_for_the_view, cyclic_gc_paused, full_jitter, run_job, waits_on_others
 from streams.worker.profiling import profiled_job
 from streams.worker.table import tick_topic_name, worker_topic_specs
+from streams.worker.steps import StepTasks, step_rounds
 from streams.worker.ticks import IDLE_INTERVAL_S, TickPlan
 
 log = logging.getLogger(__name__)
@@ -172,6 +175,8 @@ class CoordinatorWorker:
         self._serde = MetadataRecordSerde(default_codec().schemas)
         self._record_cls = default_codec().schemas.struct("MirrorTopicStateChangeRecord")
         self._record_key = default_codec().schemas.spec("MirrorTopicStateChangeRecord").api_key
+        self.steps = StepTasks(self.step_partition, lambda: bool(getattr(self.app, "rebalancing", False)))
+        self._mirror_lock = asyncio.Lock()  # steps of several table partitions: one runner built per mirror
         self.agent = self.app.agent(channel, name=f"{config.faust_app_id}.mirror-partitions")(self._process)
         self.app.timer(tick_interval, name=f"{config.faust_app_id}.ticks")(self._send_ticks)
         self.app.task(self._follow_metadata)
@@ -180,6 +185,9 @@ class CoordinatorWorker:
         self.app.timer(max(1.0, config.heartbeat_interval_ms / 1000), name=f"{config.faust_app_id}.membership")(
             self.exit.watch_membership)  # fmt: skip
         self.app.on_before_shutdown.connect(self._before_shutdown)
+        # A rebalance revokes table partitions once the jobs under way and their writes have ended (``StepTasks.hold``).
+        self.app.on_partitions_revoked.connect(self._hold_steps)
+        self.app.on_rebalance_complete.connect(self.steps.resume)
         # Sync status (for the controller's describe) and audit snapshots, each on its own timer.
         instance = config.group_instance_id or f"{config.client_id}-{uuid.uuid4().hex[:8]}"
         self.reports = WorkerReports(config, self.store, instance, self.ports, lambda: self.image, clock_ms,
@@ -198,7 +206,11 @@ class CoordinatorWorker:
     async def _before_shutdown(self, sender: Any = None, **_: Any) -> None:
         # The consumer is still in the group here; it closes without leaving (static member).
         self.exit.note_member()
+        await self.steps.stop()
         await self.reports.stop(self.table_partitions.producer)
+
+    async def _hold_steps(self, sender: Any = None, *_: Any, **__: Any) -> None:
+        await self.steps.hold(self.config.rebalance_timeout_ms / 1000 * 0.8)
 
     async def _publish_sync_status(self) -> None:
         if self.caught_up.is_set():
@@ -350,12 +362,7 @@ class CoordinatorWorker:
                 continue  # sent before the last step of this partition began: that step covered it
             if not self.caught_up.is_set():
                 continue
-            try:
-                await self.step_partition(p)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 - one bad round must not stop the agent
-                log.exception("stepping table partition %d failed", p)
+            self.steps.request(p)  # table partitions step side by side (``streams.worker.steps``)
 
     def _sync_ownership(self) -> None:
         released, loaded = self.table_partitions.sync_ownership(self.owned_partitions())
@@ -366,6 +373,10 @@ class CoordinatorWorker:
                     getattr(m.runner, follow)(key)
 
     async def _mirror(self, name: str) -> MirrorJob | None:
+        async with self._mirror_lock:
+            return await self._mirror_locked(name)
+
+    async def _mirror_locked(self, name: str) -> MirrorJob | None:
         m = self.mirrors.get(name)
         if m is not None:
             current = self.image.mirrors.get(name)
@@ -428,30 +439,7 @@ class CoordinatorWorker:
         by_mirror = dict(cached[1])
         for name in self.image.mirrors.mirrors:
             by_mirror.setdefault(name, [])
-        loop = asyncio.get_running_loop()
-        for _ in range(self.max_rounds):
-            jobs = []
-            for name, mkeys in by_mirror.items():
-                m = await self._mirror(name)
-                if m is not None and m.copying:
-                    await self.copier.settle(m, self.step_timeout)
-                if m is None or m.busy is not None:
-                    continue  # still busy with a slow port call: only this mirror's partitions wait
-                fut = loop.run_in_executor(self.pool, self._paused_job, m, mkeys, self.clock_ms(), partition)
-                m.busy = fut
-                fut.add_done_callback(lambda f, m=m: self._job_done(m, f))
-                jobs.append(fut)
-            if not jobs:
-                break
-            t0 = time.perf_counter()
-            await asyncio.wait(jobs, timeout=self.step_timeout)
-            t1 = time.perf_counter()
-            written = await self.table_partitions.persist(partition)
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug("table partition %d: jobs %.3fs, %d write(s) durable in %.3fs",
-                          partition, t1 - t0, written, time.perf_counter() - t1)
-            if not written:
-                break
+        await step_rounds(self, partition, by_mirror)
         ask_for_the_view(self, partition)
 
     async def _read_other_workers_states(self) -> None:

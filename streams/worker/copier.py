@@ -5,8 +5,8 @@ starts the mirror's copy job (``streams.worker.mirror_jobs.run_copy``) on the po
 tick record, no Faust event and no workflow step: a record's way from A to B is the watch's
 report, one fetch and one append. A mirror runs one job at a time, so a copy wanted while
 another job runs starts when it ends; a step (an event of a table partition) waits for a
-running copy job rather than skipping the mirror, so a desired-state change (a STOP above all)
-is never left to a later tick by it.
+running job (a copy, or another table partition's step: ``streams.worker.steps``) rather than
+skipping the mirror, so a desired-state change (a STOP above all) is never left to a later tick by it.
 """
 
 from __future__ import annotations
@@ -74,9 +74,10 @@ class CopyPath:
             self._start(m)
 
     async def settle(self, m: MirrorJob, timeout: float) -> None:
-        """Wait for ``m``'s copy job, if one runs: a step must not skip the mirror for it."""
+        """Wait for ``m``'s job, if one runs (a copy, or another table partition's step): a step
+        must not skip the mirror for it; a copy wanted meanwhile waits for the step."""
         fut = m.busy
-        if fut is None or not m.copying:
+        if fut is None:
             return
         name = m.runner.mirror_name
         self.steps_waiting[name] = self.steps_waiting.get(name, 0) + 1

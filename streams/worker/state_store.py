@@ -132,6 +132,16 @@ class WorkerStateStore:
             got = pending.get(key)
             if got is not None:
                 return got
+        return self._durable_get(key, p)
+
+    def durable_get(self, key: MirrorPartitionKey) -> MirrorPartitionState | None:
+        """``get`` without the writes not yet durable: what a crash would leave. The topic level
+        of a stop reads these: another table partition's job may run while a write is queued or
+        in flight (``streams.worker.steps``), and a topic turns writable only on durable STOPPED."""
+        p = self._partition.get(key)
+        return self._durable_get(key, self.partition_of(key) if p is None else p)
+
+    def _durable_get(self, key: MirrorPartitionKey, p: int) -> MirrorPartitionState | None:
         got = self.durable.get(key)
         if got is None and self.remote and p not in self.owned:
             status = self.remote.get((key.mirror_name, key.topic_id, key.partition))

@@ -210,8 +210,13 @@ class OtherWorkersStates:
         self.view: Any = None  # streams.admin.controller.MirrorStateChangelogView, made on first use
         self._following: frozenset[int] | None = None  # the table partitions the view follows
         self._read_at = 0.0
+        self._lock = asyncio.Lock()  # table partitions step side by side: one read at a time
 
     async def refresh(self, stop_under_way: Callable[[], bool]) -> None:
+        async with self._lock:
+            await self._refresh(stop_under_way)
+
+    async def _refresh(self, stop_under_way: Callable[[], bool]) -> None:
         if len(self.store.owned) >= self.config.state_partitions:
             self.store.remote = {}
             return
@@ -236,7 +241,10 @@ class OtherWorkersStates:
                                                 partitions=others)  # fmt: skip
                 await view.start()
                 self.view, self._following = view, others
+            started = time.perf_counter()
             self.store.remote = await asyncio.wait_for(self.view.catch_up(), timeout=self.timeout)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("other workers' states: %d read in %.3fs", len(self.store.remote), time.perf_counter() - started)
         except Exception as e:  # noqa: BLE001 - the topic level waits for the next read (a timeout too)
             self.store.remote = None
             log.warning("reading other workers' states from %s failed: %s", c.mirror_state_topic_name, e)
