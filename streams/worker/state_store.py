@@ -37,22 +37,26 @@ class DurableStates(dict):  # type: ignore[type-arg]
     """The durable states by key, with counts per state kept as they change (``tally``): the
     sync status reports how many partitions mirror every second without a walk over them all."""
 
-    __slots__ = ("tally",)
+    __slots__ = ("tally", "changes")
 
     def __init__(self) -> None:
         super().__init__()
         self.tally = StateTally()
+        self.changes = 0  # moves with every change (``WorkerStateStore.version``)
 
     def __setitem__(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> None:
         dict.__setitem__(self, key, state)
         self.tally.set((key.mirror_name, key.topic_id, key.partition), state.state)
+        self.changes += 1
 
     def __delitem__(self, key: MirrorPartitionKey) -> None:
         dict.__delitem__(self, key)
         self.tally.discard((key.mirror_name, key.topic_id, key.partition))
+        self.changes += 1
 
     def pop(self, key: MirrorPartitionKey, *default: Any) -> Any:
         if key in self:
+            self.changes += 1
             state = dict.pop(self, key)
             self.tally.discard((key.mirror_name, key.topic_id, key.partition))
             return state
@@ -61,6 +65,7 @@ class DurableStates(dict):  # type: ignore[type-arg]
     def clear(self) -> None:
         dict.clear(self)
         self.tally = StateTally()
+        self.changes += 1
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         for key, state in dict(*args, **kwargs).items():
@@ -103,8 +108,14 @@ class WorkerStateStore:
         self._state_keys: dict[MirrorPartitionKey, bytes] = {}  # encoded MirrorPartitionState keys
         self.transitions = 0
         self.writes = 0
+        self._queued = 0  # moves with every change of the queued writes (``version``)
         # Told of each acknowledged change of state and write out of FAILED (``streams.worker.metrics``).
         self.on_landed: Callable[[MirrorPartitionKey, MirrorPartitionState | None, MirrorPartitionState], None] | None = None
+
+    def version(self) -> tuple[int, int, int, frozenset[int]]:
+        """Changes whenever what ``keys`` and ``get`` give may have: a caller that walked every key
+        keeps what it found while this stays (an idle metadata sync walked 50,000 for nothing)."""
+        return self.durable.changes, self._queued, id(self.remote), frozenset(self.owned)
 
     def partition_of(self, key: MirrorPartitionKey) -> int:
         p = self._partition.get(key)
@@ -168,6 +179,7 @@ class WorkerStateStore:
             for queue in (pending, lmes):
                 if key in queue and self.outlived(key, queue[key].applied_offset):
                     del queue[key]
+                    self._queued += 1
             state = self.durable.get(key)
             if state is not None and self.outlived(key, state.applied_offset):
                 del self.durable[key]
@@ -194,6 +206,7 @@ class WorkerStateStore:
             if before is not state.state and not is_legal_transition(before, state.state):
                 raise AssertionError(f"{key}: illegal transition {before.name} -> {state.state.name}")
             self.pending[p][key] = state
+            self._queued += 1
 
     def put_lme(self, record: LastMirrorEpoch) -> None:
         with self.lock:
@@ -250,6 +263,7 @@ class WorkerStateStore:
 
     def take(self, partition: int) -> tuple[dict[MirrorPartitionKey, MirrorPartitionState], dict[MirrorPartitionKey, LastMirrorEpoch]]:
         with self.lock:
+            self._queued += 1
             return self.pending.pop(partition, {}), self.pending_lme.pop(partition, {})
 
     def take_deletes(self, partition: int) -> set[MirrorPartitionKey]:
@@ -268,6 +282,7 @@ class WorkerStateStore:
         with self.lock:
             if partition not in self.owned:
                 return
+            self._queued += 1
             for key, state in states.items():
                 self.pending[partition].setdefault(key, state)
             for key, lme in lmes.items():
@@ -311,6 +326,7 @@ class WorkerStateStore:
     def drop_pending(self) -> None:
         """What a crash loses: every write not yet durable."""
         with self.lock:
+            self._queued += 1
             self.pending.clear()
             self.pending_lme.clear()
             self.pending_impact.clear()
@@ -328,6 +344,7 @@ class WorkerStateStore:
     def drop_partition(self, partition: int) -> list[MirrorPartitionKey]:
         with self.lock:
             self.owned.discard(partition)
+            self._queued += 1
             self.pending.pop(partition, None)
             self.pending_lme.pop(partition, None)
             self.pending_impact.pop(partition, None)
