@@ -99,7 +99,8 @@ class WorkerStateStore:
         # Latest states of table partitions other workers own, from the changelog (read-only):
         # the topic level needs every partition of a topic, wherever it is owned. None: not read
         # for the stop under way (or the read failed), so a stopping topic's topic level waits.
-        self.remote: Mapping[tuple[str, uuid.UUID, int], Any] | None = None
+        self._remote: Mapping[tuple[str, uuid.UUID, int], Any] | None = None
+        self._remote_reads = 0  # moves with every view of other workers that may say something
         # (mirror, topic) -> metadata offset at which the topic left that mirror: state applied
         # at or before it is the old membership's, to tombstone (``deletes``) and never write.
         self.removed: dict[tuple[str, uuid.UUID], int] = {}
@@ -112,10 +113,20 @@ class WorkerStateStore:
         # Told of each acknowledged change of state and write out of FAILED (``streams.worker.metrics``).
         self.on_landed: Callable[[MirrorPartitionKey, MirrorPartitionState | None, MirrorPartitionState], None] | None = None
 
+    @property
+    def remote(self) -> Mapping[tuple[str, uuid.UUID, int], Any] | None:
+        return self._remote
+
+    @remote.setter
+    def remote(self, value: Mapping[tuple[str, uuid.UUID, int], Any] | None) -> None:
+        if value or self._remote:  # an empty view for none (every step of a lone worker) reads the same
+            self._remote_reads += 1
+        self._remote = value
+
     def version(self) -> tuple[int, int, int, frozenset[int]]:
         """Changes whenever what ``keys`` and ``get`` give may have: a caller that walked every key
         keeps what it found while this stays (an idle metadata sync walked 50,000 for nothing)."""
-        return self.durable.changes, self._queued, id(self.remote), frozenset(self.owned)
+        return self.durable.changes, self._queued, self._remote_reads, frozenset(self.owned)
 
     def partition_of(self, key: MirrorPartitionKey) -> int:
         p = self._partition.get(key)
@@ -263,8 +274,10 @@ class WorkerStateStore:
 
     def take(self, partition: int) -> tuple[dict[MirrorPartitionKey, MirrorPartitionState], dict[MirrorPartitionKey, LastMirrorEpoch]]:
         with self.lock:
-            self._queued += 1
-            return self.pending.pop(partition, {}), self.pending_lme.pop(partition, {})
+            states = self.pending.pop(partition, {})
+            if states:
+                self._queued += 1
+            return states, self.pending_lme.pop(partition, {})
 
     def take_deletes(self, partition: int) -> set[MirrorPartitionKey]:
         with self.lock:
@@ -282,7 +295,8 @@ class WorkerStateStore:
         with self.lock:
             if partition not in self.owned:
                 return
-            self._queued += 1
+            if states:
+                self._queued += 1
             for key, state in states.items():
                 self.pending[partition].setdefault(key, state)
             for key, lme in lmes.items():

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +21,7 @@ import pytest
 from model_server import ServerProcess
 
 from clustermodel.client import ClusterClient
+from coordinator.partition_state import UNKNOWN_STATE, MirrorPartitionKey
 from coordinator.ports import TopicPartition
 from coordinator.states import DesiredState, MirrorState
 from coordinator.workflows.config import MirrorConfig
@@ -170,6 +172,9 @@ def test_an_idle_metadata_sync_does_not_walk_the_partitions_again(port: int) -> 
         assert reads[0] >= 6  # the first sync walks every partition
         reads[0] = 0
         dst.trips.clear()
+        for p in range(store.num_partitions):  # idle steps of a lone worker meanwhile: nothing written
+            store.land(store.prepare(p)[0])
+            store.remote = {}
         assert r.sync_if_due(now + 2 * REFRESH_MS, desired)
         assert reads[0] == 0  # nothing moved: the same live set
         assert r.stats.sync_success_ms["acl"] == now + 2 * REFRESH_MS  # the sync itself ran
@@ -222,3 +227,25 @@ def test_a_refresh_that_finds_a_topic_as_it_settled_decides_nothing(port: int, m
     finally:
         r.close()
         a.close()
+
+
+def test_the_store_version_moves_only_with_what_its_reads_see() -> None:
+    store = _worker_store()
+    topic_id = uuid.uuid4()
+    key = MirrorPartitionKey("m", topic_id, 0)
+    was = store.version()
+    # An idle step: nothing queued to write, and a lone worker's empty view of the others.
+    for p in range(4):
+        store.land(store.prepare(p)[0])
+    store.remote = {}
+    store.remote = {}
+    store.remote = None
+    assert store.version() == was
+    store.put(key, UNKNOWN_STATE.with_(state=MirrorState.PREPARING, state_epoch=1))
+    queued = store.version()
+    assert queued != was
+    store.land(store.prepare(store.partition_of(key))[0])
+    assert store.version() != queued  # durable now
+    landed = store.version()
+    store.remote = {("m", topic_id, 1): object()}  # another worker's states
+    assert store.version() != landed
