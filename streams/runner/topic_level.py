@@ -60,9 +60,9 @@ class TopicLevel:
         self.settled: dict[uuid.UUID, int] = {}  # topic -> desired offset its topic level settled at
         self._not_stopped: dict[uuid.UUID, int] = {}  # topic -> a partition ``all_stopped`` last found not stopped
         self.checked_ms: dict[uuid.UUID, int] = {}
-        # topic -> (the observation it settled on, the store's version then): a refresh that
-        # observes the same, with no state changed since, has nothing to decide.
-        self._seen: dict[uuid.UUID, tuple[object, object]] = {}
+        # topic -> (the observation it settled on, the store's version then, the config): a refresh
+        # that observes the same, with no state and no setting changed since, has nothing to decide.
+        self._seen: dict[uuid.UUID, tuple[object, object, object]] = {}
         # (the desired states, until when): every topic of them settled at its desired offset, none
         # due for its metadata refresh before then, so ``reconcile`` has nothing to look at.
         self.quiet: tuple[object, int] | None = None
@@ -141,7 +141,7 @@ class TopicLevel:
         version = self._version()
         for topic_id, want, offset in topics:
             obs = observed[topic_id]
-            if version is not None and self.settled.get(topic_id) == offset and self._seen.get(topic_id) == (obs, version):
+            if version is not None and self.settled.get(topic_id) == offset and self._seen.get(topic_id) == (obs, version, r.config):
                 r.ready.add(topic_id)  # as it settled: the same observation, no state moved since
                 continue
             if isinstance(obs, PortError):
@@ -164,7 +164,7 @@ class TopicLevel:
         version = self._version()
         for topic_id, want, offset, _, _ in decided:
             if version is not None and self.settled.get(topic_id) == offset and topic_id in r.ready:
-                self._seen[topic_id] = (observed[topic_id], version)
+                self._seen[topic_id] = (observed[topic_id], version, r.config)
 
     def _version(self) -> object:
         """The store's version (``WorkerStateStore.version``), None where it has none."""

@@ -224,6 +224,17 @@ def test_a_refresh_that_finds_a_topic_as_it_settled_decides_nothing(port: int, m
         r.reconcile_topics(t, desired)
         assert decided == [metas[0].topic_id]
         assert 2 in r.partitions[metas[0].topic_id]
+        for _ in range(2):  # its new partition's state moved the store: the others once more, then none
+            decided.clear()
+            t += REFRESH_MS
+            r.reconcile_topics(t, desired)
+        assert decided == []
+        # New settings: every topic is decided again at its refresh.
+        r.reconfigure(MirrorConfig(metadata_refresh_interval_ms=REFRESH_MS, fetch_backoff_ms=1234))
+        decided.clear()
+        t += REFRESH_MS
+        r.reconcile_topics(t, desired)
+        assert sorted(decided) == sorted(m.topic_id for m in metas)
     finally:
         r.close()
         a.close()
