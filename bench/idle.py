@@ -215,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-topic", type=int, default=50, help="partitions per topic")
     p.add_argument("--window", type=float, default=30.0, help="seconds of each measurement (30 or more for the headline)")
     p.add_argument("--settle", type=float, default=20.0, help="seconds after all are MIRRORING before measuring")
+    p.add_argument("--hold", type=float, default=0.0,
+                   help="seconds to stay idle after the idle window, before the trickle (for an outside profiler)")
     p.add_argument("--trickle-percent", type=float, default=1.0, help="percent of partitions receiving 1 record/s")
     p.add_argument("--setup-timeout", type=float, default=900.0)
     p.add_argument("--seed", type=int, default=7)
@@ -251,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
             report = _profile_diff(before, _profile_snapshot(workdir))
             (workdir / "profile-idle.txt").write_text(report + "\n")
             sys.stdout.write(report + "\n")
+        if args.hold > 0:
+            bench.say(f"holding idle {args.hold:.0f}s")
+            time.sleep(args.hold)
         latencies, trickle = asyncio.run(bench.trickle(args.window, warmup=min(10.0, args.window / 3)))
         all_idle = round(sum(idle.values()), 3)
         bench.result.update(

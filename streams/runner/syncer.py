@@ -112,7 +112,7 @@ class MirrorSyncer:
             for _, why in self._warned:
                 log.warning("mirror %s: a stored config it cannot use is left out (--describe shows it): %s",
                             self.mirror_name, why)  # fmt: skip
-        ordered = sorted(live, key=tp_order)
+        ordered = list(live)  # in key order (``MirrorRunner._live``)
         checked: dict[TopicPartition, Any] = {}
         for i in range(0, len(ordered), _SYNC_PART):
             checked.update(self._all_epochs(ordered[i : i + _SYNC_PART]))

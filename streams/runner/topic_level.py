@@ -28,6 +28,9 @@ Desired = dict[uuid.UUID, tuple[DesiredState, int]]
 _NEVER = -(1 << 62)
 STOP_DONE = (MirrorState.STOPPED, MirrorState.UNKNOWN)  # a stop's topic turns writable once every partition is in one
 _PART = 25  # topics per part of a reconcile; ``TopicLevel.between`` runs between the parts
+# A topic's refresh is taken with an earlier one when due within this share of the interval: the
+# refreshes gather into few passes, not one pass over every desired topic for each few topics.
+_GATHER = 0.1
 
 
 class TopicHost(Protocol):
@@ -57,6 +60,9 @@ class TopicLevel:
         self.settled: dict[uuid.UUID, int] = {}  # topic -> desired offset its topic level settled at
         self._not_stopped: dict[uuid.UUID, int] = {}  # topic -> a partition ``all_stopped`` last found not stopped
         self.checked_ms: dict[uuid.UUID, int] = {}
+        # topic -> (the observation it settled on, the store's version then, the config): a refresh
+        # that observes the same, with no state and no setting changed since, has nothing to decide.
+        self._seen: dict[uuid.UUID, tuple[object, object, object]] = {}
         # (the desired states, until when): every topic of them settled at its desired offset, none
         # due for its metadata refresh before then, so ``reconcile`` has nothing to look at.
         self.quiet: tuple[object, int] | None = None
@@ -67,6 +73,7 @@ class TopicLevel:
     def unsettle(self, topic_id: uuid.UUID) -> None:
         """The topic level has work again for ``topic_id`` (a partition of a stop reached STOPPED)."""
         self.settled.pop(topic_id, None)
+        self._seen.pop(topic_id, None)
         self.quiet = None
 
     def due(self, now_ms: int, desired: object) -> bool:
@@ -80,8 +87,9 @@ class TopicLevel:
         refresh interval the rest)."""
         due = []
         refresh = self.r.config.metadata_refresh_interval_ms
+        early = refresh - int(refresh * _GATHER) if self.quiet is not None and now_ms >= self.quiet[1] else refresh
         for topic_id, (want, offset) in desired.items():
-            stale = now_ms - self.checked_ms.get(topic_id, _NEVER) >= refresh
+            stale = now_ms - self.checked_ms.get(topic_id, _NEVER) >= early
             if self.settled.get(topic_id) == offset and not stale:
                 continue
             if want is DesiredState.STOP and not stale and not self.all_stopped(topic_id):
@@ -136,8 +144,12 @@ class TopicLevel:
             failed = next((f"{type(o).__name__}: {o}" for o in observed.values() if isinstance(o, PortError)), None)
             r.stats.synced("topic_metadata_refresh", r.now_ms, failed)
         decided = []
+        version = self._version()
         for topic_id, want, offset in topics:
             obs = observed[topic_id]
+            if version is not None and self.settled.get(topic_id) == offset and self._seen.get(topic_id) == (obs, version, r.config):
+                r.ready.add(topic_id)  # as it settled: the same observation, no state moved since
+                continue
             if isinstance(obs, PortError):
                 r.note(f"topic {topic_id}: {obs}")
             elif obs is not None:
@@ -156,6 +168,15 @@ class TopicLevel:
                 r.note(f"topic {topic_id}: {failed_topics[topic_id]}")
             else:
                 self._apply(topic_id, want, offset, states, decision)
+        version = self._version()
+        for topic_id, want, offset, _, _ in decided:
+            if version is not None and self.settled.get(topic_id) == offset and topic_id in r.ready:
+                self._seen[topic_id] = (observed[topic_id], version, r.config)
+
+    def _version(self) -> object:
+        """The store's version (``WorkerStateStore.version``), None where it has none."""
+        version = getattr(getattr(self.r, "store", None), "version", None)
+        return None if version is None else version()
 
     def _apply(self, topic_id: uuid.UUID, want: DesiredState, offset: int,
                states: dict[int, MirrorPartitionState], decision: TopicDecision) -> None:  # fmt: skip

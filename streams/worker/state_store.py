@@ -37,22 +37,26 @@ class DurableStates(dict):  # type: ignore[type-arg]
     """The durable states by key, with counts per state kept as they change (``tally``): the
     sync status reports how many partitions mirror every second without a walk over them all."""
 
-    __slots__ = ("tally",)
+    __slots__ = ("tally", "changes")
 
     def __init__(self) -> None:
         super().__init__()
         self.tally = StateTally()
+        self.changes = 0  # moves with every change (``WorkerStateStore.version``)
 
     def __setitem__(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> None:
         dict.__setitem__(self, key, state)
         self.tally.set((key.mirror_name, key.topic_id, key.partition), state.state)
+        self.changes += 1
 
     def __delitem__(self, key: MirrorPartitionKey) -> None:
         dict.__delitem__(self, key)
         self.tally.discard((key.mirror_name, key.topic_id, key.partition))
+        self.changes += 1
 
     def pop(self, key: MirrorPartitionKey, *default: Any) -> Any:
         if key in self:
+            self.changes += 1
             state = dict.pop(self, key)
             self.tally.discard((key.mirror_name, key.topic_id, key.partition))
             return state
@@ -61,6 +65,7 @@ class DurableStates(dict):  # type: ignore[type-arg]
     def clear(self) -> None:
         dict.clear(self)
         self.tally = StateTally()
+        self.changes += 1
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         for key, state in dict(*args, **kwargs).items():
@@ -94,7 +99,8 @@ class WorkerStateStore:
         # Latest states of table partitions other workers own, from the changelog (read-only):
         # the topic level needs every partition of a topic, wherever it is owned. None: not read
         # for the stop under way (or the read failed), so a stopping topic's topic level waits.
-        self.remote: Mapping[tuple[str, uuid.UUID, int], Any] | None = None
+        self._remote: Mapping[tuple[str, uuid.UUID, int], Any] | None = None
+        self._remote_reads = 0  # moves with every view of other workers that may say something
         # (mirror, topic) -> metadata offset at which the topic left that mirror: state applied
         # at or before it is the old membership's, to tombstone (``deletes``) and never write.
         self.removed: dict[tuple[str, uuid.UUID], int] = {}
@@ -103,8 +109,24 @@ class WorkerStateStore:
         self._state_keys: dict[MirrorPartitionKey, bytes] = {}  # encoded MirrorPartitionState keys
         self.transitions = 0
         self.writes = 0
+        self._queued = 0  # moves with every change of the queued writes (``version``)
         # Told of each acknowledged change of state and write out of FAILED (``streams.worker.metrics``).
         self.on_landed: Callable[[MirrorPartitionKey, MirrorPartitionState | None, MirrorPartitionState], None] | None = None
+
+    @property
+    def remote(self) -> Mapping[tuple[str, uuid.UUID, int], Any] | None:
+        return self._remote
+
+    @remote.setter
+    def remote(self, value: Mapping[tuple[str, uuid.UUID, int], Any] | None) -> None:
+        if value or self._remote:  # an empty view for none (every step of a lone worker) reads the same
+            self._remote_reads += 1
+        self._remote = value
+
+    def version(self) -> tuple[int, int, int, frozenset[int]]:
+        """Changes whenever what ``keys`` and ``get`` give may have: a caller that walked every key
+        keeps what it found while this stays (an idle metadata sync walked 50,000 for nothing)."""
+        return self.durable.changes, self._queued, self._remote_reads, frozenset(self.owned)
 
     def partition_of(self, key: MirrorPartitionKey) -> int:
         p = self._partition.get(key)
@@ -178,6 +200,7 @@ class WorkerStateStore:
             for queue in (pending, lmes):
                 if key in queue and self.outlived(key, queue[key].applied_offset):
                     del queue[key]
+                    self._queued += 1
             state = self.durable.get(key)
             if state is not None and self.outlived(key, state.applied_offset):
                 del self.durable[key]
@@ -204,6 +227,7 @@ class WorkerStateStore:
             if before is not state.state and not is_legal_transition(before, state.state):
                 raise AssertionError(f"{key}: illegal transition {before.name} -> {state.state.name}")
             self.pending[p][key] = state
+            self._queued += 1
 
     def put_lme(self, record: LastMirrorEpoch) -> None:
         with self.lock:
@@ -260,7 +284,10 @@ class WorkerStateStore:
 
     def take(self, partition: int) -> tuple[dict[MirrorPartitionKey, MirrorPartitionState], dict[MirrorPartitionKey, LastMirrorEpoch]]:
         with self.lock:
-            return self.pending.pop(partition, {}), self.pending_lme.pop(partition, {})
+            states = self.pending.pop(partition, {})
+            if states:
+                self._queued += 1
+            return states, self.pending_lme.pop(partition, {})
 
     def take_deletes(self, partition: int) -> set[MirrorPartitionKey]:
         with self.lock:
@@ -278,6 +305,8 @@ class WorkerStateStore:
         with self.lock:
             if partition not in self.owned:
                 return
+            if states:
+                self._queued += 1
             for key, state in states.items():
                 self.pending[partition].setdefault(key, state)
             for key, lme in lmes.items():
@@ -321,6 +350,7 @@ class WorkerStateStore:
     def drop_pending(self) -> None:
         """What a crash loses: every write not yet durable."""
         with self.lock:
+            self._queued += 1
             self.pending.clear()
             self.pending_lme.clear()
             self.pending_impact.clear()
@@ -338,6 +368,7 @@ class WorkerStateStore:
     def drop_partition(self, partition: int) -> list[MirrorPartitionKey]:
         with self.lock:
             self.owned.discard(partition)
+            self._queued += 1
             self.pending.pop(partition, None)
             self.pending_lme.pop(partition, None)
             self.pending_impact.pop(partition, None)

@@ -35,7 +35,10 @@ from coordinator.ports import TopicPartition
 from streams.worker.mirror_jobs import job_topics
 
 log = logging.getLogger(__name__)
-IDLE_INTERVAL_S = 5.0
+# As long as a metadata refresh (metadata.refresh.interval.ms): each of these ticks is a produce,
+# a fetch and a commit on the broker, and 8 table partitions every 5 s were most of what an idle
+# worker asked of it.
+IDLE_INTERVAL_S = 30.0
 _IN_FLIGHT_MS = 2000  # a tick not stepped by then is sent again (a lost record never stalls a partition)
 
 
