@@ -1,8 +1,13 @@
 """Suite-wide: puts tests/ on sys.path (shared helpers), says which yardstick the run uses, and
-offers the session's Apache Kafka cluster (``apache_kafka``, tests/kafka_fixtures.py)."""
+offers the session's Apache Kafka cluster (``apache_kafka``, tests/kafka_fixtures.py) and its
+Spark session (``spark``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
 import reference_data
 from kafka_fixtures import REQUIRE_ENV, apache_kafka, apache_kafka_3, kafka_required  # noqa: F401 - fixtures for all tests
 
@@ -15,3 +20,15 @@ def pytest_report_header() -> list[str]:
     if kafka_required():
         kafka += f"; {REQUIRE_ENV}=1: its tests fail rather than skip"
     return [f"yardstick: {reference_data.describe()}", f"apache kafka: {kafka}"]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One real Spark session (~7 s to start) for every test that runs the audit: local[2] as
+    BROKER.md says. ``audit.spark.spark_session()`` hands it to the code under test as well."""
+    pytest.importorskip("pyspark", reason="pyspark is not installed (the `audit` extra)")
+    from audit.spark import spark_session
+
+    session = spark_session("local[2]", app_name="kip1279-audit-tests", **{"spark.sql.shuffle.partitions": "4"})
+    yield session
+    session.stop()

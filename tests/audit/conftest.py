@@ -1,4 +1,5 @@
-"""One real Spark session for the whole audit suite, and the exported sample history."""
+"""The exported sample history of the audit suite (its Spark session, ``spark``, is the test
+session's: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -17,16 +18,7 @@ from pyspark.sql import SparkSession  # noqa: E402
 from audit.export import export_snapshot  # noqa: E402
 from audit.model import AuditSnapshot, ConfigDriftRow, PartitionRow  # noqa: E402
 from audit.sample import sample_history  # noqa: E402
-from audit.spark import spark_session  # noqa: E402
 from coordinator.states import MirrorState  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    # local[2] as BROKER.md says; one session (~7 s to start) shared by every audit test.
-    session = spark_session("local[2]", app_name="kip1279-audit-tests", **{"spark.sql.shuffle.partitions": "4"})
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="session")

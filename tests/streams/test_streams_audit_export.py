@@ -10,7 +10,7 @@ failback; B's worker is SIGKILLed and restarted in between. Then:
 - the exports are incremental: a later snapshot carries only the transitions since the
   previous one (the failover's, not the first start's again), and every transition of the
   ``__mirror_state`` changelog is in exactly one snapshot, across the restart too;
-- ``python -m audit --snapshots <dir>/<B>`` reads B's store and passes.
+- the audit (``python -m audit --snapshots <dir>/<B>``'s main) reads B's store and passes.
 
 And two exporters of one coordinator on a real ``__mirror_state`` topic (table partition 0
 moving between workers) hand over without exporting a transition twice.
@@ -18,9 +18,7 @@ moving between workers) hand over without exporting a transition twice.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+import io
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -29,12 +27,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from audit import layout
+from audit.cli import main as audit_main
 from coordinator.states import MirrorState
 from streams.brokers.noida import LocalBroker
 from streams.config import ConfigError, WorkerConfig
 from worker_harness import Rig
 
-ROOT = Path(__file__).resolve().parents[2]
 INTERVAL_MS = 500
 
 
@@ -77,7 +75,8 @@ def all_states(root: Path, state: str, n: int, after_ms: int = 0) -> bool:
 
 
 @pytest.mark.slow
-def test_timed_export_is_incremental_per_coordinator_and_off_without_dir(broker: LocalBroker, tmp_path: Path) -> None:
+def test_timed_export_is_incremental_per_coordinator_and_off_without_dir(broker: LocalBroker, spark: object,
+                                                                          tmp_path: Path) -> None:  # fmt: skip
     export_dir = tmp_path / "audit"
     on = ["--audit-export-dir", str(export_dir), "--audit-export-interval-ms", str(INTERVAL_MS)]
     rig = Rig(tmp_path, broker.bootstrap, {"orders": 2, "audit": 1}, state_partitions=4, tick=0.1)
@@ -137,12 +136,13 @@ def test_timed_export_is_incremental_per_coordinator_and_off_without_dir(broker:
     finally:
         rig.close()
 
-    # The audit CLI reads B's store (failover included) and passes.
-    env = dict(os.environ, PYTHONPATH=str(ROOT), AUDIT_SPARK_MASTER="local[2]", SPARK_LOCAL_IP="127.0.0.1")
-    done = subprocess.run([sys.executable, "-m", "audit", "--snapshots", str(root_b), "--no-progress"],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.rstrip().endswith("audit PASS"), done.stdout
+    # The audit CLI (``python -m audit``'s main, on the session's Spark: a process of its own would
+    # start a second Spark; tests/audit/test_audit_cli.py runs ``python -m audit`` as a process)
+    # reads B's store, failover included, and passes.
+    out, err = io.StringIO(), io.StringIO()
+    code = audit_main(["--snapshots", str(root_b), "--no-progress"], out=out, err=err)
+    assert code == 0, out.getvalue() + err.getvalue()
+    assert out.getvalue().rstrip().endswith("audit PASS"), out.getvalue()
 
 
 def test_export_off_unless_a_directory_is_set(tmp_path: Path) -> None:

@@ -231,6 +231,16 @@ class Rig:
             self.clock.stop()
         for c in self.clients.values():
             c.close()
+        # The test is over: the workers are SIGKILLed (a clean stop took 3-4 s each, one after the
+        # other; nothing here checks it: leave_worker and stop_worker do, where a test claims it),
+        # the controllers get SIGTERM at once, so their shutdowns overlap. The model server is still
+        # stopped last.
+        for _, proc in self.workers.values():
+            if proc.poll() is None:
+                proc.kill()
+        for name, proc in self.procs.procs:
+            if name != "model-server" and proc.poll() is None:
+                proc.terminate()
         self.procs.close()
 
     # ------------------------------------------------------------------------- commands
