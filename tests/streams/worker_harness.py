@@ -68,7 +68,7 @@ class Rig:
         self.state_partitions, self.tick, self.seed = state_partitions, tick, seed
         self.procs = Processes(workdir)
         # The table's hand-overs at info: a failed wait prints them (``wait``).
-        self.loglevel = os.environ.get("KIP1279_TEST_LOGLEVEL", "warning,streams.worker.table=info")
+        self.loglevel = os.environ.get("KIP1279_TEST_LOGLEVEL", "warning,streams.worker.table=info,faust.tables.recovery=info")
         self.tag = uuid.uuid4().hex[:6]
         self.endpoints: dict[str, str] = {}
         self.workers: dict[str, tuple[str, subprocess.Popen[str]]] = {}
@@ -309,7 +309,7 @@ class Rig:
             wait_for(what, predicate, timeout, self.clock)
         except DemoError:
             for log_file in sorted(self.workdir.glob("*.log")):  # what CI shows of a wait that never ended
-                print(f"--- the last lines of {log_file.name}", *log_file.read_text(errors="replace").splitlines()[-15:],
+                print(f"--- the last lines of {log_file.name}", *log_file.read_text(errors="replace").splitlines()[-30:],
                       sep="\n")  # fmt: skip
             raise
 
