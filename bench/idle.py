@@ -226,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tick-interval", type=float, default=0.2, help="worker tick interval (demo: 0.2)")
     p.add_argument("--metadata-refresh-ms", type=int, default=30000)
     p.add_argument("--worker-loglevel", default="warning")
+    p.add_argument("--controller-loglevel", default="warning")
     p.add_argument("--profile", action="store_true",
                    help="cProfile the worker (KIP1279_PROFILE_DIR) and print where its idle window's time went")
     p.add_argument("--workdir")
