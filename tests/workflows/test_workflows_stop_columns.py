@@ -20,7 +20,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from workflow_harness import FAST, World, WorkerMirror, batches, shape
+from workflow_harness import FAST, World, WorkerMirror, batches, source_topics, shape
 
 from coordinator.partition_state import MirrorPartitionKey, MirrorPartitionState, Step
 from coordinator.ports import (
@@ -194,19 +194,7 @@ _FENCE = st.tuples(st.integers(0, 20), st.sampled_from(_METHODS))
 def _world(topics: list[tuple[list[tuple[int, bool]], DesiredState]], faults: list[Any], fences: list[Any],
            columns: bool) -> tuple[World, WorkerMirror, FaultyPort, list[Any]]:  # fmt: skip
     w = World("a", "b", worker=True)
-    a = w["a"]
-    made = []
-    for i, (parts, _) in enumerate(topics):
-        t = a.add_topic(f"t{i}", partitions=len(parts))
-        made.append(t)
-        for p, (records, open_txn) in enumerate(parts):
-            for r in range(records):
-                a.produce(t.name, p, [(b"k", f"{i}-{p}-{r}".encode())])
-            if open_txn:
-                tid = f"tx-{i}-{p}"
-                a.init_producer_id(tid)
-                a.begin_transaction(tid)
-                a.produce_transactional(tid, t.name, p, [(b"k", b"open")])
+    made = source_topics(w, topics)
     m = w.mirror("a", "b", FAST)
     assert isinstance(m, WorkerMirror)
     port = FaultyPort(w["b"])

@@ -21,7 +21,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from workflow_harness import FAST, World, WorkerMirror, batches, run_until, shape
+from workflow_harness import FAST, World, WorkerMirror, batches, source_topics, run_until, shape
 
 from coordinator.partition_state import MirrorPartitionKey
 from coordinator.states import DesiredState, MirrorState
@@ -33,19 +33,7 @@ _TOPIC = st.tuples(st.lists(_PARTITION, min_size=1, max_size=3), _DESIRED)
 
 def _world(topics: list[tuple[list[tuple[int, bool]], DesiredState]]) -> tuple[World, WorkerMirror, list[Any]]:
     w = World("a", "b", worker=True)
-    a = w["a"]
-    made = []
-    for i, (parts, _) in enumerate(topics):
-        t = a.add_topic(f"t{i}", partitions=len(parts))
-        made.append(t)
-        for p, (records, open_txn) in enumerate(parts):
-            for r in range(records):
-                a.produce(t.name, p, [(b"k", f"{i}-{p}-{r}".encode())])
-            if open_txn:
-                tid = f"tx-{i}-{p}"
-                a.init_producer_id(tid)
-                a.begin_transaction(tid)
-                a.produce_transactional(tid, t.name, p, [(b"k", b"open")])
+    a, made = w["a"], source_topics(w, topics)
     m = w.mirror("a", "b", FAST)
     assert isinstance(m, WorkerMirror)
     for t in made:

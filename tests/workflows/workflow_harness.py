@@ -10,6 +10,7 @@ coordinator killed in the middle of a workflow.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from clustermodel import ClusterModel
@@ -217,3 +218,22 @@ def run_until(world: World, predicate: Any, max_rounds: int = 60, ms: int = 100)
 def all_in(m: Mirror, state: MirrorState) -> bool:
     st = states_of(m)
     return bool(st) and all(s is state for s in st.values())
+
+
+def source_topics(w: World, topics: Sequence[tuple[Sequence[tuple[int, bool]], Any]]) -> list[Any]:
+    """Topics ``t0``, ``t1``... on cluster ``a``, one per ``(partitions, _)`` of ``topics``: each
+    partition ``(records, open_txn)`` gets that many records and, with ``open_txn``, a transaction left open."""
+    a = w["a"]
+    made = []
+    for i, (parts, _) in enumerate(topics):
+        t = a.add_topic(f"t{i}", partitions=len(parts))
+        made.append(t)
+        for p, (records, open_txn) in enumerate(parts):
+            for r in range(records):
+                a.produce(t.name, p, [(b"k", f"{i}-{p}-{r}".encode())])
+            if open_txn:
+                tid = f"tx-{i}-{p}"
+                a.init_producer_id(tid)
+                a.begin_transaction(tid)
+                a.produce_transactional(tid, t.name, p, [(b"k", b"open")])
+    return made
