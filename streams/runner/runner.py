@@ -49,7 +49,6 @@ from coordinator.ports import (
     SourceCluster,
     TopicMetadata,
     TopicPartition,
-    tp_order,
 )
 from coordinator.image import TopicCut
 from coordinator.states import DesiredState, MirrorState
@@ -58,9 +57,8 @@ from coordinator.workflows.config import MirrorConfig
 from coordinator.workflows.drive import decide_partition
 from coordinator.workflows.fetcher import fetcher_of, lag
 from coordinator.workflows.stop import FinalSync
-from coordinator.workflows.sync_groups import SYNCED_STATES
 from streams.runner.data_watch import DEFAULT_MAX_WAIT_MS, DataWatch
-from streams.runner.fetch_round import STARTED, fetch_round
+from streams.runner.fetch_round import fetch_round
 from streams.runner.interest import Interest
 from streams.runner.port_errors import on_port_error
 from streams.runner.observers import MirrorObservers
@@ -70,6 +68,7 @@ from streams.runner.syncer import MirrorStats, MirrorSyncer
 from streams.runner.executor import Executor
 from streams.runner.stop_impact import StopImpacts
 from streams.runner.stop_columns import StopColumns
+from streams.runner.live import LivePartitions
 from streams.runner.stores import DesiredStateLog, InMemoryStateStore
 
 _SETTLE_STEPS = 12  # workflow steps per partition per round; every workflow is shorter
@@ -148,7 +147,6 @@ class MirrorRunner:
         self.impacts = StopImpacts(mirror_name, source, self.store)  # a stop's prediction and outcome (issue #26)
         self.now_ms = 0
         self._next_sync_ms = 0
-        self._live_cache: tuple[object, object, dict[TopicPartition, MirrorPartitionState]] | None = None
         self._source_cluster_id: str | None = None
         self._dest_cluster_id: str | None = None
         # Partitions whose last step left them as they were, with nothing to do and nothing to
@@ -160,6 +158,7 @@ class MirrorRunner:
         self._settled: dict[MirrorPartitionKey, tuple[MirrorState, DesiredState, int]] = {}
         self.topic_level = TopicLevel(self)
         self.columns = StopColumns(self)  # a mass stop's common steps, columnar
+        self.live = LivePartitions(mirror_name, self.store)  # the periodic sync's partitions
         # Caught-up partitions park on the source's long poll (with ``long_poll`` and a source
         # that offers one): only what changed is stepped and fetched (``streams.runner.interest``).
         opener = getattr(source, "open_watch", None) if long_poll else None
@@ -314,29 +313,8 @@ class MirrorRunner:
         # what changes there without a command of ours (a new leader of B) is seen in that time.
         self.executor.positions.clear()
         desired = self.metadata.latest(self.mirror_name) if desired is None else desired
-        self.syncer.run(self._live(desired), self.now_ms)
+        self.syncer.run(self.live.of(desired), self.now_ms)
         return True
-
-    def _live(self, desired: dict[uuid.UUID, tuple[DesiredState, int]]) -> dict[TopicPartition, MirrorPartitionState]:
-        """The live mirror partitions in key order (not paused, stopped, failed, nor of a topic being
-        stopped or paused); the last walk's while neither the desired states nor the store moved."""
-        version = getattr(self.store, "version", None)
-        version = version() if version is not None else None
-        cached = self._live_cache
-        if version is not None and cached is not None and cached[0] is desired and cached[1] == version:
-            return cached[2]
-        live = {}
-        # In any order (sorting every key took ~0.3 s at 200,000 partitions, in each sync of a
-        # failover that syncs none of them); the live ones in key order after.
-        keys = getattr(self.store, "unsorted_keys", self.store.keys)
-        for key in keys(self.mirror_name):
-            if desired.get(key.topic_id, STARTED)[0] is DesiredState.START:  # before the state: a failover reads none
-                s = self.store.get(key)
-                if s is not None and s.state in SYNCED_STATES:
-                    live[key.topic_partition] = s
-        out = dict(sorted(live.items(), key=lambda kv: tp_order(kv[0])))
-        self._live_cache = None if version is None else (desired, version, out)
-        return out
 
     def _cluster_ids(self) -> None:
         for attr, port in (("_source_cluster_id", self.source), ("_dest_cluster_id", self.dest)):

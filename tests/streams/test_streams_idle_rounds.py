@@ -186,10 +186,10 @@ def test_an_idle_metadata_sync_does_not_walk_the_partitions_again(port: int) -> 
         reads[0] = 0
         assert r.sync_if_due(now + 3 * REFRESH_MS, desired)
         assert reads[0] >= 6
-        assert tp not in r._live(desired) and TopicPartition(metas[0].topic_id, 1) in r._live(desired)
+        assert tp not in r.live.of(desired) and TopicPartition(metas[0].topic_id, 1) in r.live.of(desired)
         # So is a desired state that moves (a new dict): the paused topic's partitions leave it.
         paused = {**desired, metas[1].topic_id: (DesiredState.PAUSE, desired[metas[1].topic_id][1] + 1)}
-        assert all(TopicPartition(metas[1].topic_id, p) not in r._live(paused) for p in (0, 1))
+        assert all(TopicPartition(metas[1].topic_id, p) not in r.live.of(paused) for p in (0, 1))
     finally:
         r.close()
         a.close()
