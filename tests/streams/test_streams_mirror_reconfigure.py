@@ -53,7 +53,7 @@ def worker(configs: dict[str, str]) -> Any:
 
 
 def mirror(w: Any) -> Any:
-    return asyncio.run(CoordinatorWorker._mirror(w, "m"))  # type: ignore[arg-type]
+    return asyncio.run(CoordinatorWorker._mirror_locked(w, "m"))  # type: ignore[arg-type]
 
 
 def test_settings_only_reach_the_running_runner() -> None:
