@@ -452,8 +452,9 @@ class MirrorRunner:
                 nxt.append((key, want, offset))
             active = nxt + later
 
-    def persist(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> bool:
-        self.interest.mark(key, state.state is MirrorState.MIRRORING)
+    def persist(self, key: MirrorPartitionKey, state: MirrorPartitionState, tp: TopicPartition | None = None) -> bool:
+        """The fenced write of ``state`` (``tp``: the key's partition, when the caller has it)."""
+        self.interest.mark(key, state.state is MirrorState.MIRRORING, tp)
         try:
             self.store.put(key, state)
             return True

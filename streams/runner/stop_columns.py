@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from coordinator.impact_record import StopOutcome
-from coordinator.partition_state import MirrorPartitionKey, MirrorPartitionState, StateWriteFenced, Step
+from coordinator.partition_state import MirrorPartitionKey, MirrorPartitionState, Step
 from coordinator.ports import PortError, UnknownTopicId
 from coordinator.states import DesiredState, MirrorState
 from coordinator.workflows.commands import Decision
@@ -107,7 +107,7 @@ class StopColumns:
             if positions:
                 positions.pop(tp, None)
             sessions[fetcher_of(tp, n)].discard(tp)  # its RemoveFetcher
-            if self._persist(key, tp, after):
+            if r.persist(key, after, tp):
                 outcomes[tp] = StopOutcome()  # a new stop: nothing of an earlier one
                 self._after_write(key, tp, after, offset, now, nxt)
 
@@ -236,21 +236,10 @@ class StopColumns:
             if d.last_mirror_epoch is not None:
                 store.put_lme(d.last_mirror_epoch)
             after = d.state
-            if after is s or not self._persist(key, tp, after):
+            if after is s or not r.persist(key, after, tp):
                 continue
             decided(key, s, d, obs, _STOP, now)
             self._after_write(key, tp, after, offset, now, nxt)
-
-    def _persist(self, key: MirrorPartitionKey, tp: Any, state: MirrorPartitionState) -> bool:
-        """``MirrorRunner.persist``, with the partition at hand (no STOPPING partition fetches)."""
-        r = self.r
-        r.interest.mark(key, False, tp)
-        try:
-            r.store.put(key, state)
-            return True
-        except StateWriteFenced as e:  # another writer moved the state on: the next round re-reads
-            r.note(str(e))
-            return False
 
     def _after_write(self, key: MirrorPartitionKey, tp: Any, after: MirrorPartitionState, offset: int, now: int,
                      nxt: list[Work]) -> None:  # fmt: skip
