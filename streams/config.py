@@ -200,6 +200,11 @@ class WorkerConfig:
         return self._prefixed("__mirror_sync_status")
 
     @property
+    def stop_reports_topic_name(self) -> str:
+        """Each table partition's owner's report of its stops done (``streams.state.stop_reports``)."""
+        return self._prefixed("__mirror_stop_reports")
+
+    @property
     def faust_app_id(self) -> str:
         return self._prefixed("kip1279-coordinator")
 

@@ -79,6 +79,7 @@ from streams.runner.syncer import MirrorStats
 from streams.worker.exits import WorkerExit
 from streams.worker.follower import WorkerMetadataFollower
 from streams.worker.reports import WorkerReports
+from streams.worker.stop_reports import StopReporter
 from streams.worker.table import OtherWorkersStates, WorkerTable
 from streams.worker.ports import PortFactory, model_server_ports
 from streams.worker.state_store import WorkerStateStore
@@ -167,7 +168,8 @@ class CoordinatorWorker:
         self.caught_up = self.follower.caught_up
         self.replayer = self.follower.replayer
         self.poison_offsets = self.follower.poison_offsets
-        self.other_workers = OtherWorkersStates(config, self.store, tick_interval, step_timeout)
+        self.other_workers = OtherWorkersStates(config, self.store, tick_interval, step_timeout, lambda: self.image,
+                                                self.desired_for)  # fmt: skip
         self.table_partitions = WorkerTable(config, self.table, self.store, lambda: self.image,
                                             lambda seconds: self.on_changelog_write(seconds))  # fmt: skip
         self._last_step: dict[int, float] = {}
@@ -192,6 +194,7 @@ class CoordinatorWorker:
         instance = config.group_instance_id or f"{config.client_id}-{uuid.uuid4().hex[:8]}"
         self.reports = WorkerReports(config, self.store, instance, self.ports, lambda: self.image, clock_ms,
                                      self.table_partitions.changelog_producer)  # fmt: skip
+        self.stop_reporter = StopReporter(config, self.store, instance, self.table_partitions.changelog_producer, clock_ms)
         self.app.timer(1.0, name=f"{config.faust_app_id}.sync-status")(self._publish_sync_status)
         if self.reports.audit_exporter is not None:
             self.app.timer(config.audit_export_interval_ms / 1000, name=f"{config.faust_app_id}.audit-export")(
@@ -215,6 +218,7 @@ class CoordinatorWorker:
     async def _publish_sync_status(self) -> None:
         if self.caught_up.is_set():
             await self.reports.publish_sync_status({n: m.runner for n, m in self.mirrors.items()}, self.stats)
+            await self.stop_reporter.report(self.image)  # a stop that reached the image after the last step
 
     async def _export_audit(self) -> None:
         """By the owner of table partition 0 only: one writer per store."""
@@ -440,6 +444,7 @@ class CoordinatorWorker:
         for name in self.image.mirrors.mirrors:
             by_mirror.setdefault(name, [])
         await step_rounds(self, partition, by_mirror)
+        await self.stop_reporter.report(self.image)
         ask_for_the_view(self, partition)
 
     async def _read_other_workers_states(self) -> None:

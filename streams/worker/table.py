@@ -18,13 +18,17 @@ from typing import Any
 
 from coordinator.image import MetadataImage
 from coordinator.partition_state import MirrorPartitionKey, decode_state, encode_state, key_order
+from coordinator.states import DesiredState
 from streams.config import WorkerConfig
 from streams.state.mirror_state import RecordType, applied_offset_of, default_codec, partition_for_key, retyped_key
 from streams.config import dlq_topic_spec, metadata_topic_spec
 from streams.state.mirror_state import desired_state_topic_spec, mirror_state_topic_spec
+from streams.state.stop_reports import stop_reports_topic_spec
 from streams.state.sync_status import sync_status_topic_spec
+from streams.worker.stop_reports import ReportedStops
 
 log = logging.getLogger(__name__)
+REPORT_WAIT_S = 10.0  # how long other workers' stop reports are waited for before their states are read
 _VALUE_PREFIX = struct.pack(">h", 0)
 
 
@@ -202,7 +206,8 @@ class OtherWorkersStates:
     wherever its state lives. Read after their writes were acknowledged, so a STOPPED seen is
     durable. ``store.remote`` is None while there is no view for the stop under way."""
 
-    def __init__(self, config: WorkerConfig, store: Any, interval: float, timeout: float) -> None:
+    def __init__(self, config: WorkerConfig, store: Any, interval: float, timeout: float,
+                 image: Callable[[], MetadataImage] | None = None, desired: Callable[[str], Any] | None = None) -> None:  # fmt: skip
         self.config = config
         self.store = store
         self.interval = interval  # at most one read per interval
@@ -211,6 +216,11 @@ class OtherWorkersStates:
         self._following: frozenset[int] | None = None  # the table partitions the view follows
         self._read_at = 0.0
         self._lock = asyncio.Lock()  # table partitions step side by side: one read at a time
+        # The other workers' stop reports (``streams.state.stop_reports``): with the image and the
+        # desired states (image and events), the view of a stop from one record per table partition.
+        self.image, self.desired = image, desired
+        self.reports: Any = None  # StopReportsView, made on first use
+        self._waiting_since: float | None = None  # the first read of the stop under way
 
     async def refresh(self, stop_under_way: Callable[[], bool]) -> None:
         async with self._lock:
@@ -222,14 +232,23 @@ class OtherWorkersStates:
             return
         if not stop_under_way():
             self.store.remote = None  # a view from an earlier stop may say STOPPED for a restarted partition
+            self._waiting_since = None
             return
-        if time.monotonic() - self._read_at < self.interval:
+        now = time.monotonic()
+        if now - self._read_at < self.interval:
             return
-        self._read_at = time.monotonic()
+        self._read_at = now
+        if self._waiting_since is None:
+            self._waiting_since = now
         c = self.config
         # Only the table partitions others own: with two workers, following all of them read each
         # worker's own 3 writes per stopped partition back (~2 s of CPU per 25,000 partitions).
         others = frozenset(range(c.state_partitions)) - self.store.owned
+        # Their owners' reports first: one record per table partition. The changelog's states are
+        # read only when the reports have not covered the stops for REPORT_WAIT_S (an owner that
+        # publishes none, or whose image has not reached a stop that came to it as an event).
+        if await self._from_reports(others, now - self._waiting_since < REPORT_WAIT_S):
+            return
         try:
             if self.view is not None and self._following is not None and self._following != others:
                 view, self.view = self.view, None  # the assignment moved: follow the new set
@@ -249,9 +268,40 @@ class OtherWorkersStates:
             self.store.remote = None
             log.warning("reading other workers' states from %s failed: %s", c.mirror_state_topic_name, e)
 
+    async def _from_reports(self, others: frozenset[int], wait: bool) -> bool:
+        """``store.remote`` from the reports when they cover every stop in every one of ``others``,
+        or (``wait``) as far as they do; False: read the changelog's states."""
+        if self.image is None or self.desired is None:
+            return False
+        c = self.config
+        try:
+            if self.reports is None:
+                from streams.state.stop_reports import StopReportsView
+
+                self.reports = StopReportsView(c.bootstrap_servers, c.stop_reports_topic_name, c.state_partitions)
+            reports = await asyncio.wait_for(self.reports.reports(), timeout=self.timeout)
+        except Exception as e:  # noqa: BLE001 - the changelog's states then, as before the reports
+            log.warning("reading %s failed: %s", c.stop_reports_topic_name, e)
+            return False
+        image = self.image()
+        latest: dict[str, int] = {}
+        for name in image.mirrors.mirrors:
+            offsets = [o for want, o in self.desired(name).values() if want is DesiredState.STOP]
+            if offsets:
+                latest[name] = max(offsets)
+        got = ReportedStops(reports, image.offset, self.desired, self.store.partition_of)
+        if not (wait or got.covers(latest, sorted(others))):
+            return False
+        held = self.store.remote
+        if not (isinstance(held, ReportedStops) and held.reports == got.reports and held.image_offset == got.image_offset):
+            self.store.remote = got  # a new view only when a report or the image moved: it moves the store's version
+        return True
+
     async def stop(self) -> None:
         if self.view is not None:
             await self.view.stop()
+        if self.reports is not None:
+            await self.reports.stop()
 
 
 def tick_topic_name(config: WorkerConfig) -> str:
@@ -266,4 +316,5 @@ def worker_topic_specs(config: WorkerConfig) -> list[Any]:
     return [metadata_topic_spec(config.metadata_topic_name, config.replication_factor),
             dlq_topic_spec(config.metadata_topic_name, config.replication_factor),
             mirror_state_topic_spec(config), desired_state_topic_spec(config), sync_status_topic_spec(config),
+            stop_reports_topic_spec(config),
             ticks]  # fmt: skip

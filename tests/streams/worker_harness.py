@@ -74,7 +74,7 @@ class Rig:
         self.state_partitions, self.tick, self.seed = state_partitions, tick, seed
         self.procs = Processes(workdir)
         # The table's hand-overs at info: a failed wait prints them (``wait``).
-        self.loglevel = os.environ.get("KIP1279_TEST_LOGLEVEL", "warning,streams.worker.table=info,faust.tables.recovery=info")
+        self.loglevel = os.environ.get("KIP1279_TEST_LOGLEVEL", "warning,streams.worker.table=info,streams.worker.stop_reports=info,faust.tables.recovery=info")
         self.tag = uuid.uuid4().hex[:6]
         self.endpoints: dict[str, str] = {}
         self.workers: dict[str, tuple[str, subprocess.Popen[str]]] = {}
