@@ -51,9 +51,11 @@ from streams.state.metadata_log import MetadataLogLoader, MetadataLogReader, Met
 from streams.state.snapshots import SnapshotPolicy, SnapshotStore
 from streams.config import dlq_topic_spec, ensure_topics, metadata_topic_spec
 from streams.state.mirror_state import mirror_state_topic_spec
+from streams.state.stop_reports import StopReportsView, stop_reports_topic_spec
 from streams.state.sync_status import SyncStatusView, sync_status_topic_spec
 from streams.state.changelog_view import MirrorStateChangelogView, PartitionStatus, StateKey
 from streams.admin.members import DeadMemberRemover
+from streams.admin.progress import ProgressCounts
 from streams.admin.cut import attach_cuts, plan_stop_cut
 from streams.admin.preview import PreviewPorts, Refused, predict_stop, serve_preview, with_impact_record
 from streams.admin.responses import alter_configs_response, describe_config, describe_response, error_response, list_response, names, topic_response
@@ -166,6 +168,8 @@ class ClusterMirrorController:
         self.status = status or MirrorStateChangelogView(
             config.bootstrap_servers, config.mirror_state_topic_name, config.state_partitions)
         self.sync_view = SyncStatusView(config.bootstrap_servers, config.sync_status_topic_name)
+        self.stop_reports = StopReportsView(config.bootstrap_servers, config.stop_reports_topic_name, config.state_partitions)
+        self.progress = ProgressCounts(self.status, self.stop_reports, config.state_partitions)
         # The workers' group: dead members a broker does not expire are removed (see its module).
         self.members = DeadMemberRemover(config, self.sync_view)
         self.super_users = super_users
@@ -228,7 +232,8 @@ class ClusterMirrorController:
         c = self.config
         await ensure_topics(c.bootstrap_servers, [metadata_topic_spec(c.metadata_topic_name, c.replication_factor),
                                                   dlq_topic_spec(c.metadata_topic_name, c.replication_factor),
-                                                  mirror_state_topic_spec(c), sync_status_topic_spec(c)])  # fmt: skip
+                                                  mirror_state_topic_spec(c), sync_status_topic_spec(c),
+                                                  stop_reports_topic_spec(c)])  # fmt: skip
         await self.writer.start()
         await self.dlq.start()
         await self.reader.start()
@@ -291,7 +296,7 @@ class ClusterMirrorController:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._follow = self._timer = self._members = None
-        for part in (self.status, self.sync_view, self.reader, self.dlq, self.writer):
+        for part in (self.status, self.sync_view, self.stop_reports, self.reader, self.dlq, self.writer):
             with contextlib.suppress(Exception):
                 await part.stop()
 
@@ -359,7 +364,7 @@ class ClusterMirrorController:
             if state_counts is not None:
                 # A progress poll: counts kept as the changelog is read, no walk over every state.
                 statuses = {}
-                req = req._replace(tally=await state_counts())
+                req = req._replace(tally=await self.progress.counts(self.image, mirrors))
             elif with_offsets:
                 max_age = max(0, getattr(body, "offsets_max_age_ms", 0)) / 1000
                 statuses = await self.status.statuses(offsets=True, mirrors=mirrors, max_age=max_age)
