@@ -28,7 +28,8 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import NewTopic
 
-from streams.config import CATCH_UP_FETCH_MAX_WAIT_MS, WorkerConfig
+from streams.config import WorkerConfig
+from streams.state.sync_status import paused_consumer, read_to_end
 
 log = logging.getLogger(__name__)
 
@@ -74,15 +75,7 @@ class StopReportsView:
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False,
-                                    auto_offset_reset="earliest", client_id="kip1279-worker-stop-reports",
-                                    fetch_max_wait_ms=CATCH_UP_FETCH_MAX_WAIT_MS)  # fmt: skip
-        await consumer.start()
-        tp = TopicPartition(self.topic, 0)
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        consumer.pause(tp)  # read only when asked: nothing is fetched between reads
-        self._consumer = consumer
+        self._consumer = await paused_consumer(self.bootstrap, self.topic, "kip1279-worker-stop-reports")
 
     async def stop(self) -> None:
         consumer, self._consumer = self._consumer, None
@@ -96,17 +89,7 @@ class StopReportsView:
         consumer = self._consumer
         assert consumer is not None
         async with self._lock:
-            tp = TopicPartition(self.topic, 0)
-            end = (await consumer.end_offsets([tp]))[tp]
-            if await consumer.position(tp) < end:
-                consumer.resume(tp)
-                try:
-                    while await consumer.position(tp) < end:
-                        for msgs in (await consumer.getmany(tp, timeout_ms=200)).values():
-                            for msg in msgs:
-                                self._apply(msg.key, msg.value, msg.offset)
-                finally:
-                    consumer.pause(tp)
+            await read_to_end(consumer, TopicPartition(self.topic, 0), self._apply)
         return self._reports
 
     def _apply(self, key: bytes | None, value: bytes | None, offset: int) -> None:

@@ -68,6 +68,37 @@ def presence_report(worker: str, now_ms: int, session_timeout_ms: int) -> tuple[
     return PRESENCE, report_key(PRESENCE, worker), _encode(value)
 
 
+async def paused_consumer(bootstrap: str, topic: str, client_id: str) -> AIOKafkaConsumer:
+    """A consumer of ``topic``'s one partition from its start, paused: it is read only when asked
+    (``read_to_end``). Followed between reads, a topic's end kept the broker answering 30-50
+    empty fetches a second (fetch.max.wait.ms 20)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                                auto_offset_reset="earliest", client_id=client_id,
+                                fetch_max_wait_ms=CATCH_UP_FETCH_MAX_WAIT_MS)  # fmt: skip
+    await consumer.start()
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    await consumer.seek_to_beginning(tp)
+    consumer.pause(tp)
+    return consumer
+
+
+async def read_to_end(consumer: AIOKafkaConsumer, tp: TopicPartition,
+                      apply: Callable[[bytes | None, bytes | None, int], None]) -> None:  # fmt: skip
+    """Reads the paused ``tp`` up to its end offset as of this call (each record's key, value and
+    offset to ``apply``), and pauses it again: between reads nothing is fetched."""
+    end = (await consumer.end_offsets([tp]))[tp]
+    if await consumer.position(tp) < end:
+        consumer.resume(tp)
+        try:
+            while await consumer.position(tp) < end:
+                for msgs in (await consumer.getmany(tp, timeout_ms=200)).values():
+                    for msg in msgs:
+                        apply(msg.key, msg.value, msg.offset)
+        finally:
+            consumer.pause(tp)
+
+
 class MirrorSyncs(NamedTuple):
     """What a worker knows of one mirror now."""
 
@@ -129,17 +160,7 @@ class SyncStatusView:
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False,
-                                    auto_offset_reset="earliest", client_id="kip1279-controller-sync-status",
-                                    fetch_max_wait_ms=CATCH_UP_FETCH_MAX_WAIT_MS)  # fmt: skip
-        await consumer.start()
-        tp = TopicPartition(self.topic, 0)
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        # Read only when asked (``reports``), as the changelog view: followed between reads, the
-        # topic's end kept the broker answering 30-50 empty fetches a second (fetch.max.wait.ms 20).
-        consumer.pause(tp)
-        self._consumer = consumer
+        self._consumer = await paused_consumer(self.bootstrap, self.topic, "kip1279-controller-sync-status")
 
     async def stop(self) -> None:
         consumer, self._consumer = self._consumer, None
@@ -153,17 +174,7 @@ class SyncStatusView:
         if consumer is None:
             return None
         async with self._lock:
-            tp = TopicPartition(self.topic, 0)
-            end = (await consumer.end_offsets([tp]))[tp]
-            if await consumer.position(tp) < end:
-                consumer.resume(tp)
-                try:
-                    while await consumer.position(tp) < end:
-                        for msgs in (await consumer.getmany(tp, timeout_ms=200)).values():
-                            for msg in msgs:
-                                self._apply(msg.key, msg.value, msg.offset)
-                finally:
-                    consumer.pause(tp)
+            await read_to_end(consumer, TopicPartition(self.topic, 0), self._apply)
         return {m: tuple(r.values()) for m, r in self._reports.items() if m != PRESENCE}
 
     def _apply(self, key: bytes | None, value: bytes | None, offset: int) -> None:
