@@ -1,0 +1,99 @@
+"""A worker whose table recovery stalls recovers by itself (``streams.worker.recovery_guard``).
+
+CI saw a worker take a table partition over and Faust's recovery of its ``__mirror_state``
+partition never receive a record ("No event received for active tp ... since recovery start"):
+the consumer's position was past the records recovery needed, Faust never seeks again and keeps
+the streams paused until the replay ends, so the worker never stepped again.
+
+Here a real worker (in this process, on a real broker) starts with an empty RocksDB over a
+changelog that holds two writes per mirror partition; Faust's seek of the changelog partitions is
+followed, once, by a seek to their ends: the stall, made certain. The worker must replay the
+changelog anyway, take every table partition on with each mirror partition's latest state, and
+step again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from coordinator.partition_state import MirrorPartitionKey, MirrorPartitionState, encode_state
+from coordinator.states import MirrorState
+from streams.config import WorkerConfig, ensure_topics
+from streams.state.mirror_state import default_codec, partition_for_key
+from streams.worker.app import CoordinatorWorker
+from streams.worker.table import _VALUE_PREFIX, worker_topic_specs
+
+pytestmark = pytest.mark.brokers("noida-db", "apache-kafka")
+MIRROR = "a-to-b"
+
+
+async def write_changelog(cfg: WorkerConfig, keys: list[MirrorPartitionKey]) -> dict[MirrorPartitionKey, MirrorPartitionState]:
+    """Two states per key, as the worker writes them (lz4, idempotent, acks=all); the latest per key."""
+    codec = default_codec()
+    producer = AIOKafkaProducer(bootstrap_servers=cfg.bootstrap_servers, acks="all", enable_idempotence=True,
+                                compression_type="lz4")  # fmt: skip
+    await producer.start()
+    latest = {}
+    try:
+        for epoch, state in ((1, MirrorState.MIRRORING), (2, MirrorState.STOPPED)):
+            for k in keys:
+                st = MirrorPartitionState(state=state, state_epoch=epoch, applied_offset=epoch)
+                raw = codec.state_key(k.mirror_name, k.topic_id, k.partition)
+                await producer.send_and_wait(cfg.mirror_state_topic_name, key=raw, value=_VALUE_PREFIX + encode_state(st),
+                                             partition=partition_for_key(raw, cfg.state_partitions))  # fmt: skip
+                latest[k] = st
+    finally:
+        await producer.stop()
+    return latest
+
+
+def lose_the_seek(worker: CoordinatorWorker, lost: set[Any]) -> None:
+    """After Faust seeks the active changelog partitions, once, their positions go to the log end."""
+    recovery = worker.app.tables.recovery
+    seek = recovery._seek_offsets
+
+    async def seek_then_lose(consumer: Any, tps: Any, offsets: Any, title: str) -> None:
+        await seek(consumer, tps, offsets, title)
+        if title == "active" and tps and not lost:
+            ends = await consumer.highwaters(*tps)
+            await consumer.seek_wait({tp: ends[tp] for tp in tps})
+            lost.update(tps)
+
+    recovery._seek_offsets = seek_then_lose
+
+
+async def test_a_stalled_changelog_partition_is_sought_again_and_the_worker_steps(worker_config: WorkerConfig,
+                                                                                   caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    cfg = worker_config.with_overrides(recovery_stall_ms=1000, heartbeat_interval_ms=500)
+    await ensure_topics(cfg.bootstrap_servers, worker_topic_specs(cfg))
+    keys = [MirrorPartitionKey(MIRROR, uuid.UUID(int=i), 0) for i in range(1, 9)]
+    latest = await write_changelog(cfg, keys)
+    assert len({partition_for_key(default_codec().state_key(k.mirror_name, k.topic_id, 0), 4) for k in keys}) > 1
+
+    worker = CoordinatorWorker(cfg, ports=lambda *_: (None, None), tick_interval=0.1)  # type: ignore[arg-type]
+    lost: set[Any] = set()
+    lose_the_seek(worker, lost)
+    caplog.set_level(logging.WARNING, logger="streams.worker.recovery_guard")
+    started = asyncio.ensure_future(worker.app.start())  # returns once the first recovery has ended
+    try:
+        deadline = time.monotonic() + 15
+        while worker.store.owned != {0, 1, 2, 3} and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert lost, "the test never made the recovery stall"
+        assert worker.store.owned == {0, 1, 2, 3}, f"recovery never ended: {worker.app.tables.recovery.active_stats()}"
+        assert worker.store.durable == latest  # every mirror partition's latest state, none older, none missing
+        kicks = [r.getMessage() for r in caplog.records if "seeking it to" in r.getMessage()]
+        assert worker.recovery_guard.kicked >= 1 and kicks, kicks
+        assert set(worker._last_step) == {0, 1, 2, 3}  # the takeover is a step of each table partition
+    finally:
+        if not started.done():
+            started.cancel()
+        await asyncio.wait_for(worker.app.stop(), 30)
+        worker.close()
