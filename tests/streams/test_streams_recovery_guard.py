@@ -1,15 +1,16 @@
 """A worker whose table recovery stalls recovers by itself (``streams.worker.recovery_guard``).
 
 CI saw a worker take a table partition over and Faust's recovery of its ``__mirror_state``
-partition never receive a record ("No event received for active tp ... since recovery start"):
-the consumer's position was past the records recovery needed, Faust never seeks again and keeps
-the streams paused until the replay ends, so the worker never stepped again.
+partition never receive a record ("No event received for active tp ... since recovery start"),
+the consumer's position at the log end: Faust never seeks again and keeps the streams paused
+until the replay ends, so the worker never stepped again. Traced in the rebalance scenario: a
+getmany in flight since before the rebalance drained the partition right after recovery's seek,
+and Faust dropped the records (see the guard's module).
 
 Here a real worker (in this process, on a real broker) starts with an empty RocksDB over a
-changelog that holds two writes per mirror partition; Faust's seek of the changelog partitions is
-followed, once, by a seek to their ends: the stall, made certain. The worker must replay the
-changelog anyway, take every table partition on with each mirror partition's latest state, and
-step again.
+changelog that holds two writes per mirror partition, and that drain happens, once, right after
+Faust's seek (``lose_the_records``). The worker must replay the changelog anyway, take every
+table partition on with each mirror partition's latest state, and step.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ pytestmark = pytest.mark.brokers("noida-db", "apache-kafka")
 MIRROR = "a-to-b"
 
 
+def ends(worker: CoordinatorWorker) -> dict[Any, int]:
+    """The last offset of each changelog partition that has records (Faust's active highwaters)."""
+    return {tp: hw for tp, hw in worker.app.tables.recovery.active_highwaters.items() if hw >= 0}
+
+
 async def write_changelog(cfg: WorkerConfig, keys: list[MirrorPartitionKey]) -> dict[MirrorPartitionKey, MirrorPartitionState]:
     """Two states per key, as the worker writes them (lz4, idempotent, acks=all); the latest per key."""
     codec = default_codec()
@@ -54,17 +60,30 @@ async def write_changelog(cfg: WorkerConfig, keys: list[MirrorPartitionKey]) -> 
     return latest
 
 
-def lose_the_seek(worker: CoordinatorWorker, lost: set[Any]) -> None:
-    """After Faust seeks the active changelog partitions, once, their positions go to the log end."""
+def lose_the_records(worker: CoordinatorWorker, lost: dict[Any, int]) -> None:
+    """Right after Faust seeks the changelog partitions, once, what CI's stalled takeover did: a
+    getmany still in flight from before the rebalance, whose partition set (Faust's own set of
+    active partitions, passed by reference) the rebalance had emptied, drains every partition on
+    the consumer's thread (aiokafka reads an empty set as all of them), and Faust drops the records
+    as its flow is stopped. ``lost``: the last offset drained per changelog partition."""
     recovery = worker.app.tables.recovery
     seek = recovery._seek_offsets
 
     async def seek_then_lose(consumer: Any, tps: Any, offsets: Any, title: str) -> None:
         await seek(consumer, tps, offsets, title)
-        if title == "active" and tps and not lost:
-            ends = await consumer.highwaters(*tps)
-            await consumer.seek_wait({tp: ends[tp] for tp in tps})
-            lost.update(tps)
+        ends = {tp: recovery.active_highwaters[tp] for tp in tps if recovery.active_highwaters.get(tp, -1) > offsets[tp]}
+        if title != "active" or not ends or lost:
+            return
+        fetcher = consumer._thread._ensure_consumer()._fetcher
+
+        async def in_flight_getmany() -> None:
+            deadline = time.monotonic() + 5
+            while any(lost.get(tp, -1) < end for tp, end in ends.items()) and time.monotonic() < deadline:
+                for tp, records in (await fetcher.fetched_records(set(), timeout=0.5)).items():
+                    if tp in ends:
+                        lost[tp] = records[-1].offset
+
+        await consumer._thread.call_thread(in_flight_getmany)
 
     recovery._seek_offsets = seek_then_lose
 
@@ -78,15 +97,15 @@ async def test_a_stalled_changelog_partition_is_sought_again_and_the_worker_step
     assert len({partition_for_key(default_codec().state_key(k.mirror_name, k.topic_id, 0), 4) for k in keys}) > 1
 
     worker = CoordinatorWorker(cfg, ports=lambda *_: (None, None), tick_interval=0.1)  # type: ignore[arg-type]
-    lost: set[Any] = set()
-    lose_the_seek(worker, lost)
+    lost: dict[Any, int] = {}
+    lose_the_records(worker, lost)
     caplog.set_level(logging.WARNING, logger="streams.worker.recovery_guard")
     started = asyncio.ensure_future(worker.app.start())  # returns once the first recovery has ended
     try:
         deadline = time.monotonic() + 15
         while worker.store.owned != {0, 1, 2, 3} and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
-        assert lost, "the test never made the recovery stall"
+        assert lost and all(lost[tp] == end for tp, end in ends(worker).items()), f"no stall made: {lost}"
         assert worker.store.owned == {0, 1, 2, 3}, f"recovery never ended: {worker.app.tables.recovery.active_stats()}"
         assert worker.store.durable == latest  # every mirror partition's latest state, none older, none missing
         kicks = [r.getMessage() for r in caplog.records if "seeking it to" in r.getMessage()]
