@@ -5,10 +5,15 @@ changelog partition's highwater, seeks the partition to where its replay starts,
 and then only waits for every partition to reach that highwater (``signal_recovery_end``); the
 streams stay paused until then. It never seeks again. CI saw a takeover whose changelog partition
 never delivered a record (Faust's "No event received for active tp ... since recovery start",
-fetches going out): the consumer's position was past the records recovery still needed, so the
-worker never stepped again.
+fetches going out), so the worker never stepped again. Traced: Faust's fetcher hands aiokafka its
+own set of active partitions, by reference, for a getmany that waits up to a second (and through a
+rebalance); the rebalance pauses every partition, which empties that set, and aiokafka reads an
+empty set as "every partition". So the getmany in flight drains the changelog partition recovery
+has just sought, before recovery resumes the flow, and Faust drops what it returns while the flow
+is stopped: the consumer's position is at the log end, past every record recovery waits for
+(robinhood/faust PR #69 named the empty set and the shared reference).
 
-``RecoveryGuard.check`` (a timer of the worker) finds an assigned changelog partition that has
+``RecoveryGuard.check`` (every second or so) finds an assigned changelog partition that has
 received nothing for ``stall_s`` while its recovery offset is below its highwater, logs the
 consumer's position, seeks it to the first offset recovery still needs and resumes it. Nothing
 can be applied twice or lost: Faust applies a changelog record only above the partition's
