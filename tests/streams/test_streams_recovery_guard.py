@@ -19,16 +19,19 @@ import asyncio
 import logging
 import time
 import uuid
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from faust.types import TP
 
 from coordinator.partition_state import MirrorPartitionKey, MirrorPartitionState, encode_state
 from coordinator.states import MirrorState
 from streams.config import WorkerConfig, ensure_topics
 from streams.state.mirror_state import default_codec, partition_for_key
 from streams.worker.app import CoordinatorWorker
+from streams.worker.recovery_guard import RecoveryGuard
 from streams.worker.table import _VALUE_PREFIX, worker_topic_specs
 
 pytestmark = pytest.mark.brokers("noida-db", "apache-kafka")
@@ -116,3 +119,57 @@ async def test_a_stalled_changelog_partition_is_sought_again_and_the_worker_step
             started.cancel()
         await asyncio.wait_for(worker.app.stop(), 30)
         worker.close()
+
+
+class _Consumer:
+    """Faust's consumer as the guard uses it."""
+
+    def __init__(self) -> None:
+        self.flow_active = True
+        self.seeks: list[dict[Any, int]] = []
+        self.resumed: list[set[Any]] = []
+
+    async def position(self, tp: Any) -> int:
+        return 6
+
+    async def seek_wait(self, offsets: dict[Any, int]) -> None:
+        self.seeks.append(dict(offsets))
+
+    def resume_partitions(self, tps: Any) -> None:
+        self.resumed.append(set(tps))
+
+
+async def test_the_guard_kicks_only_a_stalled_partition_of_a_running_recovery_and_backs_off() -> None:
+    tp, done = TP("cl", 2), TP("cl", 0)
+    recovery = SimpleNamespace(in_recovery=True, active_tps={tp, done}, active_highwaters={tp: 5, done: 3},
+                               active_offsets={tp: 2, done: 3}, _active_events_received_at={},
+                               _recovery_started_at=0.0, signal_recovery_start=asyncio.Event())  # fmt: skip
+    consumer = _Consumer()
+    now = [0.0]
+    guard = RecoveryGuard(SimpleNamespace(tables=SimpleNamespace(_recovery=recovery), consumer=consumer), 5.0,
+                          max_backoff_s=12.0, clock=lambda: now[0])  # fmt: skip
+
+    async def at(t: float) -> list[Any]:
+        now[0] = t
+        return await guard.check()
+
+    assert await at(4.9) == []
+    assert await at(5.0) == [tp] and consumer.seeks == [{tp: 3}] and consumer.resumed == [{tp}]  # the record after 2
+    assert await at(14.9) == []  # the second kick waits twice as long
+    assert await at(15.0) == [tp]
+    assert await at(26.9) == [] and await at(27.0) == [tp]  # then at most max_backoff_s
+    recovery._active_events_received_at[tp] = 30.0  # records come again
+    assert await at(34.0) == []
+    recovery.signal_recovery_start.set()  # a rebalance: Faust seeks again itself
+    assert await at(60.0) == []
+    recovery.signal_recovery_start.clear()
+    consumer.flow_active = False  # not replaying (the flow is stopped)
+    assert await at(60.0) == []
+    consumer.flow_active = True
+    recovery.active_offsets[tp] = 5  # caught up
+    assert await at(60.0) == []
+    recovery.in_recovery = False  # over: the next recovery starts with no backoff
+    assert await at(61.0) == []
+    recovery.in_recovery, recovery._recovery_started_at = True, 61.0
+    recovery.active_offsets[tp], recovery._active_events_received_at = -1, {}
+    assert await at(66.0) == [tp] and consumer.seeks[-1] == {tp: 0} and guard.kicked == 4
