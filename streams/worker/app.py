@@ -187,7 +187,8 @@ class CoordinatorWorker:
             self.exit.watch_membership)  # fmt: skip
         # Faust's table recovery never seeks a changelog partition again: a stalled one is sought here.
         self.recovery_guard = RecoveryGuard(self.app, config.recovery_stall_ms / 1000)
-        self.app.add_dependency(RecoveryGuardService(self.recovery_guard, min(1.0, max(0.1, config.recovery_stall_ms / 4000))))
+        every = min(1.0, max(0.1, config.recovery_stall_ms / 4000))
+        self.app.add_dependency(RecoveryGuardService(self.recovery_guard, every))
         self.app.on_before_shutdown.connect(self._before_shutdown)
         # A rebalance revokes table partitions once the jobs under way and their writes have ended (``StepTasks.hold``).
         self.app.on_partitions_revoked.connect(self._hold_steps)

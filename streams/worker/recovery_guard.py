@@ -47,9 +47,12 @@ class RecoveryGuard:
         self.kicked = 0  # kicks since start (tests, metrics)
 
     def _replaying(self, recovery: Any) -> bool:
-        """Recovery waits for records with the flow resumed, no rebalance pending (which seeks itself)."""
+        """Recovery waits for records with the flow resumed, no rebalance pending (which seeks itself)
+        and none of them queued (a long replay only behind with them: a seek would fetch them again)."""
+        queue = getattr(self.app.tables, "_changelog_queue", None)
+        queued = queue is not None and queue.qsize() > 0
         return bool(recovery.in_recovery and self.app.consumer.flow_active
-                    and not recovery.signal_recovery_start.is_set())  # fmt: skip
+                    and not recovery.signal_recovery_start.is_set() and not queued)  # fmt: skip
 
     def _stalled(self, recovery: Any, tp: Any, now: float) -> tuple[int, int, float] | None:
         """(recovery offset, highwater, seconds without a record) of a partition that needs a kick."""

@@ -146,14 +146,18 @@ async def test_the_guard_kicks_only_a_stalled_partition_of_a_running_recovery_an
                                _recovery_started_at=0.0, signal_recovery_start=asyncio.Event())  # fmt: skip
     consumer = _Consumer()
     now = [0.0]
-    guard = RecoveryGuard(SimpleNamespace(tables=SimpleNamespace(_recovery=recovery), consumer=consumer), 5.0,
-                          max_backoff_s=12.0, clock=lambda: now[0])  # fmt: skip
+    queue: asyncio.Queue[Any] = asyncio.Queue()  # Faust's changelog queue: records read, not yet applied
+    guard = RecoveryGuard(SimpleNamespace(tables=SimpleNamespace(_recovery=recovery, _changelog_queue=queue),
+                                          consumer=consumer), 5.0, max_backoff_s=12.0, clock=lambda: now[0])  # fmt: skip
 
     async def at(t: float) -> list[Any]:
         now[0] = t
         return await guard.check()
 
     assert await at(4.9) == []
+    queue.put_nowait("a record of another partition")  # recovery is busy, only behind: no seek
+    assert await at(5.0) == []
+    queue.get_nowait()
     assert await at(5.0) == [tp] and consumer.seeks == [{tp: 3}] and consumer.resumed == [{tp}]  # the record after 2
     assert await at(14.9) == []  # the second kick waits twice as long
     assert await at(15.0) == [tp]
