@@ -317,8 +317,8 @@ class Rig:
                 lines = log_file.read_text(errors="replace").splitlines()
                 print(f"--- the last lines of {log_file.name}", *lines[-30:], sep="\n")
                 stalls += [f"{log_file.stem}: {line}" for line in lines if any(s in line for s in _RECOVERY_STALLS)][-1:]
-            if stalls:  # the worker must recover from it by itself: named in the failure, never passed
-                raise DemoError(f"{e}; a table recovery stalled ({stalls[-1]})") from None
+            if stalls:  # a worker recovers from it by itself (or not): named in the failure, never passed
+                raise DemoError(f"{e}; a table recovery had stalled, the last: {stalls[-1]}") from None
             raise
 
     # ------------------------------------------------------------------- verification
