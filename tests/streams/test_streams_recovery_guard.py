@@ -177,3 +177,19 @@ async def test_the_guard_kicks_only_a_stalled_partition_of_a_running_recovery_an
     recovery.in_recovery, recovery._recovery_started_at = True, 61.0
     recovery.active_offsets[tp], recovery._active_events_received_at = -1, {}
     assert await at(66.0) == [tp] and consumer.seeks[-1] == {tp: 0} and guard.kicked == 4
+
+
+def test_a_rig_wait_that_times_out_after_a_recovery_stall_fails(tmp_path: Any) -> None:
+    """The rig no longer turns Faust's hang into an expected failure: the worker must cure it."""
+    from streams.demo.harness import DemoError
+    from worker_harness import Rig
+
+    (tmp_path / "worker-B1.log").write_text("... WARNING faust.tables.recovery: [^---Recovery]: No event received for "
+                                            "active tp TP(topic='B.__mirror_state', partition=2) since recovery start\n")  # fmt: skip
+    try:
+        Rig(tmp_path, "127.0.0.1:1", {}).wait("never", lambda: False, timeout=0.1)
+    except BaseException as e:  # noqa: BLE001 - pytest's xfail outcome too: it must not be one
+        got: BaseException | None = e
+    else:
+        got = None
+    assert isinstance(got, DemoError) and "a table recovery had stalled, the last: worker-B1: " in str(got), repr(got)
