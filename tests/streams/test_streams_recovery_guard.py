@@ -193,3 +193,13 @@ def test_a_rig_wait_that_times_out_after_a_recovery_stall_fails(tmp_path: Any) -
     else:
         got = None
     assert isinstance(got, DemoError) and "a table recovery had stalled, the last: worker-B1: " in str(got), repr(got)
+
+
+def test_the_stall_setting() -> None:
+    from streams.config import ConfigError, from_env, from_properties
+
+    assert WorkerConfig().recovery_stall_ms == 5000
+    assert from_properties({"worker.recovery.stall.ms": "0"}).recovery_stall_ms == 0  # never
+    assert from_env({"KIP1279_WORKER_RECOVERY_STALL_MS": "2500"}).recovery_stall_ms == 2500
+    with pytest.raises(ConfigError, match="worker.recovery.stall.ms"):
+        WorkerConfig(recovery_stall_ms=-1)
