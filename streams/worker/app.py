@@ -78,6 +78,7 @@ from streams.state.mirror_state import (
 from streams.runner.syncer import MirrorStats
 from streams.worker.exits import WorkerExit
 from streams.worker.follower import WorkerMetadataFollower
+from streams.worker.recovery_guard import RecoveryGuard, RecoveryGuardService
 from streams.worker.reports import WorkerReports
 from streams.worker.stop_reports import StopReporter
 from streams.worker.table import OtherWorkersStates, WorkerTable
@@ -186,6 +187,10 @@ class CoordinatorWorker:
         self.exit = WorkerExit(self.app, config.faust_app_id, lambda: self.group_consumer())
         self.app.timer(max(1.0, config.heartbeat_interval_ms / 1000), name=f"{config.faust_app_id}.membership")(
             self.exit.watch_membership)  # fmt: skip
+        # Faust's table recovery never seeks a changelog partition again: a stalled one is sought here.
+        self.recovery_guard = RecoveryGuard(self.app, config.recovery_stall_ms / 1000)
+        every = min(1.0, max(0.1, config.recovery_stall_ms / 4000))
+        self.app.add_dependency(RecoveryGuardService(self.recovery_guard, every))
         self.app.on_before_shutdown.connect(self._before_shutdown)
         # A rebalance revokes table partitions once the jobs under way and their writes have ended (``StepTasks.hold``).
         self.app.on_partitions_revoked.connect(self._hold_steps)
