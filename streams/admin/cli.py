@@ -261,7 +261,7 @@ _TARGET = {"start": MirrorState.MIRRORING, "resume": MirrorState.MIRRORING, "sto
 
 
 async def wait_for_states(admin: ClusterMirrorAdmin, mirror: str, topics: set[str] | None, target: MirrorState,
-                          timeout: float, err: TextIO, interval: float = 0.2) -> bool:  # fmt: skip
+                          timeout: float, err: TextIO, interval: float = 0.5) -> bool:  # fmt: skip
     """Polls describe, printing 'N/M partitions STOPPED' as it moves; True when all are there."""
     deadline = time.monotonic() + timeout
     last = None
@@ -290,11 +290,9 @@ async def wait_for_states(admin: ClusterMirrorAdmin, mirror: str, topics: set[st
         if time.monotonic() >= deadline:
             err.write(f"timed out after {timeout:.0f}s: {line}\n")
             return False
-        # A describe of tens of thousands of partitions costs the controller and this process real
-        # CPU: each poll waits twenty times its duration (up to a second), so waiting takes at most
-        # a twentieth of a core from the stop; a cheap poll (the stop reports answer it) comes
-        # every `interval`, and the wait ends that much sooner after the last STOPPED.
-        await asyncio.sleep(min(max(interval, min(20 * took, 1.0)), max(0.0, deadline - time.monotonic())))
+        # A describe of tens of thousands of partitions costs the controller real CPU: poll no
+        # more often than twice its duration (up to a second), so waiting takes little from the stop.
+        await asyncio.sleep(min(max(interval, min(2 * took, 1.0)), max(0.0, deadline - time.monotonic())))
 
 
 async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
