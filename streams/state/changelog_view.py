@@ -17,6 +17,7 @@ from coordinator.state_counts import StateTally
 from coordinator.states import MirrorState
 from streams.config import CATCH_UP_FETCH_MAX_WAIT_MS
 from streams.state.mirror_state import MirrorStateCodec, RecordType
+from streams.state.raw_log import RawLogReader
 
 log = logging.getLogger(__name__)
 StateKey = tuple[str, uuid.UUID, int]
@@ -102,13 +103,7 @@ class MirrorStateChangelogView:
         tps = list(consumer.assignment())
         ends = await consumer.end_offsets(tps)
         latest = self._latest
-        behind = [tp for tp in tps if await consumer.position(tp) < ends[tp]]
-        if behind:
-            consumer.resume(*behind)
-        try:
-            await self._read_to(consumer, tps, ends)
-        finally:
-            consumer.pause(*tps)
+        await self._read_to(consumer, tps, ends)  # the consumer stays paused: the read fetches itself
         if latest:
             changed = await _off_loop(len(latest), self._decode_latest, latest)
             tally = self.tally()
@@ -122,16 +117,22 @@ class MirrorStateChangelogView:
             self._latest = {}  # only now: a read cancelled while decoding decodes them next time
 
     async def _read_to(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition], ends: Mapping[TopicPartition, int]) -> None:
-        """Reads ``tps`` up to ``ends``, keeping the latest raw value per state key in ``_latest``."""
-        latest, prefix = self._latest, self._state_prefix
-        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
-            for msgs in (await consumer.getmany(*tps, timeout_ms=200)).values():
-                for msg in msgs:
-                    key = msg.key or b""
-                    if key[:2] == prefix:  # keep the latest raw value; decoded below, once per key
-                        latest[key] = (msg.value, msg.offset)
-                    elif key[:2] not in self._other_prefixes:
-                        log.error("undecodable %s record at offset %d: unknown record type", self.topic, msg.offset)
+        """Reads ``tps`` up to ``ends``, keeping the latest raw value per state key in ``_latest``.
+
+        Whole record batches, straight from Fetch responses (``RawLogReader``): through the
+        consumer's ``getmany`` each record cost ~5 us (a ConsumerRecord and the fetcher's
+        bookkeeping per record), and the controller read every state a mass failover wrote
+        (800,000 records at 200,000 partitions); a batch's records cost ~0.5 us."""
+        latest, prefix, others = self._latest, self._state_prefix, self._other_prefixes
+
+        def apply(key: bytes | None, value: bytes | None, offset: int) -> None:
+            key = key or b""
+            if key[:2] == prefix:  # keep the latest raw value; decoded below, once per key
+                latest[key] = (value, offset)
+            elif key[:2] not in others:
+                log.error("undecodable %s record at offset %d: unknown record type", self.topic, offset)
+
+        await RawLogReader(consumer).read_to(tps, ends, apply)
 
     def _decode_latest(self, latest: Mapping[bytes, tuple[bytes | None, int]]) -> dict[StateKey, PartitionStatus | None]:
         """Only the latest value of each key written since the last read is decoded: a partition

@@ -1,0 +1,103 @@
+"""Reading a topic's partitions up to given offsets as whole record batches, straight from Fetch
+responses, on an ``AIOKafkaConsumer``'s connections.
+
+The consumer's own ``getmany`` builds a ``ConsumerRecord`` and does the fetcher's bookkeeping
+for every record (~5 us a record); a reader of ``__mirror_state`` wants only each record's key,
+value and offset, which the record batch's own iterator (aiokafka's C extension) gives at ~0.5 us.
+The consumer stays paused: it gives the positions, the leaders and the connections, and is
+sought to where the read ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+
+import aiokafka.errors as Errors
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.protocol.fetch import FetchRequest
+from aiokafka.record.memory_records import MemoryRecords
+
+from streams.config import CATCH_UP_FETCH_MAX_WAIT_MS
+
+log = logging.getLogger(__name__)
+Apply = Callable[[bytes | None, bytes | None, int], None]  # key, value, offset
+_FETCH_MAX_BYTES = 64 << 20
+_PARTITION_MAX_BYTES = 16 << 20
+_RETRY_S = 0.1
+_READ_UNCOMMITTED = 0
+
+class RawLogReader:
+    def __init__(self, consumer: AIOKafkaConsumer) -> None:
+        self.consumer = consumer
+        self.client = consumer._client  # the consumer's connections and cluster metadata
+
+    async def read_to(self, tps: Sequence[TopicPartition], ends: Mapping[TopicPartition, int], apply: Apply) -> None:
+        """Every record of ``tps`` from the consumer's position up to ``ends`` (exclusive), in
+        offset order per partition, to ``apply``; the consumer is then positioned after them."""
+        positions = {tp: await self.consumer.position(tp) for tp in tps}
+        try:
+            while True:
+                behind = [tp for tp in tps if positions[tp] < ends[tp]]
+                if not behind:
+                    return
+                by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
+                for tp in behind:
+                    leader = self.client.cluster.leader_for_partition(tp)
+                    if leader is None or leader < 0:
+                        await self._refresh()
+                        break
+                    by_leader[leader].append(tp)
+                else:
+                    await asyncio.gather(*(self._fetch(node, parts, positions, ends, apply)
+                                           for node, parts in by_leader.items()))  # fmt: skip
+        finally:
+            for tp, offset in positions.items():
+                self.consumer.seek(tp, offset)
+
+    async def _fetch(self, node: int, tps: list[TopicPartition], positions: dict[TopicPartition, int],
+                     ends: Mapping[TopicPartition, int], apply: Apply) -> None:  # fmt: skip
+        by_topic: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+        for tp in tps:
+            by_topic[tp.topic].append((tp.partition, positions[tp], _PARTITION_MAX_BYTES))
+        request = FetchRequest(CATCH_UP_FETCH_MAX_WAIT_MS, 1, _FETCH_MAX_BYTES, _READ_UNCOMMITTED, list(by_topic.items()))
+        try:
+            response = await self.client.send(node, request)
+        except Errors.KafkaError as e:
+            log.debug("fetch from node %d failed: %r", node, e)
+            await self._refresh()
+            return
+        for topic, partitions in response.topics:
+            for partition, error_code, _highwater, *data in partitions:
+                tp = TopicPartition(topic, partition)
+                error = Errors.for_code(error_code)
+                if error is Errors.OffsetOutOfRangeError:  # the log's start moved past it (retention)
+                    positions[tp] = (await self.consumer.beginning_offsets([tp]))[tp]
+                    continue
+                if error is not Errors.NoError:
+                    if error.retriable:  # not the leader (any more), unknown yet, storage: look it up again
+                        await self._refresh()
+                        continue
+                    raise error(f"fetch of {tp} at offset {positions[tp]}")
+                positions[tp] = _apply_batches(MemoryRecords(data[-1]), positions[tp], ends[tp], apply)
+
+    async def _refresh(self) -> None:
+        await self.client.force_metadata_update()
+        await asyncio.sleep(_RETRY_S)
+
+
+def _apply_batches(records: MemoryRecords, position: int, end: int, apply: Apply) -> int:
+    """The records of whole batches at or after ``position`` and before ``end``; the position after them."""
+    while position < end:
+        batch = records.next_batch()
+        if batch is None:  # no (more) whole batch in this response
+            break
+        if not batch.is_control_batch:
+            for r in batch:
+                offset = r.offset
+                if position <= offset < end:
+                    apply(r.key, r.value, offset)
+        position = max(position, min(batch.next_offset, end))
+    return position

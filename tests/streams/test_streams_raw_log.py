@@ -1,0 +1,95 @@
+"""``RawLogReader``: a topic's partitions read up to given offsets as whole record batches
+straight from Fetch responses, on a paused consumer's connections (``streams.state.raw_log``),
+through a real broker: every record once, in order, none at or past the end, compressed batches
+too, a read that ends inside a batch resumed there, and a log start that moved past the position."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
+
+from streams.config import ensure_topics
+from streams.state.raw_log import RawLogReader
+
+pytestmark = pytest.mark.brokers("noida-db", "apache-kafka")
+
+
+async def produce(bootstrap: str, topic: str, partition: int, values: range, compression: str | None) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", compression_type=compression, linger_ms=50)
+    await producer.start()
+    try:
+        sent = [await producer.send(topic, key=b"k%d" % i, value=b"v%d" % i, partition=partition) for i in values]
+        await asyncio.gather(*sent)  # several records to a batch (linger), several batches
+    finally:
+        await producer.stop()
+
+
+def test_the_raw_reader_reads_every_record_once_up_to_the_end_and_resumes_there(kafka_broker: Any) -> None:
+    bootstrap, topic = kafka_broker.bootstrap, f"raw-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> None:
+        await ensure_topics(bootstrap, [NewTopic(topic, 2, 1)])
+        await produce(bootstrap, topic, 0, range(0, 300), "lz4")
+        await produce(bootstrap, topic, 0, range(300, 500), None)
+        await produce(bootstrap, topic, 1, range(0, 40), None)
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                                    auto_offset_reset="earliest")  # fmt: skip
+        await consumer.start()
+        tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        consumer.pause(*tps)
+        got: dict[int, list[tuple[bytes | None, bytes | None, int]]] = {0: [], 1: []}
+        reader = RawLogReader(consumer)
+        try:
+            # partition 0 ends inside a batch (the producer's batches hold ~10-300 records)
+            await reader.read_to(tps, {tps[0]: 257, tps[1]: 40}, lambda k, v, o: None)
+            assert [await consumer.position(tp) for tp in tps] == [257, 40]
+            await consumer.seek_to_beginning(*tps)
+
+            def apply_to(p: int) -> Any:
+                return lambda k, v, o: got[p].append((k, v, o))
+
+            for tp in tps:  # one partition at a time, to tell the records apart
+                await reader.read_to([tp], {tp: 257 if tp.partition == 0 else 40}, apply_to(tp.partition))
+            assert got[0] == [(b"k%d" % i, b"v%d" % i, i) for i in range(257)]
+            assert got[1] == [(b"k%d" % i, b"v%d" % i, i) for i in range(40)]
+            await reader.read_to([tps[0]], {tps[0]: 500}, apply_to(0))
+            assert got[0] == [(b"k%d" % i, b"v%d" % i, i) for i in range(500)], "resumed inside the batch, none twice"
+            assert await consumer.position(tps[0]) == 500
+        finally:
+            await consumer.stop()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.brokers("apache-kafka")
+def test_a_log_start_past_the_position_is_read_from_the_new_start(kafka_broker: Any) -> None:
+    bootstrap, topic = kafka_broker.bootstrap, f"raw-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> list[int]:
+        await ensure_topics(bootstrap, [NewTopic(topic, 1, 1)])
+        await produce(bootstrap, topic, 0, range(0, 100), None)
+        tp = TopicPartition(topic, 0)
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+        await consumer.start()
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        consumer.pause(tp)
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            await admin.delete_records({tp: RecordsToDelete(before_offset=60)})  # as retention would
+            offsets: list[int] = []
+            await RawLogReader(consumer).read_to([tp], {tp: 100}, lambda k, v, o: offsets.append(o))
+            return offsets
+        finally:
+            await admin.close()
+            await consumer.stop()
+
+    assert asyncio.run(scenario()) == list(range(60, 100))
