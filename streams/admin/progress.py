@@ -31,11 +31,8 @@ def covered_through(reports: Mapping[tuple[str, int], StopReport], num_partition
                     image_offset: int) -> dict[str, int]:  # fmt: skip
     """Per mirror, the latest stop offset every table partition's report covers (only reports at or
     before ``image_offset``: the reader must know every desired state the reporter knew)."""
-    by_mirror: dict[str, list[int]] = {}
-    for (mirror, _), r in reports.items():
-        by_mirror.setdefault(mirror, []).append(r.through)
     out = {}
-    for mirror in by_mirror:
+    for mirror in {m for m, _ in reports}:
         throughs = [reports[(mirror, p)].through for p in range(num_partitions) if (mirror, p) in reports]
         if len(throughs) == num_partitions and max(throughs) <= image_offset:
             out[mirror] = min(throughs)

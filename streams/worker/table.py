@@ -23,7 +23,7 @@ from streams.config import WorkerConfig
 from streams.state.mirror_state import RecordType, applied_offset_of, default_codec, partition_for_key, retyped_key
 from streams.config import dlq_topic_spec, metadata_topic_spec
 from streams.state.mirror_state import desired_state_topic_spec, mirror_state_topic_spec
-from streams.state.stop_reports import stop_reports_topic_spec
+from streams.state.stop_reports import StopReportsView, stop_reports_topic_spec
 from streams.state.sync_status import sync_status_topic_spec
 from streams.worker.stop_reports import ReportedStops
 
@@ -276,8 +276,6 @@ class OtherWorkersStates:
         c = self.config
         try:
             if self.reports is None:
-                from streams.state.stop_reports import StopReportsView
-
                 self.reports = StopReportsView(c.bootstrap_servers, c.stop_reports_topic_name, c.state_partitions)
             reports = await asyncio.wait_for(self.reports.reports(), timeout=self.timeout)
         except Exception as e:  # noqa: BLE001 - the changelog's states then, as before the reports
