@@ -16,27 +16,15 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from typing import Any
 
 from coordinator.image import MetadataImage
 from coordinator.states import DesiredState, MirrorState
-from streams.state.stop_reports import StopReport
+from streams.state.stop_reports import covered_through
 
 PROGRESS_READ_INTERVAL_S = 2.0
 REPORTS_TIMEOUT_S = 5.0
-
-
-def covered_through(reports: Mapping[tuple[str, int], StopReport], num_partitions: int,
-                    image_offset: int) -> dict[str, int]:  # fmt: skip
-    """Per mirror, the latest stop offset every table partition's report covers (only reports at or
-    before ``image_offset``: the reader must know every desired state the reporter knew)."""
-    out = {}
-    for mirror in {m for m, _ in reports}:
-        throughs = [reports[(mirror, p)].through for p in range(num_partitions) if (mirror, p) in reports]
-        if len(throughs) == num_partitions and max(throughs) <= image_offset:
-            out[mirror] = min(throughs)
-    return out
 
 
 class ReportedTally:
@@ -68,7 +56,7 @@ class ProgressCounts:
             reports = await asyncio.wait_for(self.reports.reports(), REPORTS_TIMEOUT_S)
         except Exception:  # noqa: BLE001 - no reports: the changelog says it all
             reports = {}
-        through = covered_through(reports, self.num_partitions, image.offset)
+        through = covered_through(reports, range(self.num_partitions), image.offset)
         covered: set[tuple[str, int]] = set()
         uncovered = False  # a stopping topic not covered yet
         for m in image.mirrors.topics.values():

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import NamedTuple
 
 import msgspec
@@ -63,6 +63,24 @@ def stop_report(mirror: str, table_partition: int, through: int, num_partitions:
     """A report's key and value."""
     value = _Value(through=through, partitions=num_partitions, worker=worker, at_ms=now_ms)
     return _encode((mirror, table_partition)), _encode(value)
+
+
+def covers(report: StopReport | None, stop_offset: int, image_offset: int) -> bool:
+    """Whether ``report`` covers a stop at ``stop_offset`` for a reader whose image is at
+    ``image_offset`` (only a report at or before it: both then agree on which topics stop)."""
+    return report is not None and stop_offset <= report.through <= image_offset
+
+
+def covered_through(reports: Mapping[tuple[str, int], StopReport], table_partitions: Collection[int],
+                    image_offset: int) -> dict[str, int]:  # fmt: skip
+    """Per mirror, the latest stop offset that the reports of every one of ``table_partitions``
+    cover for a reader whose image is at ``image_offset``."""
+    out = {}
+    for mirror in {m for m, _ in reports}:
+        got = [reports.get((mirror, p)) for p in table_partitions]
+        if all(covers(r, -1, image_offset) for r in got):
+            out[mirror] = min((r.through for r in got if r is not None), default=image_offset)
+    return out
 
 
 class StopReportsView:

@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 from coordinator.image import MetadataImage
 from coordinator.partition_state import MirrorPartitionKey
 from coordinator.states import DesiredState, MirrorState
 from streams.state.changelog_view import PartitionStatus
-from streams.state.stop_reports import StopReport, stop_report
+from streams.state.stop_reports import StopReport, covered_through, covers, stop_report
 
 log = logging.getLogger(__name__)
 _DONE = (MirrorState.STOPPED, MirrorState.UNKNOWN)  # as the topic level of a stop counts them
@@ -93,14 +93,12 @@ class ReportedStops(Mapping[tuple[str, uuid.UUID, int], PartitionStatus]):
         self.desired, self.partition_of = desired, partition_of
 
     def covered(self, mirror: str, table_partition: int, stop_offset: int) -> bool:
-        r = self.reports.get((mirror, table_partition))
-        # Only a report at or before this worker's own image: both then agree on which topics stop.
-        return r is not None and stop_offset <= r.through <= self.image_offset
+        return covers(self.reports.get((mirror, table_partition)), stop_offset, self.image_offset)
 
-    def covers(self, mirrors: Mapping[str, int], table_partitions: Iterator[int] | list[int]) -> bool:
+    def covers(self, mirrors: Mapping[str, int], table_partitions: Collection[int]) -> bool:
         """Whether every stop (latest offset per mirror) is covered in every one of ``table_partitions``."""
-        parts = list(table_partitions)
-        return all(self.covered(m, p, o) for m, o in mirrors.items() for p in parts)
+        through = covered_through(self.reports, table_partitions, self.image_offset)
+        return all(o <= through.get(m, -1) for m, o in mirrors.items())
 
     def get(self, key: tuple[str, uuid.UUID, int], default: Any = None) -> Any:
         mirror, topic_id, partition = key

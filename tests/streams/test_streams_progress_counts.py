@@ -11,8 +11,8 @@ from typing import Any
 
 from coordinator.state_counts import StateTally
 from coordinator.states import DesiredState, MirrorState
-from streams.admin.progress import ProgressCounts, covered_through
-from streams.state.stop_reports import StopReport
+from streams.admin.progress import ProgressCounts
+from streams.state.stop_reports import StopReport, covered_through
 
 TOPIC, OTHER = uuid.UUID(int=1), uuid.UUID(int=2)
 
@@ -88,6 +88,6 @@ def test_with_nothing_stopping_every_poll_reads() -> None:
 
 def test_a_mirror_is_covered_only_with_a_report_of_every_table_partition_none_past_the_image() -> None:
     r = {("m", 0): StopReport(10, "a", 0), ("m", 1): StopReport(20, "b", 0), ("n", 0): StopReport(5, "a", 0)}
-    assert covered_through(r, 2, 20) == {"m": 10}
-    assert covered_through(r, 2, 19) == {}
-    assert covered_through(r, 3, 20) == {}
+    assert covered_through(r, range(2), 20) == {"m": 10}
+    assert covered_through(r, range(2), 19) == {}
+    assert covered_through(r, range(3), 20) == {}
