@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from clustermodel.errors import FetchSessionIdNotFound
@@ -68,6 +68,16 @@ class DataWatch:
                 self._add.pop(tp, None)
                 self._remove.add(tp)
             self._moved.discard(tp)
+
+    def unpark_many(self, tps: Iterable[TopicPartition]) -> None:
+        """``unpark`` of many partitions under one lock."""
+        with self._lock:
+            watched, add, remove, moved = self._watched, self._add, self._remove, self._moved
+            for tp in tps:
+                if watched.pop(tp, None) is not None:
+                    add.pop(tp, None)
+                    remove.add(tp)
+                moved.discard(tp)
 
     def take_moved(self) -> set[TopicPartition]:
         with self._lock:

@@ -50,6 +50,19 @@ class Interest:
         if not mirroring and self.parked:
             self.unpark(key.topic_partition if tp is None else tp)
 
+    def mark_many(self, keys: Sequence[MirrorPartitionKey], stopped: Sequence[TopicPartition]) -> None:
+        """``mark`` of many keys (one lock each way): ``keys`` may decide something new, and the
+        partitions ``stopped`` (of keys whose state no longer fetches) leave the long poll."""
+        hot = self.hot
+        self._heat([k for k in keys if k not in hot])
+        if stopped and self.parked:
+            parked = self.parked
+            gone = [tp for tp in stopped if tp in parked]
+            if gone:
+                parked.difference_update(gone)
+                if self.watch is not None:
+                    self.watch.unpark_many(gone)
+
     def forget(self, key: MirrorPartitionKey) -> None:
         self._chill(key)
         self.unpark(key.topic_partition)

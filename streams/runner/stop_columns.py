@@ -8,9 +8,10 @@ at the same step under the same desired STOP, so ``StopColumns`` takes those out
 flat list (one pipelined wave, no generator), the decisions from ``coordinator.workflows.
 stop_columns`` over plain lists, the commands through the same executor, and then per partition
 exactly what the per-partition path does after a decision (the durability gate, the fenced
-write, the impact outcome, the backoffs, settling). Anything else (a cut, a FAILED retry, the
-rarer steps, another desired state, a destination without ``latest_epoch``) stays on the
-per-partition path, as does every other workflow.
+write, the impact outcome, the backoffs, settling), with a step's writes queued in one pass
+(``MirrorRunner.persist_many``: one lock for them all, not three per partition). Anything else
+(a cut, a FAILED retry, the rarer steps, another desired state, a destination without
+``latest_epoch``) stays on the per-partition path, as does every other workflow.
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ class StopColumns:
         n = len(sessions)
         entered = enter_stops([s for _, s, _ in items], now, [o for _, _, o in items])
         outcomes = r.impacts.outcomes
+        writes, offsets = [], []
         for (key, s, offset), after in zip(items, entered):
             if not may_run(key, s, after):
                 continue
@@ -107,7 +109,10 @@ class StopColumns:
             if positions:
                 positions.pop(tp, None)
             sessions[fetcher_of(tp, n)].discard(tp)  # its RemoveFetcher
-            if r.persist(key, after, tp):
+            writes.append((key, after, tp))
+            offsets.append(offset)
+        for (key, after, tp), offset, ok in zip(writes, offsets, r.persist_many(writes)):
+            if ok:
                 outcomes[tp] = StopOutcome()  # a new stop: nothing of an earlier one
                 self._after_write(key, tp, after, offset, now, nxt)
 
@@ -225,7 +230,7 @@ class StopColumns:
             if d.state is s or may_run(key, s, d.state):
                 run[key] = d
         failed = r.executor.run_many({k: d.commands for k, d in run.items()})
-        decided = r.impacts.decided
+        writes, written = [], []
         for (item, tp), d, obs in zip(keep, decisions, observed):
             key, s, offset = item
             if run.get(key) is not d:
@@ -235,11 +240,14 @@ class StopColumns:
                 continue
             if d.last_mirror_epoch is not None:
                 store.put_lme(d.last_mirror_epoch)
-            after = d.state
-            if after is s or not r.persist(key, after, tp):
-                continue
-            decided(key, s, d, obs, _STOP, now)
-            self._after_write(key, tp, after, offset, now, nxt)
+            if d.state is not s:
+                writes.append((key, d.state, tp))
+                written.append((item, d, obs))
+        decided = r.impacts.decided
+        for ((key, s, offset), d, obs), (_, after, tp), ok in zip(written, writes, r.persist_many(writes)):
+            if ok:
+                decided(key, s, d, obs, _STOP, now, tp)
+                self._after_write(key, tp, after, offset, now, nxt)
 
     def _after_write(self, key: MirrorPartitionKey, tp: Any, after: MirrorPartitionState, offset: int, now: int,
                      nxt: list[Work]) -> None:  # fmt: skip

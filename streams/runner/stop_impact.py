@@ -53,8 +53,8 @@ class StopImpacts:
         pred = self.prediction(topic_id)
         return pred if pred is not None and pred.mirror_name == self.mirror_name else None
 
-    def _outcome(self, key: MirrorPartitionKey, stop_offset: int) -> StopOutcome:
-        got = self.outcomes.get(key.topic_partition)
+    def _outcome(self, key: MirrorPartitionKey, stop_offset: int, tp: TopicPartition | None = None) -> StopOutcome:
+        got = self.outcomes.get(key.topic_partition if tp is None else tp)
         if got is not None:
             return got
         # After a restart: the outcome so far of this stop (the same stop offset), never an earlier one's.
@@ -106,15 +106,17 @@ class StopImpacts:
             self.outcomes[tp] = o
 
     def decided(self, key: MirrorPartitionKey, before: MirrorPartitionState, decision: Decision, obs: Any,
-                want: DesiredState, now_ms: int) -> None:  # fmt: skip
-        """After ``decision``'s commands ran and its state was queued."""
+                want: DesiredState, now_ms: int, tp: TopicPartition | None = None) -> None:  # fmt: skip
+        """After ``decision``'s commands ran and its state was queued (``tp``: the key's partition,
+        when the caller has it)."""
         after = decision.state
-        tp = key.topic_partition
+        if tp is None:
+            tp = key.topic_partition
         if want is not DesiredState.STOP or before.state is not MirrorState.STOPPING:
             if want is DesiredState.STOP and after.state is MirrorState.STOPPING:
                 self.outcomes[tp] = StopOutcome()  # a new stop: nothing of an earlier one
             return
-        o = self._outcome(key, before.stop_offset)
+        o = self._outcome(key, before.stop_offset, tp)
         aborts = [c for c in decision.commands if isinstance(c, AppendControl) and c.control_type is ControlType.ABORT]
         stop = getattr(obs, "stop", None)
         if aborts:

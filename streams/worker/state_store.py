@@ -135,6 +135,11 @@ class WorkerStateStore:
             p = self._partition[key] = partition_for_key(raw, self.num_partitions)
         return p
 
+    @property
+    def state_keys(self) -> Mapping[MirrorPartitionKey, bytes]:
+        """The keys encoded so far (``state_key`` makes the others): a lookup without a call."""
+        return self._state_keys
+
     def state_key(self, key: MirrorPartitionKey) -> bytes:
         """The key's encoded MirrorPartitionState key (made once per key)."""
         raw = self._state_keys.get(key)
@@ -228,6 +233,39 @@ class WorkerStateStore:
                 raise AssertionError(f"{key}: illegal transition {before.name} -> {state.state.name}")
             self.pending[p][key] = state
             self._queued += 1
+
+    def put_many(self, writes: list[tuple[MirrorPartitionKey, MirrorPartitionState]]) -> list[StateWriteFenced | None]:
+        """``put`` of each write in order, under one lock; per write, None or the fencing that
+        refused it (a mass stop queues tens of thousands per step)."""
+        out: list[StateWriteFenced | None] = []
+        partition, pending, owned, get = self._partition, self.pending, self.owned, self.get
+        with self.lock:
+            removed = self.removed
+            for key, state in writes:
+                p = partition.get(key)
+                if p is None:
+                    p = self.partition_of(key)
+                if p not in owned or (removed and self.outlived(key, state.applied_offset)):
+                    out.append(None)  # another worker's, or a gone membership's: dropped, as ``put``
+                    continue
+                queue = pending.get(p)
+                stored = queue.get(key) if queue else None
+                if stored is None:
+                    stored = get(key)
+                try:
+                    check_write(key, stored, state)
+                except StateWriteFenced as e:
+                    out.append(e)
+                    continue
+                before = stored.state if stored is not None else MirrorState.UNKNOWN
+                if before is not state.state and not is_legal_transition(before, state.state):
+                    raise AssertionError(f"{key}: illegal transition {before.name} -> {state.state.name}")
+                if queue is None:
+                    queue = pending[p]
+                queue[key] = state
+                out.append(None)
+            self._queued += 1
+        return out
 
     def put_lme(self, record: LastMirrorEpoch) -> None:
         with self.lock:
@@ -336,15 +374,19 @@ class WorkerStateStore:
     def land(self, written: list[tuple[MirrorPartitionKey, MirrorPartitionState]]) -> None:
         """The writes are durable (the changelog acknowledged them): reads see them from now on."""
         with self.lock:
+            durable, on_landed = self.durable, self.on_landed
+            get, tally = durable.get, durable.tally.set
             for key, state in written:
-                before = self.durable.get(key)
+                before = get(key)
                 if before is None or before.state != state.state:
                     self.transitions += 1
-                    if self.on_landed is not None:
-                        self.on_landed(key, before, state)
-                elif self.on_landed is not None and before.state is MirrorState.FAILED:
-                    self.on_landed(key, before, state)
-                self.durable[key] = state
+                    if on_landed is not None:
+                        on_landed(key, before, state)
+                elif on_landed is not None and before.state is MirrorState.FAILED:
+                    on_landed(key, before, state)
+                dict.__setitem__(durable, key, state)  # DurableStates.__setitem__, inlined: one call less a write
+                tally((key.mirror_name, key.topic_id, key.partition), state.state)
+            durable.changes += len(written)
             self.writes += len(written)
 
     def drop_pending(self) -> None:
