@@ -305,13 +305,17 @@ def _write_partition(store: Any, partition: int, writes: Sequence[tuple[bytes, b
     """``writes`` into the RocksDB of table partition ``partition``, in one write batch."""
     batch = rocksdict.WriteBatch(raw_mode=True)
     index = store._key_index  # where the store looks a key up first (as its own writes record it)
+    put, delete = batch.put, batch.delete
+    located: dict[bytes, int] = {}
     for key, value in writes:
         if value is None:
-            batch.delete(key)
+            delete(key)
+            located.pop(key, None)
             index.pop(key, None)
         else:
-            batch.put(key, value)
-            index[key] = partition
+            put(key, value)
+            located[key] = partition
+    index.update(located)  # one pass under the index's lock, not a locked insert per key
     store._db_for_partition(partition).write(batch)
 
 
