@@ -53,13 +53,18 @@ def moved(cluster: Any, tp: TopicPartition, offset: int, epoch: int) -> bool:
             or part.leader_log.log_start > offset)  # fmt: skip
 
 
+Key = tuple[int, int]  # (topic ID as an int, partition): hashed and compared in C, where a
+# TopicPartition decoded from a request hashes and compares its UUID in Python (a mass stop
+# removes every partition of its mirror from the sessions)
+
+
 class _Session:
     __slots__ = ("cluster", "owner", "ready", "waiter", "watched")
 
     def __init__(self, cluster: str, owner: object) -> None:
         self.cluster, self.owner = cluster, owner
-        self.watched: dict[TopicPartition, tuple[int, int]] = {}
-        self.ready: list[TopicPartition] = []
+        self.watched: dict[Key, tuple[int, int]] = {}  # -> (fetch offset, leader epoch)
+        self.ready: list[tuple[uuid.UUID, int]] = []
         self.waiter: asyncio.Future[None] | None = None
 
 
@@ -70,7 +75,7 @@ class FetchSessions:
         self.clusters = clusters
         self.sessions: dict[int, _Session] = {}
         self._ids = itertools.count(1)
-        self._watchers: dict[tuple[str, TopicPartition], set[_Session]] = {}
+        self._watchers: dict[tuple[str, int, int], set[_Session]] = {}
         for name, cluster in clusters.items():
             self.attach(name, cluster)
 
@@ -78,29 +83,31 @@ class FetchSessions:
         cluster.changed = lambda tp, name=name: self._changed(name, tp)
 
     def _changed(self, cluster_name: str, tp: TopicPartition) -> None:
-        watchers = self._watchers.get((cluster_name, tp))
+        key = (cluster_name, tp.topic_id.int, tp.partition)
+        watchers = self._watchers.get(key)
         if not watchers:
             return
         cluster = self.clusters[cluster_name]
         for s in list(watchers):
-            offset, epoch = s.watched[tp]
+            offset, epoch = s.watched[key[1:]]
             if moved(cluster, tp, offset, epoch):
-                self._report(s, tp)
+                self._report(s, tp.topic_id, tp.partition)
 
-    def _report(self, s: _Session, tp: TopicPartition) -> None:
-        del s.watched[tp]
-        key = (s.cluster, tp)
+    def _report(self, s: _Session, topic_id: uuid.UUID, partition: int) -> None:
+        k = (topic_id.int, partition)
+        del s.watched[k]
+        key = (s.cluster, *k)
         watchers = self._watchers[key]
         watchers.discard(s)
         if not watchers:
             del self._watchers[key]
-        s.ready.append(tp)
+        s.ready.append((topic_id, partition))
         if s.waiter is not None and not s.waiter.done():
             s.waiter.set_result(None)
 
-    def _unwatch(self, s: _Session, tp: TopicPartition) -> None:
-        if s.watched.pop(tp, None) is not None:
-            key = (s.cluster, tp)
+    def _unwatch(self, s: _Session, k: Key) -> None:
+        if s.watched.pop(k, None) is not None:
+            key = (s.cluster, *k)
             watchers = self._watchers[key]
             watchers.discard(s)
             if not watchers:
@@ -119,15 +126,17 @@ class FetchSessions:
             if got is None or got.owner is not owner or got.cluster != cluster_name:
                 raise FetchSessionIdNotFound(f"fetch session {sid} not found")
             s = got
+        unwatch = self._unwatch
         for topic_id, p in args.remove:
-            self._unwatch(s, TopicPartition(topic_id, p))
+            unwatch(s, (topic_id.int, p))
+        watchers = self._watchers
         for topic_id, p, offset, epoch in args.add:
-            tp = TopicPartition(topic_id, p)
-            self._unwatch(s, tp)
-            s.watched[tp] = (offset, epoch)
-            self._watchers.setdefault((cluster_name, tp), set()).add(s)
-            if moved(cluster, tp, offset, epoch):
-                self._report(s, tp)
+            k = (topic_id.int, p)
+            unwatch(s, k)
+            s.watched[k] = (offset, epoch)
+            watchers.setdefault((cluster_name, *k), set()).add(s)
+            if moved(cluster, TopicPartition(topic_id, p), offset, epoch):
+                self._report(s, topic_id, p)
         if not s.ready and args.max_wait_ms > 0:
             s.waiter = asyncio.get_running_loop().create_future()
             try:
@@ -137,14 +146,14 @@ class FetchSessions:
             finally:
                 s.waiter = None
         ready, s.ready = s.ready, []
-        return sid, [(tp.topic_id, tp.partition) for tp in ready]
+        return sid, ready
 
     def close_owner(self, owner: object) -> None:
         """A connection closed: its sessions go (as a broker evicts an idle session)."""
         for sid, s in list(self.sessions.items()):
             if s.owner is owner:
-                for tp in list(s.watched):
-                    self._unwatch(s, tp)
+                for k in list(s.watched):
+                    self._unwatch(s, k)
                 if s.waiter is not None and not s.waiter.done():
                     s.waiter.cancel()
                 del self.sessions[sid]
