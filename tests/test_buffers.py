@@ -95,3 +95,70 @@ def test_one_heap_keeps_every_thread_in_the_main_arena() -> None:
 
     assert arenas("many") > 1
     assert arenas("one") == 1
+
+
+_SMAPS = """\
+55d0a0000000-55d0a4000000 rw-p 00000000 00:00 0                          [heap]
+Size:              65536 kB
+Rss:               60000 kB
+7f0000100000-7f0000900000 rw-p 00000000 00:00 0 
+Size:               8192 kB
+Rss:                  64 kB
+7f0001000000-7f0002000000 rw-p 00000000 00:00 0 
+Size:              16384 kB
+Rss:               16384 kB
+7f0003000000-7f0003800000 r--p 00000000 08:01 1234                       /usr/lib/libpython3.11.so
+Size:               8192 kB
+Rss:                8192 kB
+7f0004000000-7f0004100000 rw-p 00000000 00:00 0 
+Size:               1024 kB
+Rss:                1024 kB
+7f0005080000-7f0005500000 rw-p 00000000 00:00 0 
+Size:               4608 kB
+Rss:                4608 kB
+7ffd00000000-7ffd00400000 rw-p 00000000 00:00 0                          [stack]
+Size:               4096 kB
+Rss:                4096 kB
+"""
+
+
+def test_only_dense_anonymous_memory_is_asked_for_huge_pages_in_whole_aligned_2_mib_ranges() -> None:
+    from records.buffers import HUGE_PAGE, _dense_anonymous_mappings
+
+    got = _dense_anonymous_mappings(_SMAPS)
+    assert got == [
+        (0x55D0A0000000, 64 << 20),  # the heap
+        (0x7F0001000000, 16 << 20),  # pymalloc's arenas, merged into one mapping
+        (0x7F0005200000, 2 << 20),  # 4.5 MiB from an unaligned start: the one whole 2 MiB range inside
+    ]  # not: a thread's stack (8 MiB, 64 KiB touched), a library, a 1 MiB mapping, the main stack
+    assert all(start % HUGE_PAGE == 0 and length % HUGE_PAGE == 0 for start, length in got)
+
+
+_COLLAPSE = """
+from records.buffers import collapse_heap
+def huge_kb():
+    for line in open("/proc/self/smaps_rollup"):
+        if line.startswith("AnonHugePages:"):
+            return int(line.split()[1])
+objects = [[i, str(i)] for i in range(400_000)]  # ~60 MB of small objects: pymalloc's arenas
+before = huge_kb()
+asked = collapse_heap()
+print(asked, before, huge_kb())
+"""
+
+
+def _thp_mode() -> str:
+    try:
+        text = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        return "none"
+    return text[text.index("[") + 1 : text.index("]")] if "[" in text else "none"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or _thp_mode() in ("never", "none"), reason="Linux THP")
+def test_collapse_heap_backs_the_python_heap_with_huge_pages() -> None:
+    out = subprocess.run([sys.executable, "-c", _COLLAPSE], capture_output=True, text=True, check=True)
+    asked, before, after = (int(x) for x in out.stdout.split())
+    if asked == 0:
+        pytest.skip("this kernel has no MADV_COLLAPSE (Linux < 6.1)")
+    assert after - before >= 16 << 10  # at least 16 MiB of the arenas now on 2 MiB pages
