@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 
 from coordinator.ports import InvalidRequest, PortError
-from records.buffers import keep_heap_on_huge_pages, keep_large_buffers
+from records.buffers import keep_large_buffers
 
 from .cluster import ClusterModel
 from .errors import ModelError
@@ -379,7 +379,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     # full collection walks them all (as the worker, streams.worker.main.GC_THRESHOLDS).
     gc.set_threshold(20_000, 10, 10)
     keep_large_buffers()  # mirrored appends are megabytes: no page faults per copy (records.buffers)
-    keep_heap_on_huge_pages()  # lookups across a model of 100,000s of partitions: fewer TLB misses
     if not is_loopback(args.host):
         print(f"error: --host must be a loopback address, got {args.host!r}", file=sys.stderr)
         return 2

@@ -13,8 +13,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
-import threading
-import time
 
 log = logging.getLogger(__name__)
 
@@ -82,85 +80,3 @@ def one_heap() -> bool:
     without glibc (nothing done)."""
     libc = _glibc()
     return libc is not None and bool(libc.mallopt(M_ARENA_MAX, 1))
-
-
-MADV_COLLAPSE = 25  # Linux 6.1: back a range with transparent huge pages now (not khugepaged's pace)
-HUGE_PAGE = 2 << 20
-DENSE = 0.75  # a mapping this resident is heap (a thread's stack, mostly untouched, is not)
-
-
-def _dense_anonymous_mappings(smaps: str) -> list[tuple[int, int]]:
-    """The 2 MiB-aligned ranges of the anonymous mappings in ``smaps`` (``/proc/PID/smaps``) that
-    are mostly resident."""
-    out: list[tuple[int, int]] = []
-    vma: tuple[int, int, bool] | None = None
-    rss = 0
-
-    def done() -> None:
-        if vma is None or not vma[2]:
-            return
-        start, end = (vma[0] + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1), vma[1] & ~(HUGE_PAGE - 1)
-        if end - start >= HUGE_PAGE and rss >= DENSE * (vma[1] - vma[0]):
-            out.append((start, end - start))
-
-    for line in smaps.splitlines():
-        head, _, rest = line.partition(" ")
-        if "-" in head and not head.endswith(":"):
-            done()
-            fields = rest.split()
-            lo, hi = (int(x, 16) for x in head.split("-"))
-            anonymous = fields[0].startswith("rw") and fields[2] == "00:00" and (len(fields) < 5 or fields[4] == "[heap]")
-            vma, rss = (lo, hi, anonymous), 0
-        elif head == "Rss:":
-            rss = int(rest.split()[0]) << 10
-    done()
-    return out
-
-
-def collapse_heap() -> int:
-    """Asks the kernel to back the process's dense anonymous memory (the Python heap: pymalloc's
-    arenas and glibc's heap) with transparent huge pages; the bytes asked for.
-
-    A worker or the model server at 50,000+ partitions looks things up all over a heap of
-    hundreds of MB: with 4 KiB pages nearly every lookup of a mass failover misses the TLB, and
-    on a virtual machine each miss is a two-level page walk (a dict lookup of a 200,000-entry
-    table took ~1.9 us in the model server). With THP in ``madvise`` mode (the common default) no
-    heap gets huge pages unless asked. ``MADV_COLLAPSE`` (Linux 6.1) copies a range into huge
-    pages at once, in the calling thread, without the GIL; ranges already collapsed cost nothing.
-    Sparse mappings (threads' stacks) are left alone, so the RSS stays about the same. 0 where
-    the kernel or the C library cannot (nothing done)."""
-    libc = _glibc()
-    if libc is None:
-        return 0
-    try:
-        with open("/proc/self/smaps") as f:
-            ranges = _dense_anonymous_mappings(f.read())
-    except OSError:
-        return 0
-    madvise = libc.madvise
-    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    asked = 0
-    for start, length in ranges:
-        if madvise(start, length, MADV_COLLAPSE) == 0:
-            asked += length
-    return asked
-
-
-def keep_heap_on_huge_pages(interval_s: float = 10.0) -> threading.Thread | None:
-    """``collapse_heap`` now and every ``interval_s`` from a daemon thread (the heap grows as
-    partitions are added); None without glibc. Each pass reads ``/proc/self/smaps`` (a few ms);
-    what is collapsed already costs nothing again."""
-    if _glibc() is None:
-        return None
-
-    def run() -> None:
-        while True:
-            try:
-                collapse_heap()
-            except Exception:  # noqa: BLE001 - a tuning, never a reason to fail
-                log.debug("collapse_heap failed", exc_info=True)
-            time.sleep(interval_s)
-
-    t = threading.Thread(target=run, name="huge-pages", daemon=True)
-    t.start()
-    return t

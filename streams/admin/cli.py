@@ -464,9 +464,6 @@ def controller_main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"error: {e}\n")
         return EXIT_USAGE
     supers = tls.parse_super_users(args.super_users)
-    from records.buffers import keep_heap_on_huge_pages
-
-    keep_heap_on_huge_pages()  # the metadata image of 100,000s of partitions: fewer TLB misses (records.buffers)
     try:
         asyncio.run(run_controller(cfg, supers))
     except worker_config.ConfigError as e:  # a bad admin.listener.ssl.* setting, an unsafe bind

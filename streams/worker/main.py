@@ -45,7 +45,7 @@ from dataclasses import replace
 from typing import Any
 
 from coordinator.ports import PortError
-from records.buffers import keep_heap_on_huge_pages, keep_large_buffers, one_heap
+from records.buffers import keep_large_buffers, one_heap
 from records.framing import ApiMessageAndVersion
 from records.registry import default_schemas
 from streams import tls
@@ -447,7 +447,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     gc.set_threshold(*GC_THRESHOLDS)
     keep_large_buffers()  # a mirrored batch's copies must not page-fault (records.buffers)
     one_heap()  # and what one thread frees, the next thread's allocations reuse (records.buffers)
-    keep_heap_on_huge_pages()  # lookups across a heap of 100s of MB: fewer TLB misses (records.buffers)
     fetch_backoff.install()  # idle consumers must not busy-poll a broker that answers empty fetches at once
     # --loglevel LEVEL[,LOGGER=LEVEL...]: e.g. "warning,streams.worker.app=debug" for the round timings alone
     root, *per_logger = [part.strip() for part in args.loglevel.split(",") if part.strip()] or ["info"]
