@@ -6,7 +6,8 @@ Starts what ``streams.demo.job`` starts (the broker of the coordinator's own top
 noida-db with ``--broker noida``; cluster-model server with A and B, the
 controller and the worker of B; ``--workers 2``: two workers of B sharing its table partitions), creates ``--topics`` x ``--partitions`` topics on A (a few
 records in some partitions; the rest idle, the "link flap" case), creates mirror ``a-to-b`` on
-B, starts every topic and waits until every partition is MIRRORING -- none of that is timed.
+B, starts every topic, waits until every partition is MIRRORING and the processes are idle
+(``--no-settle``: not idle) -- none of that is timed.
 Then ONE CLI call (``kafka-cluster-mirrors --stop --mirror a-to-b --topics '.*' --wait S``)
 stops them all; the clock runs from that call until every partition is STOPPED. Progress
 (partitions STOPPED out of total) is printed while waiting.
@@ -52,6 +53,7 @@ from streams.demo.job import Demo
 
 MIRROR = "a-to-b"
 PREFIX = "bench-"
+IDLE_CORES = 0.15  # the coordinator's processes together, over a second: idle (settle)
 _PROGRESS = re.compile(r"^(\d+)/(\d+) partitions (\w+)")
 
 
@@ -243,6 +245,25 @@ class Bench:
         if self.demo.clock is not None and self.demo.clock.error is not None:
             raise DemoError(f"model clock failed: {self.demo.clock.error!r}")
 
+    def settle(self) -> None:
+        """Until the mirror is idle: every partition reached MIRRORING, but the workers still ran
+        the first fetch round of the last ones (~0.3 s of a worker per table partition); a stop
+        issued then raced them. A failover of an idle, caught-up mirror starts from quiet
+        processes: the workers', the model server's and the controller's CPU together under
+        ``IDLE_CORES`` over a second (at most ``--settle-timeout`` seconds; not timed)."""
+        names = [n for n in (*self.workers(), "model-server", "controller-B")]
+        pids = [self.pid(n) for n in names]
+        start = time.monotonic()
+        before = sum(_cpu_s(p) or 0.0 for p in pids)
+        while time.monotonic() - start < self.args.settle_timeout:
+            time.sleep(1.0)
+            now = sum(_cpu_s(p) or 0.0 for p in pids)
+            busy, before = now - before, now
+            if busy < IDLE_CORES:
+                break
+        self.result["settle_seconds"] = round(time.monotonic() - start, 1)
+        self.say(f"settled in {self.result['settle_seconds']}s (not counted)")
+
     # ------------------------------------------------------------------ the failover (timed)
 
     def failover(self) -> None:
@@ -430,6 +451,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     p.add_argument("--profile", type=float, default=0.0, metavar="SECONDS",
                    help="py-spy record every worker, the model server and the controller for the failover's first SECONDS (collapsed stacks in the workdir)")
+    p.add_argument("--settle-timeout", type=float, default=60.0,
+                   help="seconds at most to wait after setup for the processes to go idle (not timed)")
+    p.add_argument("--no-settle", action="store_true",
+                   help="stop as soon as every partition is MIRRORING (racing the workers' first fetch rounds)")
     p.add_argument("--hold", type=float, default=0.0, help="seconds to keep the processes up before the stop (profiling)")
     args = p.parse_args(argv)
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="kip1279-massfail-"))
@@ -441,6 +466,8 @@ def main(argv: list[str] | None = None) -> int:
         bench.setup()
         bench.say(f"setup done in {bench.result['setup_seconds']}s (not counted); worker pid {bench.pid('worker-B')}, "
                   f"model server pid {bench.pid('model-server')}")  # fmt: skip
+        if not args.no_settle:
+            bench.settle()
         if args.hold:
             time.sleep(args.hold)
         bench.failover()
