@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import ssl
 import logging
+import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
@@ -62,6 +63,7 @@ from streams.admin.responses import alter_configs_response, describe_config, des
 
 log = logging.getLogger(__name__)
 ANONYMOUS = "User:ANONYMOUS"
+BUSY_AFTER_REQUEST_S = 2.0  # a snapshot due waits while requests came this recently (``_serving``)
 
 
 class AdminRequest(NamedTuple):
@@ -187,8 +189,9 @@ class ClusterMirrorController:
             self.reader, SnapshotStore(config.snapshot_dir / "controller"), policy=policy,
             replay=self._replay,
             to_records=lambda: None if self.replayer.in_transaction else self.image.to_records(self.schemas),
-            on_poison=self._on_poison,
+            on_poison=self._on_poison, busy=self._serving,
         )  # fmt: skip
+        self._last_request = -BUSY_AFTER_REQUEST_S  # monotonic time of the last admin request
         self._applied = asyncio.Condition()
         self._lock = asyncio.Lock()  # one command at a time
         self._follow: asyncio.Task[None] | None = None
@@ -256,6 +259,11 @@ class ClusterMirrorController:
                             "principal is the one the client claims; set admin.listener.ssl.* for TLS)",
                             c.metadata_topic_name, *self.address)  # fmt: skip
 
+    def _serving(self) -> bool:
+        """Served an admin request in the last ``BUSY_AFTER_REQUEST_S``: a snapshot due waits
+        (``MetadataLogLoader.busy``), as a stop and its --wait polls come one after the other."""
+        return time.monotonic() - self._last_request < BUSY_AFTER_REQUEST_S
+
     @property
     def following(self) -> bool:
         """False once the metadata log follower has stopped (appends then time out)."""
@@ -276,8 +284,9 @@ class ClusterMirrorController:
             raise
 
     async def _snapshot_timer(self) -> None:
-        # A quiet log still gets its time-based snapshot (records alone only trigger the count).
-        period = max(1.0, min(self.loader.policy.max_interval_ms / 1000, 60.0))
+        # A quiet log still gets its time-based snapshot (records alone only trigger the count),
+        # and one deferred while requests came (``_serving``) is written once they stop.
+        period = max(1.0, min(self.loader.policy.max_interval_ms / 1000, BUSY_AFTER_REQUEST_S))
         while True:
             await asyncio.sleep(period)
             try:
@@ -346,6 +355,7 @@ class ClusterMirrorController:
         ``authenticated``: the principal of the connection's client certificate; with it, the
         principal the request claims is ignored."""
         api = API_NAMES[header.api_key]
+        self._last_request = time.monotonic()
         who = admin.Principal(authenticated or header.principal or ANONYMOUS, peer_host, self.super_users)
         req = AdminRequest(header, api, body, who)
         if api == "ListClusterMirrors":

@@ -40,6 +40,7 @@ EPOCH_HEADER = "kip1279.epoch"
 # asks once per wait, not twice a second (aiokafka's 500 ms). Reads up to an end keep 500 ms:
 # their ListOffsets would queue behind a held fetch on the connection.
 FOLLOW_FETCH_MAX_WAIT_MS = 5000
+MAX_SNAPSHOT_DEFER_MS = 60_000  # a snapshot due waits at most this long for a quiet moment (``busy``)
 
 
 class PoisonRecord(NamedTuple):
@@ -334,6 +335,7 @@ class MetadataLogLoader:
         on_poison: Callable[[LogEntry], None] | None = None,
         on_caught_up: Callable[[int], None] | None = None,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        busy: Callable[[], bool] | None = None,
     ) -> None:
         self.reader = reader
         self.snapshots = snapshots
@@ -350,6 +352,12 @@ class MetadataLogLoader:
         self._since_snapshot = 0
         self._last_snapshot_ms = clock_ms()
         self._snapshotting = False  # a write is on its thread: callers meanwhile (ticks, the follower) skip
+        # A snapshot due while ``busy()`` (the controller serving requests) waits until it is not,
+        # at most MAX_SNAPSHOT_DEFER_MS: at 200,000 partitions one is ~0.5 CPU-s on the loop and a
+        # thread sharing its GIL, which a mass failover's stop (its 4,000 records make one due)
+        # and the --wait polls that follow it would pay.
+        self.busy = busy
+        self._deferred_since: int | None = None
 
     async def load_snapshot(self) -> SnapshotId | None:
         if self.snapshots is None:
@@ -404,6 +412,11 @@ class MetadataLogLoader:
         now = self.clock_ms()
         if not force and not self.policy.due(self._since_snapshot, now - self._last_snapshot_ms):
             return None
+        if not force and self.busy is not None and self.busy():
+            if self._deferred_since is None:
+                self._deferred_since = now
+            if now - self._deferred_since < MAX_SNAPSHOT_DEFER_MS:
+                return None
         if self._snapshotting:
             return None  # one write at a time: two of the same snapshot would race on its file
         got = self.to_records()  # taken on the loop: the state cannot move under it
@@ -421,4 +434,5 @@ class MetadataLogLoader:
             self._snapshotting = False
         self._since_snapshot = 0
         self._last_snapshot_ms = now
+        self._deferred_since = None
         return sid

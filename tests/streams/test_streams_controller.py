@@ -245,6 +245,11 @@ async def test_controller_restart_loads_its_snapshot_and_the_tail(worker_config:
             await a.create("a-to-b", {"bootstrap.servers": "x:1", "sasl.jaas.config": f"password={SECRET}"})
             await a.start("a-to-b", ["orders", "payments"])
         before = first.image
+        # due while it served those requests: written once it is quiet (streams.admin.controller._serving)
+        folder = worker_config.snapshot_dir / "controller"
+        deadline = asyncio.get_running_loop().time() + 15
+        while not list(folder.glob("*.checkpoint")) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.2)
     finally:
         await first.stop()
     snapshots = sorted((worker_config.snapshot_dir / "controller").glob("*.checkpoint"))

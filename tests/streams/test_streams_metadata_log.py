@@ -270,6 +270,31 @@ async def test_snapshots_due_at_once_write_one_and_a_failed_write_is_not_fatal(t
     assert await loader.maybe_snapshot() is not None
 
 
+async def test_a_snapshot_due_while_busy_waits_for_a_quiet_moment_at_most_a_minute(tmp_path: Path) -> None:
+    """The controller defers a snapshot due while it serves requests (a mass stop and its --wait
+    polls): it is written once the controller is quiet, or after MAX_SNAPSHOT_DEFER_MS anyway."""
+    from streams.state.metadata_log import MAX_SNAPSHOT_DEFER_MS
+
+    now, busy = [0], [True]
+    loader = MetadataLogLoader(None, SnapshotStore(tmp_path), replay=lambda *_: None,  # type: ignore[arg-type]
+                               to_records=lambda: sample_records(2), policy=SnapshotPolicy(max_records=1),
+                               clock_ms=lambda: now[0], busy=lambda: busy[0])  # fmt: skip
+    loader.next_offset, loader._since_snapshot = 5, 5
+    assert await loader.maybe_snapshot() is None  # due, but busy
+    now[0] = MAX_SNAPSHOT_DEFER_MS - 1
+    assert await loader.maybe_snapshot() is None  # still busy, not yet a minute
+    busy[0] = False
+    first = await loader.maybe_snapshot()
+    assert first is not None and first.last_offset == 4  # quiet: written
+    busy[0] = True
+    loader.next_offset, loader._since_snapshot = 9, 4
+    assert await loader.maybe_snapshot() is None  # due again, busy again: the wait starts anew
+    now[0] += MAX_SNAPSHOT_DEFER_MS
+    second = await loader.maybe_snapshot()
+    assert second is not None and second.last_offset == 8  # busy for a minute: written anyway
+    assert await loader.maybe_snapshot(force=True) is not None  # forced: never deferred
+
+
 async def test_an_idle_follower_long_polls_and_still_reads_a_commit_at_once(worker_config: WorkerConfig,
                                                                            kafka_broker: object) -> None:  # fmt: skip
     """Following the log's end, an idle reader sends one fetch per FOLLOW_FETCH_MAX_WAIT_MS on
