@@ -457,20 +457,6 @@ class MirrorRunner:
         self.interest.mark(key, state.state is MirrorState.MIRRORING, tp)
         return self._put(key, state)  # fenced: another writer moved the state on, the next round re-reads
 
-    def persist_many(self, writes: list[tuple[MirrorPartitionKey, MirrorPartitionState, TopicPartition]]) -> list[bool]:
-        """``persist`` of each write, in order (the stop's columns: one pass of bookkeeping)."""
-        self.interest.mark_many([k for k, _, _ in writes],
-                                [tp for _, s, tp in writes if s.state is not MirrorState.MIRRORING])  # fmt: skip
-        many = getattr(self.store, "put_many", None)
-        if many is None:
-            return [self._put(key, state) for key, state, _ in writes]
-        out = []
-        for (key, _, _), fenced in zip(writes, many([(k, s) for k, s, _ in writes])):
-            if fenced is not None:
-                self.note(str(fenced))  # another writer moved the state on: the next round re-reads
-            out.append(fenced is None)
-        return out
-
     def _put(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> bool:
         try:
             self.store.put(key, state)

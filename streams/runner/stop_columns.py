@@ -9,7 +9,7 @@ flat list (one pipelined wave, no generator), the decisions from ``coordinator.w
 stop_columns`` over plain lists, the commands through the same executor, and then per partition
 exactly what the per-partition path does after a decision (the durability gate, the fenced
 write, the impact outcome, the backoffs, settling), with a step's writes queued in one pass
-(``MirrorRunner.persist_many``: one lock for them all, not three per partition). Anything else
+(``persist_many``: one lock for them all, not three per partition). Anything else
 (a cut, a FAILED retry, the rarer steps, another desired state, a destination without
 ``latest_epoch``) stays on the per-partition path, as does every other workflow.
 """
@@ -31,6 +31,7 @@ from coordinator.workflows.drive import PartitionObservation
 from streams.runner.driver import run_calls
 
 _STOP, _STOPPING, _STOPPED = DesiredState.STOP, MirrorState.STOPPING, MirrorState.STOPPED
+_MIRRORING = MirrorState.MIRRORING
 _LME, _BUMP, _WAIT = Step.STOP_RECORD_LME, Step.STOP_BUMP_EPOCH, Step.STOP_WAIT_ISR
 Item = tuple[MirrorPartitionKey, MirrorPartitionState, int]  # (key, its state, the desired record's offset)
 Work = tuple[MirrorPartitionKey, DesiredState, int]
@@ -111,7 +112,7 @@ class StopColumns:
             sessions[fetcher_of(tp, n)].discard(tp)  # its RemoveFetcher
             writes.append((key, after, tp))
             offsets.append(offset)
-        for (key, after, tp), offset, ok in zip(writes, offsets, r.persist_many(writes)):
+        for (key, after, tp), offset, ok in zip(writes, offsets, self.persist_many(writes)):
             if ok:
                 outcomes[tp] = StopOutcome()  # a new stop: nothing of an earlier one
                 self._after_write(key, tp, after, offset, now, nxt)
@@ -244,10 +245,24 @@ class StopColumns:
                 writes.append((key, d.state, tp))
                 written.append((item, d, obs))
         decided = r.impacts.decided
-        for ((key, s, offset), d, obs), (_, after, tp), ok in zip(written, writes, r.persist_many(writes)):
+        for ((key, s, offset), d, obs), (_, after, tp), ok in zip(written, writes, self.persist_many(writes)):
             if ok:
                 decided(key, s, d, obs, _STOP, now, tp)
                 self._after_write(key, tp, after, offset, now, nxt)
+
+    def persist_many(self, writes: list[tuple[MirrorPartitionKey, MirrorPartitionState, Any]]) -> list[bool]:
+        """``MirrorRunner.persist`` of each ``(key, state, tp)``, in order, in one pass of bookkeeping."""
+        r = self.r
+        r.interest.mark_many([k for k, _, _ in writes], [tp for _, s, tp in writes if s.state is not _MIRRORING])
+        many = getattr(r.store, "put_many", None)
+        if many is None:
+            return [r._put(key, state) for key, state, _ in writes]
+        out = []
+        for (key, _, _), fenced in zip(writes, many([(k, s) for k, s, _ in writes])):
+            if fenced is not None:
+                r.note(str(fenced))  # another writer moved the state on: the next round re-reads
+            out.append(fenced is None)
+        return out
 
     def _after_write(self, key: MirrorPartitionKey, tp: Any, after: MirrorPartitionState, offset: int, now: int,
                      nxt: list[Work]) -> None:  # fmt: skip
