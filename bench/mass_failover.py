@@ -251,8 +251,7 @@ class Bench:
         issued then raced them. A failover of an idle, caught-up mirror starts from quiet
         processes: the workers', the model server's and the controller's CPU together under
         ``IDLE_CORES`` over a second (at most ``--settle-timeout`` seconds; not timed)."""
-        names = [n for n in (*self.workers(), "model-server", "controller-B")]
-        pids = [self.pid(n) for n in names]
+        pids = [self.pid(n) for n in (*self.workers(), "model-server", "controller-B")]
         start = time.monotonic()
         before = sum(_cpu_s(p) or 0.0 for p in pids)
         while time.monotonic() - start < self.args.settle_timeout:

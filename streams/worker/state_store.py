@@ -135,11 +135,6 @@ class WorkerStateStore:
             p = self._partition[key] = partition_for_key(raw, self.num_partitions)
         return p
 
-    @property
-    def state_keys(self) -> Mapping[MirrorPartitionKey, bytes]:
-        """The keys encoded so far (``state_key`` makes the others): a lookup without a call."""
-        return self._state_keys
-
     def state_key(self, key: MirrorPartitionKey) -> bytes:
         """The key's encoded MirrorPartitionState key (made once per key)."""
         raw = self._state_keys.get(key)
@@ -215,57 +210,41 @@ class WorkerStateStore:
                 self.deletes[p].add(key)
 
     def put(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> None:
+        with self.lock:
+            self._queue_write(key, state)
+
+    def put_many(self, writes: list[tuple[MirrorPartitionKey, MirrorPartitionState]]) -> list[StateWriteFenced | None]:
+        """``put`` of each write in order, under one lock (a mass stop queues tens of thousands
+        per step); per write, None or the fencing that refused it."""
+        out: list[StateWriteFenced | None] = []
+        with self.lock:
+            for key, state in writes:
+                try:
+                    self._queue_write(key, state)
+                    out.append(None)
+                except StateWriteFenced as e:
+                    out.append(e)
+        return out
+
+    def _queue_write(self, key: MirrorPartitionKey, state: MirrorPartitionState) -> None:
+        """``put``'s checks and queueing; the caller holds the lock."""
         p = self._partition.get(key)
         if p is None:
             p = self.partition_of(key)
-        with self.lock:
-            if p not in self.owned:
-                return  # its partition is another worker's: the owner decides for it
-            if self.removed and self.outlived(key, state.applied_offset):
-                return  # a step of a membership that is gone (its mirror was deleted)
-            queue = self.pending.get(p)
-            stored = queue.get(key) if queue else None
-            if stored is None:
-                stored = self.get(key)
-            check_write(key, stored, state)
-            before = stored.state if stored is not None else MirrorState.UNKNOWN
-            if before is not state.state and not is_legal_transition(before, state.state):
-                raise AssertionError(f"{key}: illegal transition {before.name} -> {state.state.name}")
-            self.pending[p][key] = state
-            self._queued += 1
-
-    def put_many(self, writes: list[tuple[MirrorPartitionKey, MirrorPartitionState]]) -> list[StateWriteFenced | None]:
-        """``put`` of each write in order, under one lock; per write, None or the fencing that
-        refused it (a mass stop queues tens of thousands per step)."""
-        out: list[StateWriteFenced | None] = []
-        partition, pending, owned, get = self._partition, self.pending, self.owned, self.get
-        with self.lock:
-            removed = self.removed
-            for key, state in writes:
-                p = partition.get(key)
-                if p is None:
-                    p = self.partition_of(key)
-                if p not in owned or (removed and self.outlived(key, state.applied_offset)):
-                    out.append(None)  # another worker's, or a gone membership's: dropped, as ``put``
-                    continue
-                queue = pending.get(p)
-                stored = queue.get(key) if queue else None
-                if stored is None:
-                    stored = get(key)
-                try:
-                    check_write(key, stored, state)
-                except StateWriteFenced as e:
-                    out.append(e)
-                    continue
-                before = stored.state if stored is not None else MirrorState.UNKNOWN
-                if before is not state.state and not is_legal_transition(before, state.state):
-                    raise AssertionError(f"{key}: illegal transition {before.name} -> {state.state.name}")
-                if queue is None:
-                    queue = pending[p]
-                queue[key] = state
-                out.append(None)
-            self._queued += 1
-        return out
+        if p not in self.owned:
+            return  # its partition is another worker's: the owner decides for it
+        if self.removed and self.outlived(key, state.applied_offset):
+            return  # a step of a membership that is gone (its mirror was deleted)
+        queue = self.pending.get(p)
+        stored = queue.get(key) if queue else None
+        if stored is None:
+            stored = self.get(key)
+        check_write(key, stored, state)
+        before = stored.state if stored is not None else MirrorState.UNKNOWN
+        if before is not state.state and not is_legal_transition(before, state.state):
+            raise AssertionError(f"{key}: illegal transition {before.name} -> {state.state.name}")
+        self.pending[p][key] = state
+        self._queued += 1
 
     def put_lme(self, record: LastMirrorEpoch) -> None:
         with self.lock:
@@ -374,19 +353,15 @@ class WorkerStateStore:
     def land(self, written: list[tuple[MirrorPartitionKey, MirrorPartitionState]]) -> None:
         """The writes are durable (the changelog acknowledged them): reads see them from now on."""
         with self.lock:
-            durable, on_landed = self.durable, self.on_landed
-            get, tally = durable.get, durable.tally.set
             for key, state in written:
-                before = get(key)
+                before = self.durable.get(key)
                 if before is None or before.state != state.state:
                     self.transitions += 1
-                    if on_landed is not None:
-                        on_landed(key, before, state)
-                elif on_landed is not None and before.state is MirrorState.FAILED:
-                    on_landed(key, before, state)
-                dict.__setitem__(durable, key, state)  # DurableStates.__setitem__, inlined: one call less a write
-                tally((key.mirror_name, key.topic_id, key.partition), state.state)
-            durable.changes += len(written)
+                    if self.on_landed is not None:
+                        self.on_landed(key, before, state)
+                elif self.on_landed is not None and before.state is MirrorState.FAILED:
+                    self.on_landed(key, before, state)
+                self.durable[key] = state
             self.writes += len(written)
 
     def drop_pending(self) -> None:

@@ -138,8 +138,8 @@ class WorkerTable:
             return 0
         codec = default_codec()
         writes: list[tuple[bytes, bytes | None]] = [(raw, None) for raw in self.tombstones(deletes)]  # before new states
-        state_key, made = self.store.state_key, self.store.state_keys
-        writes += [(made.get(k) or state_key(k), _VALUE_PREFIX + encode_state(st)) for k, st in ready]
+        state_key = self.store.state_key
+        writes += [(state_key(k), _VALUE_PREFIX + encode_state(st)) for k, st in ready]
         for key, lme in lmes.items():
             value = codec.lme_value(lme.last_mirror_epoch, lme.applied_offset)
             writes.append((retyped_key(state_key(key), RecordType.LAST_MIRROR_EPOCHS), codec.encode_value(value)))
