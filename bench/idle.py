@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.mass_failover import Bench, _cpu_s
+from bench.speed_index import per_1k_partitions, speed_index
 from clustermodel.client import ClusterClient
 from streams.brokers.own import CHOICES, FLAG_HELP
 from streams.demo.harness import DemoError
@@ -265,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
             trickle_counts=getattr(bench, "trickle_counts", None),
             e2e_latency_p50_ms=_percentile(latencies, 0.50), e2e_latency_p99_ms=_percentile(latencies, 0.99),
             e2e_latency_max_ms=round(max(latencies), 1) if latencies else None,
+            # idle: every process's CPU-seconds per second per 1,000 partitions (with ``speed_index``)
+            cpu_seconds_per_1k_partitions=per_1k_partitions(idle, bench.result["partitions"]),
         )  # fmt: skip
         code = 0
     except KeyboardInterrupt:
@@ -284,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     for k in ("idle_worker_cores", "idle_all_cores", "trickle_worker_cores", "e2e_latency_p50_ms", "e2e_latency_p99_ms"):
         r.setdefault(k, None)
     r["load_average_1m"] = round(os.getloadavg()[0], 2)
+    r["speed_index"] = speed_index()  # beside the CPU figures, so that they travel between machines
     r["workdir"] = str(workdir) if (args.workdir or args.keep) else None
     sys.stdout.write(json.dumps(r) + "\n")
     sys.stdout.flush()

@@ -18,7 +18,9 @@ of 200,000 partitions or more: ``--topics 4000 --partitions 50``), ``transitions
 (partitions STOPPED per second), ``worker_peak_rss_mb`` (VmHWM of the worker over the whole
 run; with several workers, the highest), ``workers``, ``worker_cpu_seconds`` (all workers' CPU
 during the failover), ``per_worker`` (each worker's CPU-seconds and peak RSS, setup and failover),
-``load_average_1m`` (before and after the failover), ``writable_seconds`` (until every topic on B
+``load_average_1m`` (before and after the failover), ``cpu_seconds_per_1k_partitions`` (every
+process's CPU during the failover per 1,000 partitions) with ``speed_index`` (this machine's,
+``bench.speed_index``: quote them together), ``writable_seconds`` (until every topic on B
 is writable, the topic level's last act; after the CPU figures), plus the scale, the setup time (``setup_seconds``), the peak RSS during the failover
 alone, every process's peak RSS (``peak_rss_mb``: worker, controller, model server, broker),
 the CPU-seconds each process spent during the failover (``failover_cpu_seconds``), and on a
@@ -44,6 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.speed_index import per_1k_partitions, speed_index
 from clustermodel.client import ClusterClient
 from coordinator.states import MirrorState
 from streams.admin.client import ClusterMirrorAdmin
@@ -333,6 +336,10 @@ class Bench:
                                          "peak_rss_setup_mb": _mb(self._setup_peaks.get(n)),
                                          "peak_rss_failover_mb": _mb(p) if self.result["peak_reset"] else None}
                                      for n, p in zip(self.workers(), peaks)}  # fmt: skip
+        # All processes' CPU per 1,000 partitions: the figure that travels between machines,
+        # with the machine's speed index beside it (``bench.speed_index``).
+        self.result["cpu_seconds_per_1k_partitions"] = per_1k_partitions(self.result["failover_cpu_seconds"],
+                                                                         a_.topics * a_.partitions)  # fmt: skip
         self.result["worker_cpu_seconds"] = round(sum(v for k, v in self.result["failover_cpu_seconds"].items()
                                                       if k.startswith("worker_B")), 1)  # fmt: skip
         done = progress["done"]
@@ -487,8 +494,9 @@ def main(argv: list[str] | None = None) -> int:
             if not args.workdir and not args.keep:
                 shutil.rmtree(workdir, ignore_errors=True)
     r = bench.result
-    for k in ("mass_failover_50k_seconds", "transitions_per_s", "worker_peak_rss_mb"):
+    for k in ("mass_failover_50k_seconds", "transitions_per_s", "worker_peak_rss_mb", "cpu_seconds_per_1k_partitions"):
         r.setdefault(k, None)
+    r["speed_index"] = speed_index()  # measured after the run, with the machine as quiet as it was
     r["workdir"] = str(workdir) if (args.workdir or args.keep) else None
     sys.stdout.write(json.dumps(r, sort_keys=False) + "\n")
     sys.stdout.flush()

@@ -104,13 +104,15 @@ class ClusterClient:
     # ---------------------------------------------------------------- transport
 
     def _encode(self, method: str, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: bytearray | None = None) -> tuple[int, bytearray]:
-        """The request's id and its frame, appended to ``out`` (or a new buffer)."""
+        """The request's id and its frame, appended to ``out`` (or a new buffer). A ``fence``
+        keyword (``coordinator.fencing.OwnerFence``) goes into the frame, for the cluster to check."""
+        kwargs, fence = _split_fence(kwargs)
         spec = METHODS.get(method)
         positional = spec.positional(args, kwargs) if spec else list(args)
         request_id = next(self._ids)
         if out is None:
             out = bytearray()
-        encode_request_into(out, request_id, self.cluster, method, positional)
+        encode_request_into(out, request_id, self.cluster, method, positional, fence)
         return request_id, out
 
     def _read_frame(self) -> bytes:
@@ -224,21 +226,23 @@ class ClusterClient:
         """Results of many calls, in order, errors as exception values: the calls of each method go
         out as one batch request (a ListOffsets for many partitions, not one per partition), and
         all requests as one pipeline."""
-        groups: dict[str, list[int]] = {}
-        for i, (method, _, _) in enumerate(calls):
-            groups.setdefault(method, []).append(i)
+        groups: dict[tuple[str, Any], list[int]] = {}  # by method and owner fence: a batch carries one fence
+        for i, (method, _, kwargs) in enumerate(calls):
+            groups.setdefault((method, kwargs.get("fence") if kwargs else None), []).append(i)
         requests: list[tuple[str, tuple[Any, ...], Mapping[str, Any]]] = []
         spans: list[tuple[list[int], bool]] = []
-        for method, idx in groups.items():
+        for (method, fence), idx in groups.items():
             spec = METHODS.get(method)
             if len(idx) == 1 or spec is None:
                 for i in idx:
                     requests.append((method, calls[i][1], calls[i][2] or {}))
                     spans.append(([i], False))
                 continue
+            head = {} if fence is None else {"fence": fence}
             for start in range(0, len(idx), _BATCH_CALLS):
                 chunk = idx[start : start + _BATCH_CALLS]
-                requests.append((BATCH, (method, [spec.positional(calls[i][1], calls[i][2] or {}) for i in chunk]), {}))
+                requests.append((BATCH, (method, [spec.positional(calls[i][1], _split_fence(calls[i][2] or {})[0])
+                                                  for i in chunk]), head))  # fmt: skip
                 spans.append((chunk, True))
         out: list[Any] = [None] * len(calls)
         for (span, batched), got in zip(spans, self.pipeline(requests)):
@@ -548,6 +552,14 @@ class AsyncClusterClient:
             method.__name__ = name
             return method
         raise AttributeError(name)
+
+
+def _split_fence(kwargs: Mapping[str, Any]) -> tuple[Mapping[str, Any], Any]:
+    """A call's keyword arguments without its ``fence``, and the fence (None when absent)."""
+    if not kwargs or "fence" not in kwargs:
+        return kwargs, None
+    rest = dict(kwargs)
+    return rest, rest.pop("fence")
 
 
 def bootstrap_servers(listeners: Sequence[Sequence[Any]], cluster: str) -> str:

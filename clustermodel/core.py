@@ -25,6 +25,8 @@ from coordinator.ports import (
     UnknownTopicId,
 )
 
+from coordinator.fencing import OwnerEpochs
+
 from .errors import BrokerError, ElectionError, NotEnoughReplicas, UnknownTopicName
 from .faults import Faults
 from .groups import GroupState
@@ -105,6 +107,9 @@ class ClusterCore:
         self.lme_cuts: dict[tuple[str, TopicPartition], int] = {}  # a consistent cut's offset, beside its LME
         self.faults = Faults()
         self.txn_state = TxnCoordinatorState()
+        # The highest owner epoch seen per workers' group: a worker's mutating call below it is
+        # refused (coordinator.fencing); kept in the snapshots.
+        self.owner_epochs = OwnerEpochs()
         self._lagging: set[TopicPartition] = set()
         self._next_retention_ms = RETENTION_CHECK_INTERVAL_MS
         self._init_args = dict(
@@ -209,6 +214,19 @@ class ClusterCore:
         if name in self.topic_ids:
             raise TopicAlreadyExists(name, self.topic_ids[name])
         return self._add_topic(name, self._new_topic_id(), partitions, replication_factor, dict(configs or {})).metadata()
+
+    @journaled
+    def claim_owner_epoch(self, scope: str, epoch: int, replace: int | None = None) -> int:
+        """A worker that took table partitions on claims its owner epoch before it observes
+        anything: from then on a call of an older owner of ``scope`` is refused. Raises
+        FencedOwnerEpoch when a newer owner has claimed already; returns the scope's epoch.
+        ``replace``: the compare-and-set of a group whose generation started again (``OwnerEpochs``)."""
+        return self.owner_epochs.check(scope, epoch, replace)
+
+    def check_owner_fence(self, fence: tuple[str, int] | None) -> None:
+        """The receiver's check of a mutating call's fence (None: an unfenced caller, e.g. a tool)."""
+        if fence is not None:
+            self.owner_epochs.check(fence[0], fence[1])
 
     @journaled
     def delete_topic(self, name: str) -> None:

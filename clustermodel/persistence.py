@@ -85,6 +85,7 @@ class ClusterSnapshot(msgspec.Struct):
     lme: list[LmeEntry]
     faults: FaultState
     txn_state: TxnCoordinatorState
+    owner_epochs: dict[str, int] = {}  # coordinator.fencing: a restarted model still refuses a stale owner
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -145,6 +146,7 @@ def cluster_snapshot(model: ClusterCore) -> ClusterSnapshot:
         lme=[LmeEntry(m, tp, e, model.lme_cuts.get((m, tp))) for (m, tp), e in model.lme.items()],
         faults=model.faults.state,
         txn_state=model.txn_state,
+        owner_epochs=dict(model.owner_epochs.highest),
     )
 
 
@@ -189,6 +191,7 @@ def restore_cluster(snap: ClusterSnapshot, factory: Factory[M]) -> M:
     model.lme_cuts = {(e.mirror_name, e.tp): e.cut_offset for e in snap.lme if e.cut_offset is not None}
     model.faults.state = snap.faults
     model.txn_state = snap.txn_state
+    model.owner_epochs.highest = dict(snap.owner_epochs)
     return model
 
 

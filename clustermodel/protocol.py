@@ -64,6 +64,7 @@ CONTROL_METHODS: tuple[str, ...] = (
     "change_leader_on_next_fetch",
     "clear_faults",
     "format_repro",
+    "claim_owner_epoch",
 )
 METHOD_NAMES: tuple[str, ...] = DESTINATION_METHODS + CONTROL_METHODS
 
@@ -73,6 +74,9 @@ class Request(msgspec.Struct, array_like=True):
     cluster: str
     method: str
     args: msgspec.Raw
+    # A mutating call's owner fence (coordinator.fencing.OwnerFence: group, epoch), checked by the
+    # cluster before the call runs; absent from the frame when the caller is not fenced.
+    fence: tuple[str, int] | None = None
 
 
 class Response(msgspec.Struct, array_like=True):
@@ -159,13 +163,18 @@ def encode_frame_into(out: bytearray, message: Any) -> None:
     out[start : start + HEADER] = (len(out) - start - HEADER).to_bytes(HEADER, "big")
 
 
-def encode_request_into(out: bytearray, request_id: int, cluster: str, method: str, args: list[Any]) -> None:
-    encode_frame_into(out, (request_id, cluster, method, args))
+def encode_request_into(out: bytearray, request_id: int, cluster: str, method: str, args: list[Any],
+                        fence: tuple[str, int] | None = None) -> None:  # fmt: skip
+    if fence is None:
+        encode_frame_into(out, (request_id, cluster, method, args))
+    else:
+        encode_frame_into(out, (request_id, cluster, method, args, fence))
 
 
-def encode_request(request_id: int, cluster: str, method: str, args: list[Any]) -> bytearray:
+def encode_request(request_id: int, cluster: str, method: str, args: list[Any],
+                   fence: tuple[str, int] | None = None) -> bytearray:  # fmt: skip
     out = bytearray()
-    encode_request_into(out, request_id, cluster, method, args)
+    encode_request_into(out, request_id, cluster, method, args, fence)
     return out
 
 

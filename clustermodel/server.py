@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from coordinator.fencing import MUTATING_METHODS
 from coordinator.ports import InvalidRequest, PortError
 from records.buffers import keep_large_buffers
 
@@ -104,7 +105,7 @@ class ModelServer:
         if cluster is None:
             return encode_error(req.id, InvalidRequest(f"unknown cluster {req.cluster!r}")), 0
         if req.method == BATCH:
-            return self._batch(req.id, cluster, req.args), cluster.faults.state.slow_ms
+            return self._batch(req.id, cluster, req.args, req.fence), cluster.faults.state.slow_ms
         if req.method == FETCH_WAIT:
             return _Parked(req.id, req.cluster, req.args), 0
         spec = METHODS.get(req.method)
@@ -115,6 +116,8 @@ class ModelServer:
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return encode_error(req.id, InvalidRequest(f"bad arguments for {req.method}: {exc}")), 0
         try:
+            if req.fence is not None and req.method in MUTATING_METHODS:
+                cluster.check_owner_fence(req.fence)  # a stale owner's call changes nothing
             result = getattr(cluster, req.method)(*msgspec.structs.astuple(args))
             reply = encode_ok(req.id, result)
         except (PortError, ModelError, ProducerError, ValueError, TypeError) as exc:
@@ -123,8 +126,10 @@ class ModelServer:
             reply = encode_error(req.id, exc)
         return reply, cluster.faults.state.slow_ms
 
-    def _batch(self, request_id: int, cluster: ClusterModel, raw_args: msgspec.Raw) -> bytes:
-        """Many calls of one method, each answered on its own (one failing call fails only itself)."""
+    def _batch(self, request_id: int, cluster: ClusterModel, raw_args: msgspec.Raw,
+               fence: tuple[str, int] | None = None) -> bytes:  # fmt: skip
+        """Many calls of one method, each answered on its own (one failing call fails only itself);
+        a stale owner fence refuses the whole batch before any call runs."""
         try:
             method, raw_calls = batch_head_decoder.decode(raw_args)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -132,6 +137,11 @@ class ModelServer:
         spec = METHODS.get(method)
         if spec is None:
             return encode_error(request_id, InvalidRequest(f"unknown method {method!r}"))
+        if fence is not None and method in MUTATING_METHODS:
+            try:
+                cluster.check_owner_fence(fence)
+            except PortError as exc:
+                return encode_error(request_id, exc)
         fn = getattr(cluster, method)
         wrapped = getattr(fn, "__wrapped__", None)
         if wrapped is not None and cluster._journal is None:  # the journal's wrapper would only pass each call on

@@ -171,6 +171,21 @@ class InvalidRequest(PortError):
         self.reason = reason
 
 
+class FencedOwnerEpoch(PortError):
+    """A mutating call's owner epoch is below the highest the cluster has seen for its scope: a
+    newer owner took the work over (``coordinator.fencing``). Never retried: the caller is not the
+    owner any more, so it drops the step."""
+
+    field_names = ("scope", "request_epoch", "owner_epoch")
+    error_code: ClassVar[int] = 1279  # ErrorCode.OWNER_EPOCH_FENCED: ours, not Kafka's
+
+    def __init__(self, scope: str, request_epoch: int, owner_epoch: int) -> None:
+        super().__init__(f"owner epoch {request_epoch} of {scope} is fenced: a newer owner holds epoch {owner_epoch}")
+        self.scope = scope
+        self.request_epoch = request_epoch
+        self.owner_epoch = owner_epoch
+
+
 PORT_ERRORS: dict[str, type[PortError]] = {
     cls.__name__: cls
     for cls in (
@@ -186,5 +201,6 @@ PORT_ERRORS: dict[str, type[PortError]] = {
         TopicAlreadyExists,
         GroupNotEmpty,
         InvalidRequest,
+        FencedOwnerEpoch,
     )
 }

@@ -28,6 +28,7 @@ from typing import Protocol, runtime_checkable
 
 from .errors_ports import (
     FencedLeaderEpoch,
+    FencedOwnerEpoch,
     GroupNotEmpty,
     InvalidRequest,
     NotLeader,
@@ -82,6 +83,7 @@ __all__ = [
     "GroupOffset",
     "GroupType",
     "InvalidRequest",
+    "FencedOwnerEpoch",
     "IsolationLevel",
     "IsrStatus",
     "NO_LEADER",

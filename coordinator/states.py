@@ -100,3 +100,6 @@ class ErrorCode(enum.IntEnum):
     CLUSTER_MIRROR_AUTHORIZATION_FAILED = 144
     INVALID_CLUSTER_MIRROR_STATES = 145
     MIRROR_TOPIC_NOT_STOPPED = 146
+    # Ours, not Kafka's (outside its range): a worker's call carried an owner epoch below the
+    # highest the cluster has seen for its group, so a newer owner holds the work (coordinator.fencing).
+    OWNER_EPOCH_FENCED = 1279

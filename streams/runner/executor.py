@@ -1,13 +1,20 @@
 """The executor: runs the core's commands against the destination port, pipelined by position, and
-says which partitions' commands failed (a partition's commands always run in order)."""
+says which partitions' commands failed (a partition's commands always run in order).
+
+Fencing (``coordinator.fencing``): every mutating call carries the job's owner fence, for the
+cluster to check, and before each wave the job's host says whether it still owns the work (its
+group generation unchanged): a worker that woke from a pause sends nothing more. A fenced wave
+fails every partition still queued with ``FencedOwnerEpoch``, which drops their steps."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from coordinator.fencing import MUTATING_METHODS, OwnerFence
 from coordinator.ports import (
     DestinationCluster,
+    FencedOwnerEpoch,
     PortError,
     TopicPartition,
 )
@@ -29,6 +36,11 @@ class Executor:
         # Per partition, the destination LEO a fetch round's append was fetched for: the append
         # is refused if the log is elsewhere (a new leader of B truncated it), so no gap is made.
         self.expected_leo: dict[TopicPartition, int] = {}
+        # The job's owner fence (set by its host at the job's start; None: unfenced, e.g. a tool)
+        # and the host's own check that it still owns the work, made before every wave.
+        self.fence: OwnerFence | None = None
+        self.owner_check: Callable[[], bool] | None = None
+        self.fenced: FencedOwnerEpoch | None = None  # the first refusal of this job, if any
 
     def run(self, commands: Iterable[c.Command]) -> None:
         for cmd in commands:
@@ -37,15 +49,35 @@ class Executor:
     def run_one(self, cmd: c.Command) -> None:
         call = self.plan(cmd)
         if call is not None:
+            self.check_owner()
             port, method, args, kwargs = call
-            getattr(port, method)(*args, **(kwargs or {}))
+            try:
+                getattr(port, method)(*args, **(kwargs or {}))
+            except FencedOwnerEpoch as e:
+                self.fenced = self.fenced or e
+                raise
+
+    def check_owner(self) -> None:
+        """Raises FencedOwnerEpoch once the job's host no longer owns the work (or was refused)."""
+        if self.fenced is not None:
+            raise self.fenced
+        if self.owner_check is not None and not self.owner_check():
+            fence = self.fence
+            self.fenced = FencedOwnerEpoch(fence.scope if fence else "", fence.epoch if fence else -1, -1)
+            raise self.fenced
 
     def run_many(self, commands: dict[K, Sequence[c.Command]]) -> dict[K, PortError]:
         """Each key's commands in order, the keys side by side: wave i is every key's i-th port
-        call, pipelined. A key whose command fails runs nothing after it; its error is returned."""
+        call, pipelined. A key whose command fails runs nothing after it; its error is returned.
+        Once fenced, no wave goes out: every key still queued fails with the fencing."""
         queues = {k: list(cmds) for k, cmds in commands.items() if cmds}
         failed: dict[K, PortError] = {}
         while queues:
+            try:
+                self.check_owner()
+            except FencedOwnerEpoch as e:
+                failed.update(dict.fromkeys(queues, e))
+                break
             wave: list[tuple[K, Call]] = []
             for k in list(queues):
                 q = queues[k]
@@ -60,6 +92,8 @@ class Executor:
                 if isinstance(r, PortError):
                     failed[k] = r
                     queues.pop(k, None)
+                    if isinstance(r, FencedOwnerEpoch) and self.fenced is None:
+                        self.fenced = r  # a newer owner claimed the work: nothing more goes out
         return failed
 
     def plan(self, cmd: c.Command) -> Call | None:
@@ -70,7 +104,11 @@ class Executor:
         how = _PLANS.get(kind)
         if how is None:
             raise TypeError(f"unknown command {cmd!r}")
-        return how(self, cmd)
+        call = how(self, cmd)
+        if call is None or self.fence is None or call[1] not in MUTATING_METHODS:
+            return call
+        port, method, args, kwargs = call
+        return port, method, args, {**kwargs, "fence": self.fence} if kwargs else {"fence": self.fence}
 
     def _append_batches(self, cmd: c.AppendBatches) -> Call:
         leo = self.expected_leo.get(cmd.tp)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from coordinator.partition_state import MirrorPartitionKey, MirrorPartitionState, stamp_applied
-from coordinator.ports import PortError, TopicPartition, UnexpectedAppendOffset, UnknownTopicId
+from coordinator.ports import FencedOwnerEpoch, PortError, TopicPartition, UnexpectedAppendOffset, UnknownTopicId
 from coordinator.retry import fail, source_failed, source_retry_backoff_ms
 from coordinator.states import ErrorCode, MirrorState
 from coordinator.workflows.config import MirrorConfig
@@ -30,7 +30,10 @@ class ErrorHost(Protocol):
 def on_port_error(r: ErrorHost, key: MirrorPartitionKey, state: MirrorPartitionState, e: PortError, offset: int) -> None:
     """What a failed port call does to a partition: a source outage is retried with the client's
     backoff until ``source.unavailable.timeout.ms`` sends it to FAILED; other retriable errors back off;
-    the rest fail the partition."""
+    the rest fail the partition. A fenced call (``FencedOwnerEpoch``) changes nothing: its writer
+    is not the owner any more, so the step is dropped, with no state write and no retry."""
+    if isinstance(e, FencedOwnerEpoch):
+        return  # logged once per job by the worker (``streams.worker.mirror_jobs.note_fenced``)
     tp = key.topic_partition
     r.note(f"{tp} in {state.state.name}: {e}")
     if isinstance(e, SourceCallFailed):

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 from coordinator.partition_state import MirrorPartitionKey
-from coordinator.ports import PortError, TopicPartition
+from coordinator.ports import FencedOwnerEpoch, PortError, TopicPartition
 from coordinator.states import DesiredState
 from records.buffers import release_free_heap
 from streams.config import WorkerConfig
@@ -54,6 +54,9 @@ class MirrorJob:
         self.retired = False  # topics left the mirror (or it was deleted): rebuilt from the store next
         self.topics_for: tuple[Any, Any, Any] | None = None  # ``job_topics``: (desired states, (owned, viewed), those its topic level takes)
         self.copying = False  # the job in flight is the copy path's (``run_copy``), not a step
+        self.claimed = -1  # the owner epoch claimed at the destination (``fence_job``)
+        self.claim_refused: FencedOwnerEpoch | None = None  # the last claim's refusal, for the worker to look into
+        self.fenced_logged = -1  # the owner epoch whose fencing was logged (once)
 
     def close(self) -> None:
         self.runner.close()
@@ -159,9 +162,57 @@ def ask_for_the_view(w: Any, partition: int) -> None:
         w.ticks.ask(partition)
 
 
+def fence_job(w: JobHost, m: MirrorJob, partition: int | None) -> bool:
+    """Arms the job's executor with the worker's owner fence (``coordinator.fencing``) and, when
+    the owner epoch moved, claims it at the destination before the job observes anything: a stale
+    owner's call then either landed before (and is observed, as a crashed owner's would be) or is
+    refused. False: a newer owner holds the work, and the job does nothing."""
+    fence_of = getattr(w, "owner_fence", None)
+    fence = fence_of() if fence_of is not None else None
+    ex = m.runner.executor
+    ex.fence, ex.fenced = fence, None
+    if fence is None:
+        ex.owner_check = None
+        return True
+    still = w.still_owner  # type: ignore[attr-defined]
+    ex.owner_check = lambda: still(fence, partition)
+    if m.claimed != fence.epoch:
+        claim = getattr(m.ports[1], "claim_owner_epoch", None)
+        if claim is not None:
+            try:
+                claim(fence.scope, fence.epoch)
+            except FencedOwnerEpoch as e:
+                note_fenced(m, e)
+                m.claim_refused = e  # a stale worker, or a group whose generation started again
+                return False
+            except PortError as e:  # unreachable: its calls carry the fence all the same
+                log.debug("mirror %s: claiming owner epoch %d failed: %s", m.runner.mirror_name, fence.epoch, e)
+                return True
+        m.claimed = fence.epoch
+    return True
+
+
+def reclaim(m: MirrorJob, fence: Any, refused_at: int) -> None:
+    """On a pool thread: the claim of a worker the group coordinator holds in the current
+    generation, made again as a compare-and-set on the epoch it was refused at."""
+    m.ports[1].claim_owner_epoch(fence.scope, fence.epoch, refused_at)
+    m.claimed, m.claim_refused = fence.epoch, None
+    log.warning("mirror %s: the workers' group generation started again (the destination held owner epoch %d): "
+                "owner epoch %d claimed in its place", m.runner.mirror_name, refused_at, fence.epoch)  # fmt: skip
+
+
+def note_fenced(m: MirrorJob, e: FencedOwnerEpoch) -> None:
+    """A job refused as a stale owner's: its steps are dropped, never retried; logged once per epoch."""
+    if m.fenced_logged != e.request_epoch:
+        m.fenced_logged = e.request_epoch
+        log.warning("mirror %s: not the owner any more, its steps are dropped (%s)", m.runner.mirror_name, e)
+
+
 def run_job(w: JobHost, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: int, partition: int | None = None) -> None:
     """On a pool thread: one step per partition, the topic level, the fetch round, the sync."""
     r = m.runner
+    if not fence_job(w, m, partition):
+        return
     t0 = time.perf_counter()
     desired = w.desired_for(r.mirror_name)
     topics = job_topics(w, m, desired)
@@ -187,6 +238,9 @@ def run_job(w: JobHost, m: MirrorJob, keys: list[MirrorPartitionKey], now_ms: in
         t = w.table_partitions
         keys = r.interest.select(partition, t.keys_of(partition), keys, t.key_set(partition))
     r.step_partitions(now_ms, keys, desired)
+    if r.executor.fenced is not None:
+        note_fenced(m, r.executor.fenced)
+        return
     t2 = time.perf_counter()
     if partition is None:
         free = {k.topic_partition: k for k in keys if not w.store.has_pending(k)}
@@ -247,6 +301,9 @@ def run_copy(w: JobHost, m: MirrorJob, now_ms: int) -> int:
     # those the copy leaves short of quiet turn hot, whatever happens on the way.
     woken = r.interest.wake(heat=False)
     if not woken:
+        return 0
+    if not fence_job(w, m, None):
+        r.interest.heat_unless(woken, lambda k: False)
         return 0
     free: dict[TopicPartition, MirrorPartitionKey] = {}
     try:

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from coordinator.fencing import MUTATING_METHODS
 from coordinator.image import ClusterMirrorImage
 from coordinator.ports import SourceUnavailable
 from coordinator.workflows.config import is_connection_config
@@ -48,6 +49,8 @@ class ReconnectingClient:
         def call(*args: Any, **kwargs: Any) -> Any:
             client = self._get()
             try:
+                if "fence" in kwargs:  # the generic call puts the owner fence in the request frame
+                    return client.call(name, *args, **kwargs)
                 return getattr(client, name)(*args, **kwargs)
             except SourceUnavailable:
                 self.close()
@@ -67,8 +70,13 @@ class LockedPort:
         if not callable(attr):
             return attr
 
+        fenced = name in MUTATING_METHODS
+
         def call(*args: Any, **kwargs: Any) -> Any:
             with self._lock:
+                fence = kwargs.pop("fence", None)
+                if fenced:  # the cluster checks, as the model server does for its clients
+                    self._port.check_owner_fence(fence)
                 return attr(*args, **kwargs)
 
         return call

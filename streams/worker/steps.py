@@ -132,6 +132,8 @@ async def job_when_free(w: Any, m: Any, keys: list[MirrorPartitionKey], partitio
 
 async def step_rounds(w: Any, partition: int, by_mirror: dict[str, list[MirrorPartitionKey]]) -> None:
     """Up to ``w.max_rounds`` rounds of ``partition``: every mirror's job, then the writes durable."""
+    fence_of = getattr(w, "owner_fence", None)
+    fence = fence_of() if fence_of is not None else None
     for _ in range(w.max_rounds):
         if partition not in w.store.owned or w.steps.holding:
             break  # released meanwhile (its new owner steps it), or a rebalance begins
@@ -147,6 +149,8 @@ async def step_rounds(w: Any, partition: int, by_mirror: dict[str, list[MirrorPa
         if not any(t.result() for t in waits):
             break
         t1 = time.perf_counter()
+        if fence is not None and not w.still_owner(fence, partition):
+            break  # woke from a pause, say: its writes wait for the new generation's view (then dropped)
         written = await w.table_partitions.persist(partition)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("table partition %d: waited %.3fs for its mirror, jobs %.3fs, %d write(s) durable in %.3fs",
