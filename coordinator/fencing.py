@@ -28,24 +28,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .errors_ports import FencedOwnerEpoch
+from .ports import DESTINATION_MUTATIONS
 
 # The port calls that change a cluster: only these are checked (a read carries no fence).
-MUTATING_METHODS: frozenset[str] = frozenset({
-    "create_topic",
-    "create_partitions",
-    "set_read_only",
-    "set_mirror",
-    "append_mirror_batches",
-    "truncate_to",
-    "truncate_fully_and_start_at",
-    "bump_leader_epoch",
-    "append_control_batch",
-    "set_last_mirrored_epoch",
-    "commit_group_offsets",
-    "alter_configs",
-    "create_acls",
-    "delete_acls",
-})  # fmt: skip
+MUTATING_METHODS: frozenset[str] = frozenset(DESTINATION_MUTATIONS)
 
 
 class OwnerFence(NamedTuple):

@@ -115,6 +115,7 @@ __all__ = [
     "DestinationCluster",
     "SOURCE_METHODS",
     "DESTINATION_METHODS",
+    "DESTINATION_MUTATIONS",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -316,7 +317,8 @@ SOURCE_METHODS: tuple[str, ...] = (
     "describe_configs",
     "describe_acls",
 )
-DESTINATION_METHODS: tuple[str, ...] = SOURCE_METHODS + (
+# The destination's calls that change it: every one carries an owner fence (coordinator.fencing).
+DESTINATION_MUTATIONS: tuple[str, ...] = (
     "create_topic",
     "create_partitions",
     "set_read_only",
@@ -325,12 +327,11 @@ DESTINATION_METHODS: tuple[str, ...] = SOURCE_METHODS + (
     "truncate_to",
     "truncate_fully_and_start_at",
     "bump_leader_epoch",
-    "open_transactions",
     "append_control_batch",
-    "isr_status",
     "set_last_mirrored_epoch",
     "commit_group_offsets",
     "alter_configs",
     "create_acls",
     "delete_acls",
 )
+DESTINATION_METHODS: tuple[str, ...] = SOURCE_METHODS + ("open_transactions", "isr_status") + DESTINATION_MUTATIONS
