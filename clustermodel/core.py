@@ -223,6 +223,10 @@ class ClusterCore:
         ``replace``: the compare-and-set of a group whose generation started again (``OwnerEpochs``)."""
         return self.owner_epochs.check(scope, epoch, replace)
 
+    def owner_epoch(self, scope: str) -> int:
+        """The highest owner epoch this cluster has seen for ``scope`` (-1: none)."""
+        return self.owner_epochs.highest.get(scope, -1)
+
     def check_owner_fence(self, fence: tuple[str, int] | None) -> None:
         """The receiver's check of a mutating call's fence (None: an unfenced caller, e.g. a tool)."""
         if fence is not None:

@@ -65,6 +65,7 @@ CONTROL_METHODS: tuple[str, ...] = (
     "clear_faults",
     "format_repro",
     "claim_owner_epoch",
+    "owner_epoch",
 )
 METHOD_NAMES: tuple[str, ...] = DESTINATION_METHODS + CONTROL_METHODS
 

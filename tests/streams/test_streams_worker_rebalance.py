@@ -179,6 +179,9 @@ def test_two_workers_survive_a_rebalance_mid_start_and_mid_stop(kafka_broker: Lo
         check_history()
         assert rig.log_problems("A", "B", offsets=False) == []
         assert all(rig.worker_alive(w) for w in stay)
+        # Every command of the workers carried their owner fence: B holds the group's epoch, at
+        # least the generations the hand-overs went through (coordinator.fencing).
+        assert rig.clients["B"].owner_epoch(rig.config("B").faust_app_id) >= 2
         note(f"overlaps: {sorted(set(overlaps))}")
         split = sorted({names[tp.topic_id] for tp in first} & {names[tp.topic_id] for tp in third})
         _RUNS.append(Run(sorted(set(overlaps)), split))
