@@ -222,7 +222,7 @@ class CoordinatorWorker:
         """The token of this worker's writes to the clusters (``coordinator.fencing``): its group
         and the generation its view of the table partitions was loaded in. None before any."""
         epoch = self.owner_epoch
-        return OwnerFence(self.config.faust_app_id, epoch) if epoch > 0 else None
+        return OwnerFence(self.config.faust_app_id, epoch) if epoch >= 0 else None
 
     def still_owner(self, fence: OwnerFence, partition: int | None) -> bool:
         """Checked before every wave of a job's commands: the worker is still in the generation
@@ -397,8 +397,8 @@ class CoordinatorWorker:
     def _sync_ownership(self) -> None:
         generation = self.group_generation()
         released, loaded = self.table_partitions.sync_ownership(self.owned_partitions())
-        if generation > 0 and generation != self.owner_epoch and not getattr(self.app, "rebalancing", False):
-            if self.owner_epoch > 0:
+        if generation >= 0 and generation != self.owner_epoch and not getattr(self.app, "rebalancing", False):
+            if self.owner_epoch >= 0:
                 # Writes queued in the old generation were decided from its view: dropped, as a
                 # crash would drop them (the steps resume from the durable state).
                 self.store.drop_pending()
