@@ -52,7 +52,7 @@ def states(got: Samples) -> dict[str, float]:
 
 def lag_series(got: Samples) -> dict[tuple[str, str], float]:
     return {(dict(k[1])["topic"], dict(k[1])["partition"]): v for k, v in got.items()
-            if k[0] == "kip1279_mirror_partition_lag"}  # fmt: skip
+            if k[0] == "kip1279_mirror_partition_lag_offsets"}  # fmt: skip
 
 
 @pytest.mark.slow
@@ -83,7 +83,7 @@ def test_metrics_and_health_over_http_after_a_start_an_outage_and_a_failover(
         got = scrape(worker)
         assert states(got) == {s.name: (n if s is MirrorState.MIRRORING else 0) for s in MirrorState}
         assert set(lag_series(got)) == {(names[tp.topic_id], str(tp.partition)) for tp in rig.tps}
-        assert value(got, "kip1279_mirror_max_lag", mirror=MIRROR) == 0
+        assert value(got, "kip1279_mirror_max_lag_offsets", mirror=MIRROR) == 0
         copied = [x for tp in rig.tps for x in log_batches(b, tp)]
         assert value(got, "kip1279_mirror_fetch_records_total", mirror=MIRROR) == sum(x.record_count for x in copied)
         assert value(got, "kip1279_mirror_fetch_bytes_total", mirror=MIRROR) == sum(x.size_in_bytes for x in copied)
@@ -95,7 +95,7 @@ def test_metrics_and_health_over_http_after_a_start_an_outage_and_a_failover(
                  lambda: value(scrape(worker), "kip1279_mirror_failover_ready", mirror=MIRROR) == 1, 30)  # fmt: skip
         rig.wait("both replayed the metadata log to its end",
                  lambda: (c := scrape(controller), w := scrape(worker))
-                 and value(c, "kip1279_metadata_log_lag") == 0 == value(w, "kip1279_metadata_log_lag")
+                 and value(c, "kip1279_metadata_log_lag_offsets") == 0 == value(w, "kip1279_metadata_log_lag_offsets")
                  and value(c, "kip1279_metadata_log_applied_offset")
                  == value(w, "kip1279_metadata_log_applied_offset") > 0, 30)  # fmt: skip
 
