@@ -156,11 +156,12 @@ class LocalPrometheus:
 
 
 def alerts_line(prom: LocalPrometheus) -> str:
-    """The main job's last line: ``alerts: none firing`` or which fire (and how many pending)."""
+    """The main job's last line: ``alerts: none firing`` or which fire (and which are pending)."""
+
+    def named(state: str) -> str:
+        return ", ".join(sorted({a["labels"]["alertname"] + (f" ({who})" if (who := a["labels"].get("mirror")
+                                 or a["labels"].get("instance", "")) else "") for a in active if a["state"] == state}))  # fmt: skip
+
     active = prom.alerts()
-    firing = sorted({(a["labels"]["alertname"], a["labels"].get("mirror") or a["labels"].get("instance", ""))
-                     for a in active if a["state"] == "firing"})  # fmt: skip
-    pending = sum(1 for a in active if a["state"] == "pending")
-    line = "alerts: " + (", ".join(f"{name}{f' ({who})' if who else ''}" for name, who in firing) + " firing"
-                         if firing else "none firing")  # fmt: skip
-    return line + (f"; {pending} pending" if pending else "")
+    firing, pending = named("firing"), named("pending")
+    return "alerts: " + (f"{firing} firing" if firing else "none firing") + (f"; pending: {pending}" if pending else "")

@@ -109,7 +109,7 @@ def test_the_alerts_line_says_none_or_which(tmp_path: Path) -> None:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and len(prom.alerts()) < 2:
             time.sleep(0.2)
-        assert alerts_line(prom) == "alerts: Kip1279Always (m) firing; 1 pending"
+        assert alerts_line(prom) == "alerts: Kip1279Always (m) firing; pending: Kip1279Later"
     finally:
         prom.stop()
     empty = LocalPrometheus(tmp_path / "q", {}, [], interval_s=0.2).start()
