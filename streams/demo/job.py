@@ -246,10 +246,12 @@ class Demo:
         if self.audit_enabled:
             self.await_exports()
         clock.stop()
+        # Read before the audit stops every process (Prometheus too); printed last.
+        alerts = prom.alerts_line(self.prometheus) if self.prometheus is not None else None
         if self.audit_enabled:
             code = max(code, self.audit())
-        if self.prometheus is not None:
-            self.say(prom.alerts_line(self.prometheus))
+        if alerts is not None:
+            self.say(alerts)
         return code
 
     def promote(self, a: ClusterClient, ids: dict[str, Any], left_open: int) -> int:

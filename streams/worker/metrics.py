@@ -104,6 +104,7 @@ class WorkerMetrics:
         loader = self.worker.loader
         self.metadata_lag = await _metadata_lag(loader.reader) if loader is not None else -1
         self.checks = (self.health()[0], self.readiness()[0])  # on the loop, as /healthz and /readyz
+        _zeros(self.worker.image, self.stop_seconds, self.retries)
 
     def health(self) -> tuple[bool, str]:
         """The event loop answers (this runs on it), and the group membership is alive."""
@@ -307,6 +308,7 @@ class ControllerMetrics:
         self.applied = c.metadata_offset  # on the loop: the image is built here
         self.metadata_lag = await _metadata_lag(c.reader)
         self.checks = (self.health()[0], self.readiness()[0])
+        _zeros(c.image, self.stop_request_seconds)
 
     def health(self) -> tuple[bool, str]:
         if not self.controller.following:
@@ -336,6 +338,14 @@ class ControllerCollector(Collector):
         yield applied
         yield _lag_family(self.m.metadata_lag)
         yield from _check_families(self.m.checks)
+
+
+def _zeros(image: Any, *per_mirror: Any) -> None:
+    """Every mirror's series of the observed metrics, at 0 before its first observation: rate()
+    and increase() never see the step of a series whose first sample already counts it."""
+    for name in image.mirrors.mirrors:
+        for metric in per_mirror:
+            metric.labels(name)
 
 
 async def _metadata_lag(reader: Any) -> int:

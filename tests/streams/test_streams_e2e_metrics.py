@@ -91,6 +91,12 @@ def test_metrics_and_health_over_http_after_a_start_an_outage_and_a_failover(
         assert value(got, "kip1279_mirror_fetch_errors_total", mirror=MIRROR) == 0
         assert value(got, "kip1279_mirror_failed_partitions", mirror=MIRROR) == 0
         assert value(got, "kip1279_changelog_write_seconds_count") > 0
+        assert not [k for k in got if k[0].endswith("_created")], "no _created series"
+        assert value(got, "kip1279_healthy") == 1 == value(got, "kip1279_ready")
+        # Before the first stop: the stop histograms' series are there at 0 (rate() sees the first stop).
+        assert value(got, "kip1279_mirror_partition_stop_seconds_count", mirror=MIRROR) == 0
+        assert value(scrape(controller), "kip1279_mirror_stop_request_seconds_count", mirror=MIRROR) == 0
+        assert value(got, "kip1279_mirror_failed_retries_total", mirror=MIRROR) == 0
         rig.wait("a clean sync of every kind, then ready for a failover",
                  lambda: value(scrape(worker), "kip1279_mirror_failover_ready", mirror=MIRROR) == 1, 30)  # fmt: skip
         rig.wait("both replayed the metadata log to its end",
@@ -120,10 +126,12 @@ def test_metrics_and_health_over_http_after_a_start_an_outage_and_a_failover(
         rig.stop_topics("B", MIRROR)
         rig.wait("every partition STOPPED", lambda: rig.all_in("B", MIRROR, MirrorState.STOPPED), 60)
         rig.wait("the stop request timed by the controller",
-                 lambda: ("kip1279_mirror_stop_request_seconds_count", (("mirror", MIRROR),)) in scrape(controller), 30)  # fmt: skip
+                 lambda: scrape(controller).get(("kip1279_mirror_stop_request_seconds_count", (("mirror", MIRROR),))) == 1,
+                 30)  # fmt: skip
         took = time.monotonic() - asked
         c = scrape(controller)
         assert value(c, "kip1279_mirror_stop_request_seconds_count", mirror=MIRROR) == 1
+        assert value(c, "kip1279_healthy") == 1 == value(c, "kip1279_ready")
         assert 0 < value(c, "kip1279_mirror_stop_request_seconds_sum", mirror=MIRROR) <= took
         rig.wait("the worker saw every STOPPED land", lambda: states(scrape(worker))["STOPPED"] == n, 30)
         got = scrape(worker)
