@@ -157,11 +157,16 @@ class LocalPrometheus:
 
 def alerts_line(prom: LocalPrometheus) -> str:
     """The main job's last line: ``alerts: none firing`` or which fire (and which are pending)."""
+    active = prom.alerts()
 
     def named(state: str) -> str:
-        return ", ".join(sorted({a["labels"]["alertname"] + (f" ({who})" if (who := a["labels"].get("mirror")
-                                 or a["labels"].get("instance", "")) else "") for a in active if a["state"] == state}))  # fmt: skip
+        shown = set()
+        for a in active:
+            if a["state"] == state:
+                labels = a["labels"]
+                who = labels.get("mirror") or labels.get("instance", "")
+                shown.add(labels["alertname"] + (f" ({who})" if who else ""))
+        return ", ".join(sorted(shown))
 
-    active = prom.alerts()
     firing, pending = named("firing"), named("pending")
     return "alerts: " + (f"{firing} firing" if firing else "none firing") + (f"; pending: {pending}" if pending else "")
