@@ -64,6 +64,7 @@ class Demo:
         self.metrics: dict[str, list[str]] | None = None if prom.missing_reason() else {
             prom.WORKER_JOB: [], prom.CONTROLLER_JOB: []}  # fmt: skip
         self.prometheus: prom.LocalPrometheus | None = None
+        self.starting: list[tuple[str, Any]] = []  # workers whose METRICS line is not read yet
         self.source_name = "A"  # the cluster the applications leave at the failover (client_check's wording)
         self.source_skips_open_transactions = False  # see streams.demo.clients.account
         self.t0 = time.monotonic()
@@ -82,15 +83,19 @@ class Demo:
                                       ready="LISTENING")  # fmt: skip
         self.endpoints[cluster] = line.split()[1]
         if self.metrics is not None:  # printed right after LISTENING
-            assert proc.stdout is not None
-            self.metrics[prom.CONTROLLER_JOB].append(proc.stdout.readline().split()[1])
+            self.metrics[prom.CONTROLLER_JOB].append(self.printed(f"controller-{cluster}", proc, "METRICS"))
         audit = ["--audit-export-dir", str(self.workdir / "audit"), "--audit-export-interval-ms", "1000"]
-        _, line = self.procs.spawn(f"worker-{cluster}", [PY, "-m", "streams.worker.main", "--tick-interval", "0.2", *common,
-                                                         *(audit if self.audit_enabled else []), *metrics],
-                                   ready="METRICS" if metrics else None)  # fmt: skip
-        if self.metrics is not None:
-            self.metrics[prom.WORKER_JOB].append(line.split()[1])
+        worker, _ = self.procs.spawn(f"worker-{cluster}", [PY, "-m", "streams.worker.main", "--tick-interval", "0.2",
+                                                           *common, *(audit if self.audit_enabled else []), *metrics])  # fmt: skip
+        self.starting.append((f"worker-{cluster}", worker))
         self.say(f"coordinator of cluster {cluster}: controller on {self.endpoints[cluster]}, worker started")
+
+    def printed(self, name: str, proc: Any, prefix: str) -> str:
+        """The address a process prints after ``prefix`` (its next such line on stdout)."""
+        for line in proc.stdout:
+            if line.startswith(prefix):
+                return str(line.split()[1])
+        raise DemoError(f"{name} exited with {proc.wait()} before printing {prefix}; see {self.procs.logdir / (name + '.log')}")
 
     def cli(self, cluster: str, *argv: str, show: bool = True) -> str:
         code, text = run_cli(self.endpoints[cluster], *argv)
@@ -145,6 +150,8 @@ class Demo:
         self.coordinator("B", port)
         self.coordinator("A", port)
         if self.metrics is not None:
+            for name, worker in self.starting:  # read once both coordinators start: they start side by side
+                self.metrics[prom.WORKER_JOB].append(self.printed(name, worker, "METRICS"))
             self.prometheus = prom.LocalPrometheus(self.workdir / "prometheus", self.metrics).start()
             self.say(f"Prometheus on {self.prometheus.url} scrapes both workers and controllers "
                      "(ops/prometheus/kip1279-rules.yml)")  # fmt: skip
