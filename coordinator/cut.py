@@ -38,7 +38,7 @@ in a bounded number of passes.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import msgspec
 
@@ -95,9 +95,18 @@ class CutPlan(msgspec.Struct, frozen=True, gc=False):
 
 
 class CutRefusal(msgspec.Struct, frozen=True, gc=False):
+    """Why there is no cut: ``message`` is the reason, about the partition ``tp`` if any."""
+
     error_code: ErrorCode
     message: str
     tp: TopicPartition | None = None
+
+    def describe(self, names: Mapping[uuid.UUID, str]) -> str:
+        """The refusal as an operator reads it: the partition by topic name (``ledger-1``), as the
+        selection named it; the topic ID only where no name is known."""
+        if self.tp is None:
+            return self.message
+        return f"{names.get(self.tp.topic_id, str(self.tp.topic_id))}-{self.tp.partition}: {self.message}"
 
 
 def complete_to(obs: CutObservation) -> int | None:
@@ -147,13 +156,13 @@ def _is_marker(b: Batch) -> bool:
 def _refuse_timestamps(obs: CutObservation) -> CutRefusal | None:
     created = next((b for b in obs.batches if not b.is_control and not b.log_append_time), None)
     if created is not None:
-        return CutRefusal(ErrorCode.INVALID_CONFIG, f"{obs.tp}: the batch at offset {created.base_offset} is stamped "
+        return CutRefusal(ErrorCode.INVALID_CONFIG, f"the batch at offset {created.base_offset} is stamped "
                           "CreateTime (by its producer; the source topic's message.timestamp.type is not "
                           "LogAppendTime): a log is not in CreateTime order, and no prefix of it holds exactly the "
                           "records up to T", obs.tp)  # fmt: skip
     for a, b in zip(obs.batches, obs.batches[1:]):
         if b.timestamp < a.timestamp:
-            return CutRefusal(ErrorCode.INVALID_TIMESTAMP, f"{obs.tp}: LogAppendTime goes backwards at offset "
+            return CutRefusal(ErrorCode.INVALID_TIMESTAMP, f"LogAppendTime goes backwards at offset "
                               f"{b.base_offset} ({a.timestamp} then {b.timestamp}): a leader's clock moved back", obs.tp)  # fmt: skip
     return None
 
@@ -173,9 +182,10 @@ def plan_cut(observations: Sequence[CutObservation], *, max_idle_ms: int = MAX_I
     for o in observations:
         last = last_timestamp(o)
         if o.source is None and (last is None or newest - last > max_idle_ms):
-            age = "holds no record" if last is None else f"last record is {newest - last} ms older than the newest"
-            return CutRefusal(ErrorCode.INVALID_REQUEST, f"{o.tp}: the source does not answer and the partition's "
-                              f"{age} (max {max_idle_ms}): idle or lagging cannot be told apart, so what it lacks is "
+            idle = ("the partition holds no record" if last is None else
+                    f"the partition's last record is {newest - last} ms older than the selection's newest")  # fmt: skip
+            return CutRefusal(ErrorCode.INVALID_REQUEST, f"the source does not answer and {idle} (at most "
+                              f"{max_idle_ms} ms allowed): idle or lagging cannot be told apart, so what it lacks is "
                               "unknown; leave the topic out of the selection, or stop without --consistent-cut", o.tp)  # fmt: skip
     bounds = [b for o in observations if (b := complete_to(o)) is not None]
     t = min([newest, *bounds])
@@ -185,11 +195,11 @@ def plan_cut(observations: Sequence[CutObservation], *, max_idle_ms: int = MAX_I
         for o in observations:
             cut = cuts[o.tp]
             if cut <= o.window_start and o.window_start > o.dest.log_start and o.batches:
-                return CutRefusal(ErrorCode.INVALID_REQUEST, f"{o.tp}: T={t} lies before the {o.dest.leo - o.window_start} "
+                return CutRefusal(ErrorCode.INVALID_REQUEST, f"T={t} lies before the {o.dest.leo - o.window_start} "
                                   f"offsets read from the log's end", o.tp)  # fmt: skip
             opened, unread = _open_at(o, cut)
             if unread is not None:
-                return CutRefusal(ErrorCode.INVALID_REQUEST, f"{o.tp}: producer {unread} ends at or after the cut a "
+                return CutRefusal(ErrorCode.INVALID_REQUEST, f"producer {unread} ends at or after the cut a "
                                   "transaction begun before the offsets read", o.tp)  # fmt: skip
             for first in opened.values():
                 nxt = min(nxt, first.timestamp - 1)

@@ -19,7 +19,15 @@ def pytest_report_header() -> list[str]:
     kafka = f"Apache Kafka {kafka_version()}" if reason is None else f"no Apache Kafka ({reason})"
     if kafka_required():
         kafka += f"; {REQUIRE_ENV}=1: its tests fail rather than skip"
-    return [f"yardstick: {reference_data.describe()}", f"apache kafka: {kafka}"]
+    from prometheus_tools import REQUIRE_ENV as PROM_ENV, prometheus_required
+
+    from streams.demo.prometheus import missing_reason as prometheus_missing, prometheus_version
+
+    why = prometheus_missing("prometheus") or prometheus_missing("promtool") or prometheus_missing("promql-names")
+    prom = f"Prometheus {prometheus_version()}" if why is None else f"no Prometheus ({why})"
+    if prometheus_required():
+        prom += f"; {PROM_ENV}=1: its tests fail rather than skip"
+    return [f"yardstick: {reference_data.describe()}", f"apache kafka: {kafka}", f"prometheus: {prom}"]
 
 
 @pytest.fixture(scope="session")

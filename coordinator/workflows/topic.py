@@ -77,10 +77,12 @@ def decide_topic(
         return TopicDecision(commands, out, False)
     src = obs.source_topic
     if src is None:
+        # By the mirror topic's name (the same on both sides), the topic ID after it.
+        name = f"{dest.name} (topic ID {obs.topic_id})" if dest is not None else f"with topic ID {obs.topic_id}"
         for p, s in out.items():
             if s.state in _LIVE and s.retryable:
-                out[p] = fail(s, ErrorCode.UNKNOWN_TOPIC_ID, f"source topic {obs.topic_id} was deleted",
-                              now_ms, config, retryable=False)
+                out[p] = fail(s, ErrorCode.UNKNOWN_TOPIC_ID, f"source topic {name} was deleted", now_ms, config,
+                              retryable=False)
         return TopicDecision((), out, False)
     for p in range(len(src.partitions)):
         out.setdefault(p, UNKNOWN_STATE)

@@ -116,7 +116,7 @@ async def predict(image: MetadataImage, body: Any, principal: admin.Principal, s
             if want_cut:
                 plan = await asyncio.to_thread(preview_cut, source, dest, tps)
                 if isinstance(plan, CutRefusal):
-                    return Refused(plan.error_code, f"no consistent cut: {plan.message}")
+                    return Refused(plan.error_code, f"no consistent cut: {plan.describe(names)}")
             cuts = None if plan is None else {p.tp: p.cut_offset for p in plan.partitions}
             impact = await asyncio.to_thread(preview_stop, source, dest, tps, now_ms, config, cuts)
     except PortError as e:  # the destination must answer (a failback: both)

@@ -21,7 +21,9 @@ B's HW -> describe and a verdict computed from the two clusters' logs and what t
 of ``b-to-a`` (A writable again; what it reports at the cut is printed) -> the audit verdict (Spark)
 on the snapshots the workers export every second (``audit.export.*``: states, transitions from
 ``__mirror_state``, the clusters' offsets and leader epochs) to Parquet, one store per
-coordinator under ``<workdir>/audit/<cluster>``; ``--no-audit`` turns both off. Every process is stopped on exit, on failure and on Ctrl-C.
+coordinator under ``<workdir>/audit/<cluster>``; ``--no-audit`` turns both off. Where bin/setup
+built Prometheus, it scrapes every worker and controller with ops/prometheus's rules, and the job
+ends with its line: ``alerts: none firing``, or which fire. Every process is stopped on exit, on failure and on Ctrl-C.
 Exit 0 on success, 1 with the reason otherwise (also when the audit fails).
 """
 
@@ -42,6 +44,7 @@ from streams.demo import clients as dc
 from streams.demo.clients import ClientLoop
 from coordinator.ports import PortError, TopicPartition
 from streams.brokers.own import start_own_broker
+from streams.demo import prometheus as prom
 from streams.demo.harness import ADMIN, Clock, DemoError, GROUP, PY, Processes, REFUSED_AS, TOPICS, failover_aborts, log_batches, run_cli, shape, wait_for
 
 
@@ -57,6 +60,11 @@ class Demo:
         self.clients: dc.ClientReport | None = None
         self.refused: str | None = None
         self.endpoints: dict[str, str] = {}
+        # Prometheus scrapes every worker and controller where bin/setup built it.
+        self.metrics: dict[str, list[str]] | None = None if prom.missing_reason() else {
+            prom.WORKER_JOB: [], prom.CONTROLLER_JOB: []}  # fmt: skip
+        self.prometheus: prom.LocalPrometheus | None = None
+        self.starting: list[tuple[str, Any]] = []  # workers whose METRICS line is not read yet
         self.source_name = "A"  # the cluster the applications leave at the failover (client_check's wording)
         self.source_skips_open_transactions = False  # see streams.demo.clients.account
         self.t0 = time.monotonic()
@@ -69,13 +77,25 @@ class Demo:
         common = ["--bootstrap-server", self.broker.bootstrap, "--cluster-name", cluster,  # type: ignore[union-attr]
                   "--data-dir", str(self.workdir / f"data-{cluster}"), "--state-partitions", "8",
                   "--model-port", str(model_port), "--loglevel", "warning"]  # fmt: skip
-        _, line = self.procs.spawn(f"controller-{cluster}", [PY, "-m", "streams.worker.main", "--controller", "--listener",
-                                                             "127.0.0.1:0", "--super-users", ADMIN, *common], ready="LISTENING")  # fmt: skip
+        metrics = [] if self.metrics is None else ["--metrics-listener", "127.0.0.1:0"]
+        proc, line = self.procs.spawn(f"controller-{cluster}", [PY, "-m", "streams.worker.main", "--controller", "--listener",
+                                                                "127.0.0.1:0", "--super-users", ADMIN, *common, *metrics],
+                                      ready="LISTENING")  # fmt: skip
         self.endpoints[cluster] = line.split()[1]
+        if self.metrics is not None:  # printed right after LISTENING
+            self.metrics[prom.CONTROLLER_JOB].append(self.printed(f"controller-{cluster}", proc, "METRICS"))
         audit = ["--audit-export-dir", str(self.workdir / "audit"), "--audit-export-interval-ms", "1000"]
-        self.procs.spawn(f"worker-{cluster}", [PY, "-m", "streams.worker.main", "--tick-interval", "0.2", *common,
-                                               *(audit if self.audit_enabled else [])])  # fmt: skip
+        worker, _ = self.procs.spawn(f"worker-{cluster}", [PY, "-m", "streams.worker.main", "--tick-interval", "0.2",
+                                                           *common, *(audit if self.audit_enabled else []), *metrics])  # fmt: skip
+        self.starting.append((f"worker-{cluster}", worker))
         self.say(f"coordinator of cluster {cluster}: controller on {self.endpoints[cluster]}, worker started")
+
+    def printed(self, name: str, proc: Any, prefix: str) -> str:
+        """The address a process prints after ``prefix`` (its next such line on stdout)."""
+        for line in proc.stdout:
+            if line.startswith(prefix):
+                return str(line.split()[1])
+        raise DemoError(f"{name} exited with {proc.wait()} before printing {prefix}; see {self.procs.logdir / (name + '.log')}")
 
     def cli(self, cluster: str, *argv: str, show: bool = True) -> str:
         code, text = run_cli(self.endpoints[cluster], *argv)
@@ -129,6 +149,12 @@ class Demo:
         parts = [(t, p) for t, n in TOPICS.items() for p in range(n)]
         self.coordinator("B", port)
         self.coordinator("A", port)
+        if self.metrics is not None:
+            for name, worker in self.starting:  # read once both coordinators start: they start side by side
+                self.metrics[prom.WORKER_JOB].append(self.printed(name, worker, "METRICS"))
+            self.prometheus = prom.LocalPrometheus(self.workdir / "prometheus", self.metrics).start()
+            self.say(f"Prometheus on {self.prometheus.url} scrapes both workers and controllers "
+                     "(ops/prometheus/kip1279-rules.yml)")  # fmt: skip
         self.clock = clock = Clock(port)
         clock.start()
         stop_a, drain_a = threading.Event(), threading.Event()
@@ -227,8 +253,12 @@ class Demo:
         if self.audit_enabled:
             self.await_exports()
         clock.stop()
+        # Read before the audit stops every process (Prometheus too); printed last.
+        alerts = prom.alerts_line(self.prometheus) if self.prometheus is not None else None
         if self.audit_enabled:
             code = max(code, self.audit())
+        if alerts is not None:
+            self.say(alerts)
         return code
 
     def promote(self, a: ClusterClient, ids: dict[str, Any], left_open: int) -> int:
@@ -408,6 +438,9 @@ class Demo:
             raise DemoError(f"{what} failed: {type(e).__name__}: {e}") from e
 
     def close(self) -> None:
+        if self.prometheus is not None:
+            self.prometheus.stop()
+            self.prometheus = None
         if self.apps is not None:
             self.apps.close()
             self.apps = None

@@ -12,8 +12,11 @@ Each process has its own ``CollectorRegistry`` (never the global one), served wi
 and ``/readyz`` by ``MetricsServer`` on ``metrics.listener`` (loopback). Scrapes render on a
 thread: the event loop keeps running while 50,000 series are formatted.
 
-Names follow Prometheus (``_total`` counters, ``_seconds`` histograms); the README maps each to
-the prototype's JMX name (``MirrorMetadataManager``, ``MirrorFetcherManager``).
+Names follow Prometheus (``_total`` counters, ``_seconds`` histograms, lags in ``_offsets``); the
+README maps each to the prototype's JMX name (``MirrorMetadataManager``, ``MirrorFetcherManager``).
+No ``_created`` series: prometheus_client would serve them as gauge families of their own
+(``kip1279_changelog_write_seconds_created``), which only say when the process started.
+The alert rules and the dashboard that read these names are in ``ops/``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, disable_created_metrics,
+                               generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -41,8 +45,10 @@ from streams.runner.syncer import SYNC_KINDS
 from streams.worker.membership import coordination_failure
 
 log = logging.getLogger(__name__)
+disable_created_metrics()  # process-wide in prometheus_client; our processes serve only these registries
 
 STATES = tuple(s for s in MirrorState)
+LAG_STATES = (MirrorState.MIRRORING, MirrorState.PAUSED)  # the states whose lag is shown
 # STOPPING -> STOPPED takes a few ticks; a stop request of many topics, up to minutes.
 STOP_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 WRITE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -67,6 +73,7 @@ class WorkerMetrics:
         self.lag_max_series = cfg.metrics_lag_max_series if lag_max_series is None else lag_max_series
         self.ready_max_lag = cfg.failover_ready_max_lag if ready_max_lag is None else ready_max_lag
         self.metadata_lag = -1  # refreshed before each scrape (-1: unknown)
+        self.checks: tuple[bool, bool] | None = None  # /healthz and /readyz, refreshed before each scrape
         self.registry = CollectorRegistry(auto_describe=False)
         self.stop_seconds = Histogram("kip1279_mirror_partition_stop_seconds",
                                       "Time a mirror partition took from STOPPING to STOPPED",
@@ -96,6 +103,8 @@ class WorkerMetrics:
         """What the scrape needs from the network: the metadata log's lag."""
         loader = self.worker.loader
         self.metadata_lag = await _metadata_lag(loader.reader) if loader is not None else -1
+        self.checks = (self.health()[0], self.readiness()[0])  # on the loop, as /healthz and /readyz
+        _zeros(self.worker.image, self.stop_seconds, self.retries)
 
     def health(self) -> tuple[bool, str]:
         """The event loop answers (this runs on it), and the group membership is alive."""
@@ -135,37 +144,56 @@ class WorkerCollector(Collector):
         now_ms = w.clock_ms()
 
         states: dict[str, dict[MirrorState, int]] = {n: dict.fromkeys(STATES, 0) for n in names}
+        entered: dict[str, dict[MirrorState, int]] = {n: {} for n in names}  # the oldest entry per state
         by_mirror: dict[str, dict[Any, MirrorState]] = defaultdict(dict)
         for key, st in durable.items():
-            states[key.mirror_name][st.state] += 1
-            by_mirror[key.mirror_name][key.topic_partition] = st.state
+            n = key.mirror_name
+            states[n][st.state] += 1
+            by_mirror[n][key.topic_partition] = st.state
+            oldest = entered[n].get(st.state)
+            if oldest is None or st.entered_at_ms < oldest:
+                entered[n][st.state] = st.entered_at_ms
         fam = GaugeMetricFamily("kip1279_mirror_partitions", "Mirror partitions (of this worker's table partitions) "
                                 "per state", labels=["mirror", "state"])  # fmt: skip
         for n in names:
             for s, count in states[n].items():
                 fam.add_metric([n, s.name], count)
         yield fam
+        age = GaugeMetricFamily("kip1279_mirror_partition_state_age_seconds", "How long the partition that entered "
+                                "the state first has been in it (0: none in it); a stuck STOPPING, a long PAUSED",
+                                labels=["mirror", "state"])  # fmt: skip
+        for n in names:
+            for s in STATES:
+                since = entered[n].get(s)
+                age.add_metric([n, s.name], 0 if since is None else max(0, now_ms - since) / 1000)
+        yield age
         failed = GaugeMetricFamily("kip1279_mirror_failed_partitions", "Mirror partitions in FAILED", labels=["mirror"])
         for n in names:
             failed.add_metric([n], states[n][MirrorState.FAILED])
         yield failed
 
-        # Lag: source HW - destination LEO of the last fetch, for partitions that are MIRRORING.
+        # Lag: source HW - destination LEO of the last fetch, for partitions that are MIRRORING, and
+        # for PAUSED ones the lag of their last fetch before the pause (a lower bound: nothing is
+        # fetched while paused; kip1279_mirror_partition_state_age_seconds says for how long).
         lags: dict[str, dict[Any, int]] = {}
+        mirroring: dict[str, dict[Any, int]] = {}  # what failover readiness reads
         for n in names:
             m = mirrors.get(n)
             progress = m.runner.progress.copy() if m is not None else {}
             mine = by_mirror.get(n, {})
-            lags[n] = {tp: lag(hw, leo) for tp, (hw, leo) in progress.items() if mine.get(tp) is MirrorState.MIRRORING}
-        per = GaugeMetricFamily("kip1279_mirror_partition_lag", "Source HW minus destination LEO at the partition's "
-                                "last fetch (the largest metrics.partition.lag.max.series)", labels=["mirror", "topic", "partition"])  # fmt: skip
+            lags[n] = {tp: lag(hw, leo) for tp, (hw, leo) in progress.items() if mine.get(tp) in LAG_STATES}
+            mirroring[n] = {tp: v for tp, v in lags[n].items() if mine[tp] is MirrorState.MIRRORING}
+        per = GaugeMetricFamily("kip1279_mirror_partition_lag_offsets", "Source HW minus destination LEO, in offsets, "
+                                "at the partition's last fetch (MIRRORING; PAUSED: before the pause); the largest "
+                                "metrics.partition.lag.max.series", labels=["mirror", "topic", "partition"])  # fmt: skip
         every = ((v, n, tp) for n, ls in lags.items() for tp, v in ls.items())
         total = sum(len(ls) for ls in lags.values())
         cap = self.m.lag_max_series
         for v, n, tp in (heapq.nlargest(cap, every, key=lambda x: x[0]) if total > cap else every):
             per.add_metric([n, _topic_name(image, tp.topic_id), str(tp.partition)], v)
         yield per
-        mx = GaugeMetricFamily("kip1279_mirror_max_lag", "The largest partition lag of the mirror", labels=["mirror"])
+        mx = GaugeMetricFamily("kip1279_mirror_max_lag_offsets", "The largest partition lag of the mirror, in offsets "
+                               "(MIRRORING and PAUSED partitions)", labels=["mirror"])  # fmt: skip
         for n in names:
             mx.add_metric([n], max(lags[n].values(), default=0))
         yield mx
@@ -203,7 +231,7 @@ class WorkerCollector(Collector):
         for n in names:
             m = mirrors.get(n)
             interval = m.runner.config.metadata_refresh_interval_ms if m is not None else 0
-            ready.add_metric([n], int(failover_ready(states[n], lags[n], stats.get(n), interval, now_ms,
+            ready.add_metric([n], int(failover_ready(states[n], mirroring[n], stats.get(n), interval, now_ms,
                                                      self.m.ready_max_lag)))  # fmt: skip
         yield ready
 
@@ -212,6 +240,7 @@ class WorkerCollector(Collector):
         applied.add_metric([], image.offset)
         yield applied
         yield _lag_family(self.m.metadata_lag)
+        yield from _check_families(self.m.checks)
 
 
 def failover_ready(states: dict[MirrorState, int], lags: dict[Any, int], stats: Any, interval_ms: int, now_ms: int,
@@ -232,6 +261,7 @@ class ControllerMetrics:
         self.poll_s = poll_s
         self.applied = -1
         self.metadata_lag = -1
+        self.checks: tuple[bool, bool] | None = None
         self.registry = CollectorRegistry(auto_describe=False)
         self.stop_request_seconds = Histogram("kip1279_mirror_stop_request_seconds",
                                               "Time from a stop request until every partition it named is STOPPED",
@@ -277,6 +307,8 @@ class ControllerMetrics:
         c = self.controller
         self.applied = c.metadata_offset  # on the loop: the image is built here
         self.metadata_lag = await _metadata_lag(c.reader)
+        self.checks = (self.health()[0], self.readiness()[0])
+        _zeros(c.image, self.stop_request_seconds)
 
     def health(self) -> tuple[bool, str]:
         if not self.controller.following:
@@ -305,6 +337,15 @@ class ControllerCollector(Collector):
         applied.add_metric([], self.m.applied)
         yield applied
         yield _lag_family(self.m.metadata_lag)
+        yield from _check_families(self.m.checks)
+
+
+def _zeros(image: Any, *per_mirror: Any) -> None:
+    """Every mirror's series of the observed metrics, at 0 before its first observation: rate()
+    and increase() never see the step of a series whose first sample already counts it."""
+    for name in image.mirrors.mirrors:
+        for metric in per_mirror:
+            metric.labels(name)
 
 
 async def _metadata_lag(reader: Any) -> int:
@@ -316,10 +357,21 @@ async def _metadata_lag(reader: Any) -> int:
 
 
 def _lag_family(value: int) -> GaugeMetricFamily:
-    fam = GaugeMetricFamily("kip1279_metadata_log_lag", "Metadata log offsets up to its high-water mark not read "
-                            "yet (-1: unknown)")  # fmt: skip
+    fam = GaugeMetricFamily("kip1279_metadata_log_lag_offsets", "Metadata log offsets up to its high-water mark "
+                            "not read yet (-1: unknown)")  # fmt: skip
     fam.add_metric([], value)
     return fam
+
+
+def _check_families(checks: tuple[bool, bool] | None) -> Iterator[GaugeMetricFamily]:
+    """/healthz and /readyz as gauges, for alert rules (Prometheus scrapes /metrics only)."""
+    if checks is None:  # not refreshed: a registry read outside MetricsServer
+        return
+    for (name, helptext), ok in zip((("kip1279_healthy", "1 while /healthz answers 200"),
+                                     ("kip1279_ready", "1 while /readyz answers 200")), checks):  # fmt: skip
+        fam = GaugeMetricFamily(name, helptext)
+        fam.add_metric([], int(ok))
+        yield fam
 
 
 # ------------------------------------------------------------------------------ the server

@@ -139,6 +139,21 @@ def test_with_the_source_down_an_idle_partition_is_refused_not_allowed_to_drag_t
     assert isinstance(plan, CutPlan) and plan.timestamp == 19
 
 
+
+def test_an_empty_partition_is_refused_by_topic_name_in_plain_words():
+    """The operator typed ``ledger``: the refusal says ``ledger-1``, not the topic ID."""
+    busy, empty = _obs(TPS[0], [10, 500]), _obs(TPS[1], [])
+    refused = plan_cut([busy, empty])
+    assert isinstance(refused, CutRefusal) and refused.tp == TPS[1]
+    said = refused.describe({TOPICS[0]: "ledger"})
+    assert said.startswith("ledger-1: the source does not answer and the partition holds no record (at most 60000 ms")
+    assert str(TOPICS[0]) not in said and "partition's holds" not in said
+    idle = plan_cut([_obs(TPS[0], [10, 90_000]), _obs(TPS[1], [20])])
+    assert isinstance(idle, CutRefusal)
+    assert "ledger-1: the source does not answer and the partition's last record is 89980 ms older than the " \
+           "selection's newest" in idle.describe({TOPICS[0]: "ledger"})
+    assert idle.describe({}).startswith(f"{TOPICS[0]}-1: "), "the ID where no name is known"
+
 def test_with_the_source_up_a_caught_up_partition_bounds_nothing():
     up = PartitionOffsets(0, 3, 3, 3, 0)
     busy = _obs(TPS[0], [10, 500, 90_000], source=up)

@@ -72,6 +72,7 @@ def test_consistent_cut_across_two_topics_with_the_source_dead(broker: LocalBrok
         # A CreateTime topic in the selection: refused, nothing changes.
         code, text = rig.run_cli("B", "--stop", "--consistent-cut", "--mirror", MIRROR, "--topics", "orders,payments,audit")
         assert code != 0 and "INVALID_CONFIG" in text and "CreateTime" in text, text
+        assert "no consistent cut: audit-0: the batch at offset" in text and str(rig.ids["audit"]) not in text, text
         assert rig.read_only("B") == {"orders": True, "payments": True, "audit": True}
         assert rig.all_in("B", MIRROR, MirrorState.MIRRORING)
         assert {tp: _all(b, tp) for tp in rig.tps[:2]} == before, "the dry run or the refused stop changed B"

@@ -52,7 +52,7 @@ def states(got: Samples) -> dict[str, float]:
 
 def lag_series(got: Samples) -> dict[tuple[str, str], float]:
     return {(dict(k[1])["topic"], dict(k[1])["partition"]): v for k, v in got.items()
-            if k[0] == "kip1279_mirror_partition_lag"}  # fmt: skip
+            if k[0] == "kip1279_mirror_partition_lag_offsets"}  # fmt: skip
 
 
 @pytest.mark.slow
@@ -83,7 +83,7 @@ def test_metrics_and_health_over_http_after_a_start_an_outage_and_a_failover(
         got = scrape(worker)
         assert states(got) == {s.name: (n if s is MirrorState.MIRRORING else 0) for s in MirrorState}
         assert set(lag_series(got)) == {(names[tp.topic_id], str(tp.partition)) for tp in rig.tps}
-        assert value(got, "kip1279_mirror_max_lag", mirror=MIRROR) == 0
+        assert value(got, "kip1279_mirror_max_lag_offsets", mirror=MIRROR) == 0
         copied = [x for tp in rig.tps for x in log_batches(b, tp)]
         assert value(got, "kip1279_mirror_fetch_records_total", mirror=MIRROR) == sum(x.record_count for x in copied)
         assert value(got, "kip1279_mirror_fetch_bytes_total", mirror=MIRROR) == sum(x.size_in_bytes for x in copied)
@@ -91,11 +91,17 @@ def test_metrics_and_health_over_http_after_a_start_an_outage_and_a_failover(
         assert value(got, "kip1279_mirror_fetch_errors_total", mirror=MIRROR) == 0
         assert value(got, "kip1279_mirror_failed_partitions", mirror=MIRROR) == 0
         assert value(got, "kip1279_changelog_write_seconds_count") > 0
+        assert not [k for k in got if k[0].endswith("_created")], "no _created series"
+        assert value(got, "kip1279_healthy") == 1 == value(got, "kip1279_ready")
+        # Before the first stop: the stop histograms' series are there at 0 (rate() sees the first stop).
+        assert value(got, "kip1279_mirror_partition_stop_seconds_count", mirror=MIRROR) == 0
+        assert value(scrape(controller), "kip1279_mirror_stop_request_seconds_count", mirror=MIRROR) == 0
+        assert value(got, "kip1279_mirror_failed_retries_total", mirror=MIRROR) == 0
         rig.wait("a clean sync of every kind, then ready for a failover",
                  lambda: value(scrape(worker), "kip1279_mirror_failover_ready", mirror=MIRROR) == 1, 30)  # fmt: skip
         rig.wait("both replayed the metadata log to its end",
                  lambda: (c := scrape(controller), w := scrape(worker))
-                 and value(c, "kip1279_metadata_log_lag") == 0 == value(w, "kip1279_metadata_log_lag")
+                 and value(c, "kip1279_metadata_log_lag_offsets") == 0 == value(w, "kip1279_metadata_log_lag_offsets")
                  and value(c, "kip1279_metadata_log_applied_offset")
                  == value(w, "kip1279_metadata_log_applied_offset") > 0, 30)  # fmt: skip
 
@@ -120,10 +126,12 @@ def test_metrics_and_health_over_http_after_a_start_an_outage_and_a_failover(
         rig.stop_topics("B", MIRROR)
         rig.wait("every partition STOPPED", lambda: rig.all_in("B", MIRROR, MirrorState.STOPPED), 60)
         rig.wait("the stop request timed by the controller",
-                 lambda: ("kip1279_mirror_stop_request_seconds_count", (("mirror", MIRROR),)) in scrape(controller), 30)  # fmt: skip
+                 lambda: scrape(controller).get(("kip1279_mirror_stop_request_seconds_count", (("mirror", MIRROR),))) == 1,
+                 30)  # fmt: skip
         took = time.monotonic() - asked
         c = scrape(controller)
         assert value(c, "kip1279_mirror_stop_request_seconds_count", mirror=MIRROR) == 1
+        assert value(c, "kip1279_healthy") == 1 == value(c, "kip1279_ready")
         assert 0 < value(c, "kip1279_mirror_stop_request_seconds_sum", mirror=MIRROR) <= took
         rig.wait("the worker saw every STOPPED land", lambda: states(scrape(worker))["STOPPED"] == n, 30)
         got = scrape(worker)

@@ -90,10 +90,10 @@ def test_state_counts_lag_and_fetch_figures_match_the_clusters():
     lags = {}
     for tp in r.tps:
         lags[tp.partition] = r.a.list_offsets(tp).hw - r.b.list_offsets(tp).leo
-        assert value(got, "kip1279_mirror_partition_lag", mirror=name, topic="orders",
+        assert value(got, "kip1279_mirror_partition_lag_offsets", mirror=name, topic="orders",
                      partition=str(tp.partition)) == lags[tp.partition]  # fmt: skip
     assert min(lags.values()) > 5, "one batch per fetch leaves lag behind"
-    assert value(got, "kip1279_mirror_max_lag", mirror=name) == max(lags.values())
+    assert value(got, "kip1279_mirror_max_lag_offsets", mirror=name) == max(lags.values())
     copied = [b for tp in r.tps for b in batches(r.b, tp)]
     assert value(got, "kip1279_mirror_fetch_bytes_total", mirror=name) == sum(b.size_in_bytes for b in copied)
     assert value(got, "kip1279_mirror_fetch_records_total", mirror=name) == sum(b.record_count for b in copied)
@@ -105,7 +105,7 @@ def test_state_counts_lag_and_fetch_figures_match_the_clusters():
     run_until(r.w, lambda: all(r.b.list_offsets(tp).leo == r.a.list_offsets(tp).hw for tp in r.tps), 200)
     r.w.step(1000)  # a sync round
     got = r.scrape()
-    assert value(got, "kip1279_mirror_max_lag", mirror=name) == 0
+    assert value(got, "kip1279_mirror_max_lag_offsets", mirror=name) == 0
     assert value(got, "kip1279_mirror_failover_ready", mirror=name) == 1
     for kind in ("topic_config", "consumer_group_offset", "share_group_offset", "acl", "topic_metadata_refresh"):
         assert value(got, "kip1279_mirror_sync_errors_total", mirror=name, kind=kind) == 0
@@ -120,11 +120,11 @@ def test_lag_series_are_capped_to_the_largest():
         r.a.produce("orders", 1, [(b"k", b"v" * 40)])
     r.w.step()
     got = r.scrape()
-    series = {k: v for k, v in got.items() if k[0] == "kip1279_mirror_partition_lag"}
+    series = {k: v for k, v in got.items() if k[0] == "kip1279_mirror_partition_lag_offsets"}
     assert len(series) == 1
     ((_, labels), lag), = series.items()
     assert dict(labels)["partition"] == "1" and lag == r.a.list_offsets(r.tps[1]).hw - r.b.list_offsets(r.tps[1]).leo > 0
-    assert value(got, "kip1279_mirror_max_lag", mirror=r.m.name) == lag
+    assert value(got, "kip1279_mirror_max_lag_offsets", mirror=r.m.name) == lag
 
 
 def test_an_acl_sync_failure_counts_and_blocks_readiness():
@@ -165,7 +165,7 @@ def test_a_source_outage_shows_failed_partitions_retries_and_errors_then_a_stop_
     assert value(got, "kip1279_mirror_fetch_errors_total", mirror=name) >= PARTITIONS
     assert value(got, "kip1279_mirror_sync_errors_total", mirror=name, kind="topic_metadata_refresh") > 0
     assert value(got, "kip1279_mirror_failover_ready", mirror=name) == 0
-    assert not any(k[0] == "kip1279_mirror_partition_lag" for k in got), "no lag shown for FAILED partitions"
+    assert not any(k[0] == "kip1279_mirror_partition_lag_offsets" for k in got), "no lag shown for FAILED partitions"
 
     # A failover during the outage: each partition's STOPPING -> STOPPED is observed once.
     asked = r.w.now
@@ -178,6 +178,46 @@ def test_a_source_outage_shows_failed_partitions_retries_and_errors_then_a_stop_
     assert 0 <= value(got, "kip1279_mirror_partition_stop_seconds_sum", mirror=name) <= PARTITIONS * (r.w.now - asked) / 1000
     assert value(got, "kip1279_mirror_failed_retries_total", mirror=name) == attempts, "a stop is no retry"
 
+
+
+def test_a_paused_partition_keeps_its_lag_in_max_lag_and_its_pause_is_timed():
+    r = Rig()
+    r.m.set_desired(r.topic.topic_id, DesiredState.START)
+    run_until(r.w, lambda: all_in(r.m, MirrorState.MIRRORING))
+    r.produce(60)
+    r.w.step()  # one batch per partition and fetch: lag left behind
+    lags = {tp.partition: r.a.list_offsets(tp).hw - r.b.list_offsets(tp).leo for tp in r.tps}
+    assert min(lags.values()) > 0
+    r.m.set_desired(r.topic.topic_id, DesiredState.PAUSE)
+    run_until(r.w, lambda: all_in(r.m, MirrorState.PAUSED))
+    paused_at = min(s.entered_at_ms for s in r.m.runner.states().values())
+    r.produce(30)  # the source moves on; nothing is fetched while paused
+    r.w.step(5_000)
+    got = r.scrape()
+    name = r.m.name
+    shown = {int(dict(k[1])["partition"]): v for k, v in got.items() if k[0] == "kip1279_mirror_partition_lag_offsets"}
+    leos = {tp.partition: r.b.list_offsets(tp).leo for tp in r.tps}
+    assert set(shown) == set(lags) and all(0 < shown[p] <= lags[p] for p in shown), "the lag of the last fetch"
+    assert all(shown[p] < r.a.list_offsets(tp).hw - leos[p] for p, tp in enumerate(r.tps)), "a lower bound"
+    assert value(got, "kip1279_mirror_max_lag_offsets", mirror=name) == max(shown.values()) > 0
+    assert value(got, "kip1279_mirror_partition_state_age_seconds", mirror=name, state="PAUSED") == (r.w.now - paused_at) / 1000 >= 5
+    assert value(got, "kip1279_mirror_partition_state_age_seconds", mirror=name, state="MIRRORING") == 0
+    assert value(got, "kip1279_mirror_failover_ready", mirror=name) == 0
+
+
+def test_no_created_series_and_every_lag_says_its_unit():
+    r = Rig()
+    r.m.set_desired(r.topic.topic_id, DesiredState.START)
+    run_until(r.w, lambda: all_in(r.m, MirrorState.MIRRORING))
+    r.metrics.changelog_write.observe(0.01)
+    r.metrics.retries.labels(r.m.name).inc()
+    text = generate_latest(r.metrics.registry).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert "kip1279_changelog_write_seconds" in families and "kip1279_mirror_failed_retries" in families
+    assert not [n for n in families if n.endswith("_created")]
+    assert "_created" not in text
+    lags = [n for n in families if "lag" in n]
+    assert lags and all(n.endswith("_offsets") and "offsets" in families[n].documentation for n in lags), lags
 
 @pytest.mark.asyncio
 async def test_the_server_answers_health_and_metrics_over_http():
@@ -202,7 +242,7 @@ async def test_the_server_answers_health_and_metrics_over_http():
                 assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/plain")
                 text = await resp.text()
         names = {f.name for f in text_string_to_metric_families(text)}
-        assert {"kip1279_mirror_partitions", "kip1279_changelog_write_seconds", "kip1279_metadata_log_lag"} <= names
+        assert {"kip1279_mirror_partitions", "kip1279_changelog_write_seconds", "kip1279_metadata_log_lag_offsets"} <= names
     finally:
         await server.stop()
 

@@ -74,6 +74,7 @@ def test_deleted_source_topic_fails_non_retryable_and_stop_still_works():
     for s in m.runner.states().values():
         assert s.state is MirrorState.FAILED
         assert s.retry_attempt == NON_RETRYABLE and s.error_code is ErrorCode.UNKNOWN_TOPIC_ID
+        assert s.error_message == f"source topic p (topic ID {topic.topic_id}) was deleted"
     assert {p: batches(b, b.tp("p", p)) for p in range(2)} == kept, "nothing mirrored is lost"
     w.step(ms=10_000, rounds=3)
     assert all_in(m, MirrorState.FAILED), "no automatic retry"
