@@ -188,8 +188,9 @@ class CoordinatorWorker:
         self.app.timer(max(1.0, config.heartbeat_interval_ms / 1000), name=f"{config.faust_app_id}.membership")(
             self.exit.watch_membership)  # fmt: skip
         # Faust's table recovery never seeks a changelog partition again: a stalled one is sought here.
-        self.recovery_guard = RecoveryGuard(self.app, config.recovery_stall_ms / 1000)
-        every = min(1.0, max(0.1, config.recovery_stall_ms / 4000))
+        # It also ends the recovery of a changelog partition whose log ends with a transaction marker.
+        self.recovery_guard = RecoveryGuard(self.app, config.recovery_stall_ms / 1000, bootstrap=config.bootstrap_servers)
+        every = min(0.25, max(0.1, config.recovery_stall_ms / 4000))
         self.app.add_dependency(RecoveryGuardService(self.recovery_guard, every))
         self.app.on_before_shutdown.connect(self._before_shutdown)
         # A rebalance revokes table partitions once the jobs under way and their writes have ended (``StepTasks.hold``).
@@ -373,8 +374,11 @@ class CoordinatorWorker:
                 continue
             self.steps.request(p)  # table partitions step side by side (``streams.worker.steps``)
 
-    def _sync_ownership(self) -> None:
-        released, loaded = self.table_partitions.sync_ownership(self.owned_partitions())
+    async def _sync_ownership(self) -> None:
+        # The group generation: table partitions held at a new one are fenced and read again.
+        generation = getattr(getattr(self.group_consumer(), "_coordinator", None), "generation", None)
+        generation = generation if isinstance(generation, int) and generation >= 0 else None  # -1: not in the group
+        released, loaded = await self.table_partitions.sync_ownership(self.owned_partitions(), generation)
         for keys, follow in ((released, "release"), (loaded, "adopt")):
             for key in keys:
                 m = self.mirrors.get(key.mirror_name)
@@ -433,7 +437,7 @@ class CoordinatorWorker:
         """Steps every mirror partition of ``partition``; state writes are made durable between steps."""
         self._last_step[partition] = time.monotonic()
         self._last_step_ms[partition] = self.clock_ms()
-        self._sync_ownership()
+        await self._sync_ownership()
         if partition not in self.store.owned:
             return
         await self._read_other_workers_states()
