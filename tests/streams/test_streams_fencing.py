@@ -227,6 +227,8 @@ async def worker_recovers(cfg: WorkerConfig) -> dict[MirrorPartitionKey, MirrorP
         while worker.store.owned != set(range(cfg.state_partitions)) and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         assert worker.store.owned == set(range(cfg.state_partitions)), worker.app.tables.recovery.active_stats()
+        # Faust's recovery waited for a record where the log holds a commit marker: the guard ended it.
+        assert worker.recovery_guard.lowered >= 1
         return dict(worker.store.durable)
     finally:
         if not started.done():
