@@ -42,9 +42,11 @@ class RawLogReader:
         self.consumer = consumer
         self.client = consumer._client  # the consumer's connections and cluster metadata
 
-    async def read_to(self, tps: Sequence[TopicPartition], ends: Mapping[TopicPartition, int], apply: Apply) -> None:
+    async def read_to(self, tps: Sequence[TopicPartition], ends: Mapping[TopicPartition, int],
+                      apply: Apply | Mapping[TopicPartition, Apply]) -> None:  # fmt: skip
         """Every record of ``tps`` from the consumer's position up to ``ends`` (exclusive), in
-        offset order per partition, to ``apply``; the consumer is then positioned after them."""
+        offset order per partition, to ``apply`` (or to ``apply[tp]``: one Fetch for partitions
+        whose records go apart); the consumer is then positioned after them."""
         positions = {tp: await self.consumer.position(tp) for tp in tps}
         try:
             while True:
@@ -66,7 +68,7 @@ class RawLogReader:
                 self.consumer.seek(tp, offset)
 
     async def _fetch(self, node: int, tps: list[TopicPartition], positions: dict[TopicPartition, int],
-                     ends: Mapping[TopicPartition, int], apply: Apply) -> None:  # fmt: skip
+                     ends: Mapping[TopicPartition, int], apply: Apply | Mapping[TopicPartition, Apply]) -> None:  # fmt: skip
         by_topic: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
         for tp in tps:
             by_topic[tp.topic].append((tp.partition, positions[tp], _PARTITION_MAX_BYTES))
@@ -91,7 +93,8 @@ class RawLogReader:
                     raise error(f"fetch of {tp} at offset {positions[tp]}")
                 # v4+: [LSO, (log start,) aborted transactions, (preferred replica,) records]
                 aborted = next((d for d in data[:-1] if isinstance(d, list)), None) or []
-                positions[tp] = _apply_batches(MemoryRecords(data[-1]), positions[tp], ends[tp], apply, aborted)
+                to = apply[tp] if isinstance(apply, Mapping) else apply
+                positions[tp] = _apply_batches(MemoryRecords(data[-1]), positions[tp], ends[tp], to, aborted)
 
     async def _refresh(self) -> None:
         await self.client.force_metadata_update()

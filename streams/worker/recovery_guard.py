@@ -169,9 +169,8 @@ class RecoveryGuard:
                 last[tp] = offset
             return apply
 
-        raw = RawLogReader(reader)
         ends = {tps[tp]: highwater + 1 for tp, (_, highwater) in todo.items()}
-        await asyncio.gather(*(raw.read_to([tps[tp]], ends, apply_to(tp)) for tp in todo))
+        await RawLogReader(reader).read_to(list(tps.values()), ends, {tps[tp]: apply_to(tp) for tp in todo})
         return last
 
     async def stop(self) -> None:

@@ -155,13 +155,12 @@ class WorkerTable:
         tps = [TopicPartition(topic, p) for p in sorted(partitions)]
         reader.assign(tps)
         reader.pause(*tps)
-        start: dict[int, int | None] = {}
+        start = {tp.partition: data.persisted_offset(TP(topic, tp.partition)) for tp in tps}
+        # one lookup for all (a seek to the beginning each was a lookup per partition, one after the other)
+        beginnings = await reader.beginning_offsets([tp for tp in tps if start[tp.partition] is None])
         for tp in tps:
-            start[tp.partition] = data.persisted_offset(TP(topic, tp.partition))
-            if start[tp.partition] is None:
-                await reader.seek_to_beginning(tp)
-            else:
-                reader.seek(tp, start[tp.partition] + 1)
+            offset = start[tp.partition]
+            reader.seek(tp, beginnings[tp] if offset is None else offset + 1)
         ends = await reader.end_offsets(tps)  # read_committed: the LSO, as of after the fence
         latest: dict[int, dict[bytes, bytes | None]] = {p: {} for p in partitions}
 
@@ -174,8 +173,7 @@ class WorkerTable:
 
             return apply
 
-        raw = RawLogReader(reader)
-        await asyncio.gather(*(raw.read_to([tp], ends, apply_to(tp.partition)) for tp in tps))
+        await RawLogReader(reader).read_to(tps, ends, {tp: apply_to(tp.partition) for tp in tps})
         for tp in tps:
             p, end = tp.partition, ends[tp]
             if latest[p]:
