@@ -27,7 +27,10 @@ write made while processing an event of another partition (a routing bug).
 **Fencing.** ``check_state_write`` is pure: a write with a leader epoch below the stored one
 is FENCED_LEADER_EPOCH; one whose state epoch is not above the stored one is
 FENCED_STATE_EPOCH (each writer reads N and writes N + 1; of two writers that read N only
-the first lands).
+the first lands). That rule reads the writer's own copy; the broker holds the one a stale owner
+cannot dodge: each table partition is written in transactions of its own producer, which a new
+owner's InitProducerId fences (``streams.worker.state_producers``), and every reader reads
+``read_committed``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,14 @@
 ``WorkerTable`` knows which mirror partitions each table partition holds, loads their states
 when a table partition is assigned (tombstoning those of a membership that is gone), and makes
 the writes queued in ``WorkerStateStore`` durable, one table partition at a time: whole record
-batches, acknowledged by the changelog before the next step's commands run.
+batches in one transaction of the partition's own producer, committed before the next step's
+commands run.
+
+The broker fences the writes (``streams.worker.state_producers``): a table partition taken on,
+or held at a new group generation, gets a new transactional producer, whose InitProducerId
+aborts the previous owner's open transaction and makes the broker refuse its later writes; only
+then is the partition read from the changelog and loaded. A write refused so means the partition
+is another worker's: it is let go until the next generation.
 """
 
 from __future__ import annotations
