@@ -138,8 +138,10 @@ class RecoveryGuard:
                 recovery.active_highwaters[tp] = exact
                 self.lowered += 1
             done.add(tp)
-        if recovery.in_recovery and not recovery.need_recovery():
-            # as Faust's own end of recovery (``_maybe_signal_recovery_end``): every record came
+        waiting = self.app.consumer.flow_active and not recovery.signal_recovery_start.is_set()
+        if recovery.in_recovery and waiting and not recovery.need_recovery():
+            # as Faust's own end of recovery (``_maybe_signal_recovery_end``): every record came;
+            # only while it waits for them (before, it sees for itself that nothing is needed)
             recovery.flush_buffers()
             recovery._set_recovery_ended()
             recovery.signal_recovery_end.set()
