@@ -88,8 +88,8 @@ async def test_a_stale_owners_write_after_a_takeover_is_refused_and_never_read(
     cfg = worker_config
     await ensure_topics(cfg.bootstrap_servers, worker_topic_specs(cfg))
     open_p, refused_p = 1, 2  # one partition whose owner has a transaction open at the takeover, one that writes after
-    k_open, k_refused = keys_of(4, open_p, 1)[0], keys_of(4, refused_p, 1)[0]
-    keys = [k_open, k_refused]
+    (k_open, k_ghost), k_refused = keys_of(4, open_p, 2), keys_of(4, refused_p, 1)[0]
+    keys = [k_open, k_refused]  # k_ghost: written only in the stale owner's open transaction
     old = owner(cfg, tmp_path / "old", keys)
     new = owner(cfg, tmp_path / "new", keys)
     try:
@@ -110,6 +110,7 @@ async def test_a_stale_owners_write_after_a_takeover_is_refused_and_never_read(
         producer._txn_manager.maybe_add_partition_to_txn(TopicPartition(topic, open_p))
         batch = producer.create_batch()
         batch.append(key=old.store.state_key(k_open), value=stale_value, timestamp=None)
+        batch.append(key=old.store.state_key(k_ghost), value=stale_value, timestamp=None)
         in_flight = await (await producer.send_batch(batch, topic, partition=open_p))
         assert in_flight.offset >= 2  # in the log, in an open transaction
 
@@ -146,6 +147,7 @@ async def test_a_stale_owners_write_after_a_takeover_is_refused_and_never_read(
 
     # Every reader: committed writes only, each key's state epoch strictly increasing.
     history = await committed_history(cfg)
+    assert k_ghost not in history
     for k in keys:
         assert [(s.state, s.state_epoch) for s in history[k]] == [
             (MirrorState.PREPARING, 0), (MirrorState.MIRRORING, 1), (MirrorState.STOPPING, 2), (MirrorState.STOPPED, 3)]
@@ -157,15 +159,16 @@ async def test_a_stale_owners_write_after_a_takeover_is_refused_and_never_read(
     finally:
         await view.stop()
     assert {(k.mirror_name, k.topic_id, k.partition): MirrorState.STOPPED for k in keys} == {
-        key: status.state for key, status in states.items()}
+        key: status.state for key, status in states.items()}  # no k_ghost
 
     seen = await audit_reader_sees(cfg, tmp_path, keys)
+    assert k_ghost not in seen
     for k in keys:
         assert [s.state_epoch for s in seen[k]] == [0, 1, 2, 3] and all(s.applied_offset != STALE for s in seen[k])
 
     # A third worker (empty RocksDB) recovers the table with Faust's recovery (read_committed) and takes it on.
     recovered = await worker_recovers(cfg.with_overrides(data_dir=str(tmp_path / "third")))
-    assert {k: recovered[k] for k in keys} == final
+    assert {k: recovered[k] for k in keys} == final and k_ghost not in recovered
 
 
 def stale_state(wt: WorkerTable, key: MirrorPartitionKey) -> MirrorPartitionState:
