@@ -189,14 +189,14 @@ def shape(batches: Sequence[Any], upto: int) -> list[tuple[Any, ...]]:
 
 
 async def read_changelog(bootstrap: str, topic: str, timeout: float = 15.0) -> list[tuple[Any, Any]]:
-    """Every record of ``topic`` (a ``__mirror_state`` changelog) up to its current end, decoded:
+    """Every committed record of ``topic`` (a ``__mirror_state`` changelog) up to its LSO, decoded:
     (record type, key, value or None), partition by partition, in offset order."""
     from aiokafka import AIOKafkaConsumer, TopicPartition as KTP
 
     from streams.state.mirror_state import decode_changelog_record
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
-                                client_id="kip1279-demo-audit")  # fmt: skip
+                                client_id="kip1279-demo-audit", isolation_level="read_committed")  # fmt: skip
     await consumer.start()
     try:
         # Apache Kafka answers a Metadata request for no topics with none (noida-db with all): ask

@@ -75,7 +75,8 @@ class MirrorStateChangelogView:
     async def start(self) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False,
                                     auto_offset_reset="earliest", client_id="kip1279-controller-states",
-                                    fetch_max_wait_ms=CATCH_UP_FETCH_MAX_WAIT_MS)  # fmt: skip
+                                    fetch_max_wait_ms=CATCH_UP_FETCH_MAX_WAIT_MS,
+                                    isolation_level="read_committed")  # end offsets: the LSO  # fmt: skip
         await consumer.start()
         tps = [TopicPartition(self.topic, p) for p in self.partitions]
         consumer.assign(tps)
@@ -91,7 +92,8 @@ class MirrorStateChangelogView:
             await consumer.stop()
 
     async def catch_up(self) -> dict[StateKey, PartitionStatus]:
-        """Reads the changelog up to its end offsets as of this call; the latest state per key."""
+        """Reads the changelog up to its last stable offsets as of this call (committed writes
+        only: a fenced writer's aborted transaction never shows); the latest state per key."""
         async with self._catch_up_lock:
             await self._catch_up_locked()
         return self._states

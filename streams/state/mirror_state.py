@@ -27,13 +27,17 @@ write made while processing an event of another partition (a routing bug).
 **Fencing.** ``check_state_write`` is pure: a write with a leader epoch below the stored one
 is FENCED_LEADER_EPOCH; one whose state epoch is not above the stored one is
 FENCED_STATE_EPOCH (each writer reads N and writes N + 1; of two writers that read N only
-the first lands).
+the first lands). That rule reads the writer's own copy; the broker holds the one a stale owner
+cannot dodge: each table partition is written in transactions of its own producer, which a new
+owner's InitProducerId fences (``streams.worker.state_producers``), and every reader reads
+``read_committed``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import struct
 import uuid
 from collections.abc import Sequence
@@ -43,15 +47,20 @@ from typing import Any, NamedTuple
 import faust
 import msgspec
 import rocksdict
+from aiokafka import TopicPartition as KafkaTopicPartition
 from aiokafka.admin import NewTopic
 from aiokafka.partitioner import murmur2
+from aiokafka.producer.transaction_manager import TransactionState
 from faust.streams import current_event
 from faust.types import TP
 
 from coordinator.states import ErrorCode
 from records.registry import SchemaSet, default_schemas
 from streams.config import WorkerConfig
+from streams.state.committed_consumer import read_committed
 
+log = logging.getLogger(__name__)
+_ABORTABLE = (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR)
 _INT16 = struct.Struct(">h")
 KEY_VERSION = 0
 VALUE_VERSION = 0
@@ -266,9 +275,14 @@ class MirrorStateTable(faust.Table):  # type: ignore[misc]
         sends them one at a time and whose flush gives up after 0.1 s without a send. Here the
         records go out as whole record batches on ``producer`` (an ``AIOKafkaProducer`` with
         acks=all) and every ack is awaited, which is what makes a state durable before the next
-        step's commands run. The local store gets them as one write batch into ``partition``'s
-        RocksDB, as Faust's changelog recovery writes (``table[key] = value`` files each one
-        under the current event's partition, one put at a time).
+        step's commands run. A transactional ``producer`` (the table partition's own,
+        ``streams.worker.state_producers``) sends them in one transaction, committed before this
+        returns: a newer owner's InitProducerId aborts it, and the broker refuses its commit.
+
+        The local store gets them only then (what the changelog holds, never a write the broker
+        may still abort), as one write batch into ``partition``'s RocksDB, as Faust's changelog
+        recovery writes (``table[key] = value`` files each one under the current event's
+        partition, one put at a time).
 
         ``keys_checked``: the caller worked out each key's partition (murmur2, ~9 us a key) and
         queued it under ``partition``; otherwise each key's partition is checked.
@@ -281,27 +295,52 @@ class MirrorStateTable(faust.Table):  # type: ignore[misc]
                 if got != partition:
                     raise MirrorStateError(f"state key of partition {got} written to partition {partition}")
         store = self.data
-        _write_partition(store, partition, writes)
         topic = self.changelog_topic.get_topic_name()
+        txn = getattr(producer, "_txn_manager", None)
+        if txn is not None and txn.transactional_id is None:
+            txn = None
+        if txn is not None:
+            await producer.begin_transaction()
+            # aiokafka 0.14's send_batch does not add the partition to the transaction (its send does)
+            txn.maybe_add_partition_to_txn(KafkaTopicPartition(topic, partition))
         sent: list[tuple[Any, int]] = []  # (ack future, records in its batch)
-        batch, n = producer.create_batch(), 0
-        for key, value in writes:
-            if batch.append(key=key, value=value, timestamp=None) is None:  # full: send it, start the next
-                sent.append((await producer.send_batch(batch, topic, partition=partition), n))
-                batch, n = producer.create_batch(), 0
-                batch.append(key=key, value=value, timestamp=None)
-            n += 1
-        sent.append((await producer.send_batch(batch, topic, partition=partition), n))
-        acked = await asyncio.gather(*(fut for fut, _ in sent))
+        try:
+            batch, n = producer.create_batch(), 0
+            for key, value in writes:
+                if batch.append(key=key, value=value, timestamp=None) is None:  # full: send it, start the next
+                    sent.append((await producer.send_batch(batch, topic, partition=partition), n))
+                    batch, n = producer.create_batch(), 0
+                    batch.append(key=key, value=value, timestamp=None)
+                n += 1
+            sent.append((await producer.send_batch(batch, topic, partition=partition), n))
+            acked = await asyncio.gather(*(fut for fut, _ in sent), return_exceptions=True)
+            failed = next((a for a in acked if isinstance(a, BaseException)), None)
+            if failed is not None:
+                raise failed
+            if txn is not None:
+                await producer.commit_transaction()
+        except BaseException:
+            if txn is not None and txn.state in _ABORTABLE:
+                await _abort(producer)  # a producer still usable goes on; a fenced one is dropped by its owner
+            raise
+        write_partition(store, partition, writes)
         # Where a restart's changelog recovery resumes for this partition (what Faust's own
-        # changelog callback records): the last record's offset.
+        # changelog callback records): the last record's offset. The commit marker after it is
+        # no record: recovery reaches it by position (``streams.worker.recovery_guard``).
         store.set_persisted_offset(TP(topic, partition), max(m.offset + n - 1 for m, (_, n) in zip(acked, sent)))
 
     def info(self) -> Any:
         return {**super().info(), "num_partitions": self.num_partitions}
 
 
-def _write_partition(store: Any, partition: int, writes: Sequence[tuple[bytes, bytes | None]]) -> None:
+async def _abort(producer: Any) -> None:
+    try:
+        await asyncio.wait_for(producer.abort_transaction(), timeout=10.0)
+    except Exception as e:  # noqa: BLE001 - the write's own error is the one raised
+        log.warning("aborting a state write's transaction failed: %r", e)
+
+
+def write_partition(store: Any, partition: int, writes: Sequence[tuple[bytes, bytes | None]]) -> None:
     """``writes`` into the RocksDB of table partition ``partition``, in one write batch."""
     batch = rocksdict.WriteBatch(raw_mode=True)
     index = store._key_index  # where the store looks a key up first (as its own writes record it)
@@ -358,6 +397,7 @@ def make_app(config: WorkerConfig, **overrides: Any) -> faust.App:
     settings.update(own)
     Path(settings["datadir"]).parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(config.faust_app_id, **settings)
+    read_committed(app)  # __mirror_state is transactional: a fenced owner's aborted writes are never recovered
     # Faust lets its environment variables (BROKER_SESSION_TIMEOUT, ...) beat keyword settings;
     # the worker's own settings must not be overridden silently, so they are set again.
     for name, value in own.items():

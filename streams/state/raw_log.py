@@ -6,6 +6,12 @@ for every record (~5 us a record); a reader of ``__mirror_state`` wants only eac
 value and offset, which the record batch's own iterator (aiokafka's C extension) gives at ~0.5 us.
 The consumer stays paused: it gives the positions, the leaders and the connections, and is
 sought to where the read ended.
+
+Reads are ``read_committed`` (``__mirror_state`` is written in transactions, one per table
+partition's write): the broker answers up to the last stable offset, and the batches of aborted
+transactions (the response's ``aborted_transactions``) and control batches (commit and abort
+markers) are skipped as Kafka's consumer skips them. The consumer given must be
+``read_committed`` too, so that its end offsets are the LSO a read stops at.
 """
 
 from __future__ import annotations
@@ -14,10 +20,12 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import aiokafka.errors as Errors
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.protocol.fetch import FetchRequest
+from aiokafka.record.control_record import ABORT_MARKER, ControlRecord
 from aiokafka.record.memory_records import MemoryRecords
 
 from streams.config import CATCH_UP_FETCH_MAX_WAIT_MS
@@ -27,16 +35,18 @@ Apply = Callable[[bytes | None, bytes | None, int], None]  # key, value, offset
 _FETCH_MAX_BYTES = 64 << 20
 _PARTITION_MAX_BYTES = 16 << 20
 _RETRY_S = 0.1
-_READ_UNCOMMITTED = 0
+_READ_COMMITTED = 1
 
 class RawLogReader:
     def __init__(self, consumer: AIOKafkaConsumer) -> None:
         self.consumer = consumer
         self.client = consumer._client  # the consumer's connections and cluster metadata
 
-    async def read_to(self, tps: Sequence[TopicPartition], ends: Mapping[TopicPartition, int], apply: Apply) -> None:
+    async def read_to(self, tps: Sequence[TopicPartition], ends: Mapping[TopicPartition, int],
+                      apply: Apply | Mapping[TopicPartition, Apply]) -> None:  # fmt: skip
         """Every record of ``tps`` from the consumer's position up to ``ends`` (exclusive), in
-        offset order per partition, to ``apply``; the consumer is then positioned after them."""
+        offset order per partition, to ``apply`` (or to ``apply[tp]``: one Fetch for partitions
+        whose records go apart); the consumer is then positioned after them."""
         positions = {tp: await self.consumer.position(tp) for tp in tps}
         try:
             while True:
@@ -58,11 +68,11 @@ class RawLogReader:
                 self.consumer.seek(tp, offset)
 
     async def _fetch(self, node: int, tps: list[TopicPartition], positions: dict[TopicPartition, int],
-                     ends: Mapping[TopicPartition, int], apply: Apply) -> None:  # fmt: skip
+                     ends: Mapping[TopicPartition, int], apply: Apply | Mapping[TopicPartition, Apply]) -> None:  # fmt: skip
         by_topic: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
         for tp in tps:
             by_topic[tp.topic].append((tp.partition, positions[tp], _PARTITION_MAX_BYTES))
-        request = FetchRequest(CATCH_UP_FETCH_MAX_WAIT_MS, 1, _FETCH_MAX_BYTES, _READ_UNCOMMITTED, list(by_topic.items()))
+        request = FetchRequest(CATCH_UP_FETCH_MAX_WAIT_MS, 1, _FETCH_MAX_BYTES, _READ_COMMITTED, list(by_topic.items()))
         try:
             response = await self.client.send(node, request)
         except Errors.KafkaError as e:
@@ -81,19 +91,38 @@ class RawLogReader:
                         await self._refresh()
                         continue
                     raise error(f"fetch of {tp} at offset {positions[tp]}")
-                positions[tp] = _apply_batches(MemoryRecords(data[-1]), positions[tp], ends[tp], apply)
+                # v4+: [LSO, (log start,) aborted transactions, (preferred replica,) records]
+                aborted = next((d for d in data[:-1] if isinstance(d, list)), None) or []
+                to = apply[tp] if isinstance(apply, Mapping) else apply
+                positions[tp] = _apply_batches(MemoryRecords(data[-1]), positions[tp], ends[tp], to, aborted)
 
     async def _refresh(self) -> None:
         await self.client.force_metadata_update()
         await asyncio.sleep(_RETRY_S)
 
 
-def _apply_batches(records: MemoryRecords, position: int, end: int, apply: Apply) -> int:
-    """The records of whole batches at or after ``position`` and before ``end``; the position after them."""
+def _apply_batches(records: MemoryRecords, position: int, end: int, apply: Apply,
+                   aborted: Sequence[tuple[int, int]] = ()) -> int:  # fmt: skip
+    """The committed records of whole batches at or after ``position`` and before ``end``; the
+    position after them. ``aborted``: the response's (producer id, first offset) of the aborted
+    transactions in the range: a transactional batch of such a producer, from its first offset
+    up to its abort marker, is skipped (as Java's ``CompletedFetch`` and aiokafka's fetcher do)."""
+    pending = sorted(aborted, key=lambda a: a[1])  # by first offset
+    aborting: set[int] = set()
     while position < end:
         batch = records.next_batch()
         if batch is None:  # no (more) whole batch in this response
             break
+        if pending or aborting:
+            while pending and pending[0][1] <= batch.base_offset:
+                aborting.add(pending.pop(0)[0])
+            pid = batch.producer_id
+            if batch.is_control_batch:
+                if pid in aborting and _is_abort_marker(batch):
+                    aborting.discard(pid)
+            elif batch.is_transactional and pid in aborting:
+                position = max(position, min(batch.next_offset, end))
+                continue
         if not batch.is_control_batch:
             for r in batch:
                 offset = r.offset
@@ -101,3 +130,9 @@ def _apply_batches(records: MemoryRecords, position: int, end: int, apply: Apply
                     apply(r.key, r.value, offset)
         position = max(position, min(batch.next_offset, end))
     return position
+
+
+def _is_abort_marker(batch: Any) -> bool:
+    for record in batch:  # a control batch holds one control record
+        return bool(ControlRecord.parse(record.key) == ABORT_MARKER)
+    return False

@@ -190,8 +190,9 @@ class CoordinatorWorker:
         self.app.timer(max(1.0, config.heartbeat_interval_ms / 1000), name=f"{config.faust_app_id}.membership")(
             self.exit.watch_membership)  # fmt: skip
         # Faust's table recovery never seeks a changelog partition again: a stalled one is sought here.
-        self.recovery_guard = RecoveryGuard(self.app, config.recovery_stall_ms / 1000)
-        every = min(1.0, max(0.1, config.recovery_stall_ms / 4000))
+        # It also ends the recovery of a changelog partition whose log ends with a transaction marker.
+        self.recovery_guard = RecoveryGuard(self.app, config.recovery_stall_ms / 1000, bootstrap=config.bootstrap_servers)
+        every = min(0.25, max(0.1, config.recovery_stall_ms / 4000))
         self.app.add_dependency(RecoveryGuardService(self.recovery_guard, every))
         self.app.on_before_shutdown.connect(self._before_shutdown)
         # A rebalance revokes table partitions once the jobs under way and their writes have ended (``StepTasks.hold``).
@@ -394,15 +395,13 @@ class CoordinatorWorker:
                 continue
             self.steps.request(p)  # table partitions step side by side (``streams.worker.steps``)
 
-    def _sync_ownership(self) -> None:
+    async def _sync_ownership(self) -> None:
+        # The group generation: table partitions held at a new one are fenced and read again
+        # (``WorkerTable.sync_ownership``); the jobs then carry it as their owner epoch.
         generation = self.group_generation()
-        released, loaded = self.table_partitions.sync_ownership(self.owned_partitions())
+        released, loaded = await self.table_partitions.sync_ownership(self.owned_partitions(),
+                                                                      generation if generation >= 0 else None)  # fmt: skip
         if generation >= 0 and generation != self.owner_epoch and not getattr(self.app, "rebalancing", False):
-            if self.owner_epoch >= 0:
-                # Writes queued in the old generation were decided from its view: dropped, as a
-                # crash would drop them (the steps resume from the durable state).
-                self.store.drop_pending()
-                log.info("group generation %d -> %d: writes not yet durable dropped", self.owner_epoch, generation)
             self.owner_epoch = generation  # the view is this generation's from now on: jobs carry it
         for keys, follow in ((released, "release"), (loaded, "adopt")):
             for key in keys:
@@ -462,7 +461,7 @@ class CoordinatorWorker:
         """Steps every mirror partition of ``partition``; state writes are made durable between steps."""
         self._last_step[partition] = time.monotonic()
         self._last_step_ms[partition] = self.clock_ms()
-        self._sync_ownership()
+        await self._sync_ownership()
         if partition not in self.store.owned:
             return
         fence = self.owner_fence()

@@ -132,8 +132,11 @@ class AuditExporter:
         self.last = manifests[-1] if manifests else None
         positions = {int(p): o for p, o in (self.last.positions if self.last else {}).items()}
         topic = self.config.mirror_state_topic_name
+        # read_committed: a fenced owner's aborted writes are never exported; the end offsets are
+        # the LSO, and the consumer's position moves past the commit and abort markers.
         consumer = AIOKafkaConsumer(bootstrap_servers=self.config.bootstrap_servers, enable_auto_commit=False,
-                                    auto_offset_reset="earliest", client_id=f"{self.config.client_id}-audit-export")  # fmt: skip
+                                    auto_offset_reset="earliest", client_id=f"{self.config.client_id}-audit-export",
+                                    isolation_level="read_committed")  # fmt: skip
         await consumer.start()
         try:  # the changelog has the table's partition count
             self.tps = [KafkaTopicPartition(topic, p) for p in range(self.config.state_partitions)]

@@ -19,6 +19,14 @@ consumer's position, seeks it to the first offset recovery still needs and resum
 can be applied twice or lost: Faust applies a changelog record only above the partition's
 recovery offset. Each further kick of a partition waits twice as long, up to ``max_backoff_s``.
 
+``__mirror_state`` is transactional, and Faust's recovery reads it ``read_committed``: its
+highwater is the last stable offset less one, which is now often a commit or abort marker, no
+record, so recovery (which waits for a record at that offset) would wait for good. The guard
+reads each such partition's committed records up to the LSO once per recovery
+(``RawLogReader``) and lowers the highwater to the last committed record's offset (to the
+recovery offset when there is none): every record recovery waits for still comes, and nothing
+past the last one is waited for.
+
 It runs as a service of the app (``RecoveryGuardService``), not as an app timer: Faust starts its
 timers and tasks only once the first recovery has completed (``App.on_started``), and a worker
 started over a wiped RocksDB can stall in that one.
@@ -39,8 +47,12 @@ log = logging.getLogger(__name__)
 
 class RecoveryGuard:
     def __init__(self, app: Any, stall_s: float, *, max_backoff_s: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+                 clock: Callable[[], float] = time.monotonic, bootstrap: str | None = None) -> None:  # fmt: skip
         self.app = app
+        self.bootstrap = bootstrap  # where the highwaters are read exactly (None: not read)
+        self._reader: Any = None
+        self._exact: tuple[Any, set[Any]] = (None, set())  # (recovery start, partitions whose highwater is exact)
+        self.lowered = 0  # highwaters lowered to the last committed record (tests)
         self.stall_s = stall_s
         self.max_backoff_s = max_backoff_s
         self.clock = clock
@@ -68,12 +80,14 @@ class RecoveryGuard:
     async def check(self) -> list[Any]:
         """Kicks the stalled changelog partitions; returns them."""
         recovery = getattr(self.app.tables, "_recovery", None)  # made on the first rebalance
-        if self.stall_s <= 0 or recovery is None:
+        if recovery is None:
             return []
         if not recovery.in_recovery:
             self._kicks.clear()
             return []
-        if not self._replaying(recovery):
+        if self.bootstrap is not None:
+            await self._exact_highwaters(recovery)
+        if self.stall_s <= 0 or not self._replaying(recovery):
             return []
         consumer = self.app.consumer
         kicked = []
@@ -100,6 +114,72 @@ class RecoveryGuard:
             kicked.append(tp)
         return kicked
 
+    async def _exact_highwaters(self, recovery: Any) -> None:
+        """Lowers each recovering partition's highwater to its last committed record (see the module)."""
+        started = recovery._recovery_started_at
+        if self._exact[0] != started:
+            self._exact = (started, set())
+        done = self._exact[1]
+        todo = {}
+        for tp in recovery.active_tps:
+            highwater, offset = recovery.active_highwaters.get(tp), recovery.active_offsets.get(tp)
+            if tp not in done and highwater is not None and offset is not None and offset < highwater:
+                todo[tp] = (offset, highwater)
+        if not todo:
+            return
+        last = await self._last_records(todo)
+        if recovery._recovery_started_at != started:
+            return  # a new recovery began meanwhile: its own highwaters
+        for tp, (offset, highwater) in todo.items():
+            exact = last.get(tp, offset)
+            if exact < recovery.active_highwaters.get(tp, -1):
+                log.debug("table recovery: %s[%d] highwater %d -> %d (the last committed record)", tp.topic,
+                          tp.partition, highwater, exact)  # fmt: skip
+                recovery.active_highwaters[tp] = exact
+                self.lowered += 1
+            done.add(tp)
+        waiting = self.app.consumer.flow_active and not recovery.signal_recovery_start.is_set()
+        if recovery.in_recovery and waiting and not recovery.need_recovery():
+            # as Faust's own end of recovery (``_maybe_signal_recovery_end``): every record came;
+            # only while it waits for them (before, it sees for itself that nothing is needed)
+            recovery.flush_buffers()
+            recovery._set_recovery_ended()
+            recovery.signal_recovery_end.set()
+
+    async def _last_records(self, todo: dict[Any, tuple[int, int]]) -> dict[Any, int]:
+        """The offset of the last committed record after each partition's recovery offset, up to
+        its highwater (the LSO less one), where there is one."""
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        from streams.state.raw_log import RawLogReader
+
+        if self._reader is None:
+            reader = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False,
+                                      isolation_level="read_committed", client_id="kip1279-recovery-guard")  # fmt: skip
+            await reader.start()
+            self._reader = reader
+        reader = self._reader
+        tps = {tp: TopicPartition(tp.topic, tp.partition) for tp in todo}
+        reader.assign(list(tps.values()))
+        reader.pause(*tps.values())
+        for tp, (offset, _) in todo.items():
+            reader.seek(tps[tp], offset + 1)
+        last: dict[Any, int] = {}
+
+        def apply_to(tp: Any) -> Callable[[bytes | None, bytes | None, int], None]:
+            def apply(key: bytes | None, value: bytes | None, offset: int) -> None:
+                last[tp] = offset
+            return apply
+
+        ends = {tps[tp]: highwater + 1 for tp, (_, highwater) in todo.items()}
+        await RawLogReader(reader).read_to(list(tps.values()), ends, {tps[tp]: apply_to(tp) for tp in todo})
+        return last
+
+    async def stop(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            await reader.stop()
+
     async def watch(self) -> None:
         """One check; a failed one is logged and the next tries again."""
         try:
@@ -115,6 +195,9 @@ class RecoveryGuardService(Service):
         self.guard = guard
         self.interval = interval
         super().__init__(**kwargs)
+
+    async def on_stop(self) -> None:
+        await self.guard.stop()
 
     @Service.task
     async def _watch(self) -> None:

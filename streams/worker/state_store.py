@@ -373,6 +373,15 @@ class WorkerStateStore:
             self.pending_impact.clear()
             self.deletes.clear()
 
+    def drop_queued(self, partition: int) -> None:
+        """Forgets the writes queued for ``partition`` (decided on states read before a fence)."""
+        with self.lock:
+            self._queued += 1
+            self.pending.pop(partition, None)
+            self.pending_lme.pop(partition, None)
+            self.pending_impact.pop(partition, None)
+            self.deletes.pop(partition, None)
+
     def has_pending(self, key: MirrorPartitionKey) -> bool:
         with self.lock:
             return key in self.pending.get(self.partition_of(key), {})

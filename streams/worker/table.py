@@ -3,7 +3,14 @@
 ``WorkerTable`` knows which mirror partitions each table partition holds, loads their states
 when a table partition is assigned (tombstoning those of a membership that is gone), and makes
 the writes queued in ``WorkerStateStore`` durable, one table partition at a time: whole record
-batches, acknowledged by the changelog before the next step's commands run.
+batches in one transaction of the partition's own producer, committed before the next step's
+commands run.
+
+The broker fences the writes (``streams.worker.state_producers``): a table partition taken on,
+or held at a new group generation, gets a new transactional producer, whose InitProducerId
+aborts the previous owner's open transaction and makes the broker refuse its later writes; only
+then is the partition read from the changelog and loaded. A write refused so means the partition
+is another worker's: it is let go until the next generation.
 """
 
 from __future__ import annotations
@@ -20,11 +27,20 @@ from coordinator.image import MetadataImage
 from coordinator.partition_state import MirrorPartitionKey, decode_state, encode_state, key_order
 from coordinator.states import DesiredState
 from streams.config import WorkerConfig
-from streams.state.mirror_state import RecordType, applied_offset_of, default_codec, partition_for_key, retyped_key
+from streams.state.mirror_state import (
+    TP,
+    RecordType,
+    write_partition,
+    applied_offset_of,
+    default_codec,
+    partition_for_key,
+    retyped_key,
+)
 from streams.config import dlq_topic_spec, metadata_topic_spec
 from streams.state.mirror_state import desired_state_topic_spec, mirror_state_topic_spec
 from streams.state.stop_reports import StopReportsView, stop_reports_topic_spec
 from streams.state.sync_status import sync_status_topic_spec
+from streams.worker.state_producers import FENCED_ERRORS, StateProducers
 from streams.worker.stop_reports import ReportedStops
 
 log = logging.getLogger(__name__)
@@ -42,7 +58,13 @@ class WorkerTable:
         self.store = store
         self.image = image
         self.on_write = on_write  # seconds until the changelog acknowledged a write (metrics)
-        self.producer: Any = None  # state writes to the changelog (see ``changelog_producer``)
+        self.producer: Any = None  # sync status and stop reports (see ``changelog_producer``)
+        self.producers = StateProducers(config)  # state writes: one transactional producer per owned partition
+        self._reader: Any = None  # the changelog's reader at a takeover (``_catch_up``)
+        self._sync_lock = asyncio.Lock()
+        self._generation: int | None = None  # the group generation the owned partitions were taken on at
+        self._fenced: dict[int, int | None] = {}  # partitions fenced out, until the next generation
+        self._released: list[MirrorPartitionKey] = []  # their keys, for the next sync to hand the runners
         self._keys_by_partition: dict[int, set[MirrorPartitionKey]] = defaultdict(set)
         self._keys_sorted: dict[int, list[MirrorPartitionKey]] = {}  # keys_of, until a key is added
 
@@ -73,47 +95,153 @@ class WorkerTable:
 
     # ---------------------------------------------------------------- assignment
 
-    def sync_ownership(self, owned: set[int]) -> tuple[list[MirrorPartitionKey], list[MirrorPartitionKey]]:
+    async def sync_ownership(self, owned: set[int], generation: int | None = None,
+                             ) -> tuple[list[MirrorPartitionKey], list[MirrorPartitionKey]]:  # fmt: skip
         """Takes the table partitions in ``owned`` on and lets the others go; returns the mirror
-        partitions released and those whose states were loaded, for the runners to follow."""
-        gained, lost = owned - self.store.owned, self.store.owned - owned
+        partitions released and those whose states were loaded, for the runners to follow.
+
+        A table partition taken on, and every one held when the group ``generation`` changed (a
+        worker that rejoined after a pause gets the same partitions back at a new generation,
+        with whatever another owner wrote meanwhile), is fenced first (its transactional
+        producer's InitProducerId), then read from the changelog as it is after the fence, then
+        loaded: no state of this worker's own memory outlives an ownership."""
+        async with self._sync_lock:
+            return await self._sync_ownership(owned, generation)
+
+    async def _sync_ownership(self, owned: set[int], generation: int | None,
+                              ) -> tuple[list[MirrorPartitionKey], list[MirrorPartitionKey]]:  # fmt: skip
+        released, self._released = self._released, []  # fenced out since the last sync
+        lost = (self.store.owned | set(self._fenced) | self.producers.partitions()) - owned
+        for p in lost:
+            self._fenced.pop(p, None)
+            released += self.store.drop_partition(p)
+        if lost:
+            await self.producers.release(lost)
         app = getattr(self.table, "app", None)
-        if gained and app is not None and (app.rebalancing or app.in_recovery):
+        if app is not None and (app.rebalancing or app.in_recovery):
             # Faust replays a newly assigned partition's changelog into RocksDB with the stream
             # flow already resumed: loaded now, its states would be partial, and never loaded again.
-            gained = set()
-        released = [key for p in lost for key in self.store.drop_partition(p)]
-        loaded: list[MirrorPartitionKey] = []
+            return released, []
+        if generation is not None and generation != self._generation:
+            # The same partitions back at a new generation: each is taken on again.
+            for p in self.store.owned & owned:
+                released += self.store.drop_partition(p)
+            self._fenced.clear()
+            self._generation = generation
+        gained = owned - self.store.owned - set(self._fenced)
         if not gained:
-            return released, loaded
+            return released, []
+        started = time.perf_counter()
+        try:
+            await self.fence_and_catch_up(gained)
+        except Exception as e:  # noqa: BLE001 - the next step's sync tries again
+            log.warning("table partitions %s: taking them on failed: %r", sorted(gained), e)
+            return released, []
+        loaded = self._load(gained)
+        log.info("table partitions %s taken on at generation %s: fenced, read to the LSO and %d mirror partition "
+                 "state(s) loaded in %.3fs", sorted(gained), generation, len(loaded),
+                 time.perf_counter() - started)  # fmt: skip
+        return released, loaded
+
+    async def fence_and_catch_up(self, partitions: set[int]) -> None:
+        """Fences the previous owner of each of ``partitions`` (a new transactional producer:
+        InitProducerId aborts its open transaction, and the broker refuses its later writes),
+        then reads each partition's committed records, from where RocksDB has it up to the LSO
+        as of after the fence, into RocksDB."""
+        await self.producers.fence(partitions)
+        await self._catch_up(partitions)
+
+    async def _catch_up(self, partitions: set[int]) -> None:
+        from aiokafka import TopicPartition
+
+        from streams.state.raw_log import RawLogReader
+
+        reader = await self._reader_consumer()
+        topic = self.table.changelog_topic.get_topic_name()
+        data = self.table.data
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        reader.assign(tps)
+        reader.pause(*tps)
+        start = {tp.partition: data.persisted_offset(TP(topic, tp.partition)) for tp in tps}
+        # one lookup for all (a seek to the beginning each was a lookup per partition, one after the other)
+        beginnings = await reader.beginning_offsets([tp for tp in tps if start[tp.partition] is None])
+        for tp in tps:
+            offset = start[tp.partition]
+            reader.seek(tp, beginnings[tp] if offset is None else offset + 1)
+        ends = await reader.end_offsets(tps)  # read_committed: the LSO, as of after the fence
+        latest: dict[int, dict[bytes, bytes | None]] = {p: {} for p in partitions}
+
+        def apply_to(p: int) -> Callable[[bytes | None, bytes | None, int], None]:
+            rows = latest[p]
+
+            def apply(key: bytes | None, value: bytes | None, offset: int) -> None:
+                if key is not None:
+                    rows[key] = value
+
+            return apply
+
+        await RawLogReader(reader).read_to(tps, ends, {tp: apply_to(tp.partition) for tp in tps})
+        for tp in tps:
+            p, end = tp.partition, ends[tp]
+            if latest[p]:
+                write_partition(data, p, list(latest[p].items()))
+            if end > 0 and (start[p] is None or end - 1 > start[p]):
+                data.set_persisted_offset(TP(topic, p), end - 1)  # everything before the LSO is applied
+
+    async def _reader_consumer(self) -> Any:
+        if self._reader is None:
+            from aiokafka import AIOKafkaConsumer
+
+            from streams.config import CATCH_UP_FETCH_MAX_WAIT_MS
+
+            reader = AIOKafkaConsumer(bootstrap_servers=self.config.bootstrap_servers, group_id=None,
+                                      enable_auto_commit=False, auto_offset_reset="earliest",
+                                      isolation_level="read_committed", fetch_max_wait_ms=CATCH_UP_FETCH_MAX_WAIT_MS,
+                                      client_id=f"{self.config.faust_app_id}-takeover")  # fmt: skip
+            await reader.start()
+            self._reader = reader
+        return self._reader
+
+    def _rows(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]:
+        """The table's rows of ``partition``: its own RocksDB where the store has one per partition."""
+        data = getattr(self.table, "data", None)
+        db_for = getattr(data, "_db_for_partition", None)
+        if db_for is None:
+            n = self.config.state_partitions
+            return [(k, v) for k, v in self.table.items() if partition_for_key(k, n) == partition]
+        offset_key = data.offset_key  # type: ignore[union-attr]
+        return [(k, v) for k, v in db_for(partition).items() if k != offset_key]
+
+    def _load(self, gained: set[int]) -> list[MirrorPartitionKey]:
+        loaded: list[MirrorPartitionKey] = []
         codec = default_codec()
         with self.store.lock:
             self.store.owned |= gained
-            for raw_key, raw_value in self.table.items():
-                p = partition_for_key(raw_key, self.config.state_partitions)
-                if p not in gained or raw_value is None:
-                    continue
-                rtype, k = codec.decode_key(raw_key)
-                key = MirrorPartitionKey(k.mirror_name, k.topic_id, k.partition)  # type: ignore[attr-defined]
-                if rtype == RecordType.MIRROR_PARTITION_STATE:
-                    state = decode_state(raw_value[2:])
-                    applied = state.applied_offset
-                else:
-                    applied = applied_offset_of(rtype, codec.decode_value(rtype, raw_value))
-                if self.orphaned(key, applied):
-                    self.store.deletes[p].add(key)  # its mirror no longer holds the topic: tombstones
-                    continue
-                if rtype == RecordType.MIRROR_FAILOVER_IMPACT:
-                    value = codec.decode_value(rtype, raw_value)
-                    if not value.completed:  # type: ignore[attr-defined]
-                        self.store.durable_impact[key] = value  # a stop under way: its outcome so far
-                if rtype != RecordType.MIRROR_PARTITION_STATE:
-                    continue
-                self.store.durable[key] = state
-                self.add_key(p, key)
-                loaded.append(key)
-        log.info("table partitions %s assigned: %d mirror partition state(s) loaded", sorted(gained), len(loaded))
-        return released, loaded
+            for p in sorted(gained):
+                self.store.drop_queued(p)  # decided on what this worker knew before the fence
+                for raw_key, raw_value in self._rows(p):
+                    if raw_value is None:
+                        continue
+                    rtype, k = codec.decode_key(raw_key)
+                    key = MirrorPartitionKey(k.mirror_name, k.topic_id, k.partition)  # type: ignore[attr-defined]
+                    if rtype == RecordType.MIRROR_PARTITION_STATE:
+                        state = decode_state(raw_value[2:])
+                        applied = state.applied_offset
+                    else:
+                        applied = applied_offset_of(rtype, codec.decode_value(rtype, raw_value))
+                    if self.orphaned(key, applied):
+                        self.store.deletes[p].add(key)  # its mirror no longer holds the topic: tombstones
+                        continue
+                    if rtype == RecordType.MIRROR_FAILOVER_IMPACT:
+                        value = codec.decode_value(rtype, raw_value)
+                        if not value.completed:  # type: ignore[attr-defined]
+                            self.store.durable_impact[key] = value  # a stop under way: its outcome so far
+                    if rtype != RecordType.MIRROR_PARTITION_STATE:
+                        continue
+                    self.store.durable[key] = state
+                    self.add_key(p, key)
+                    loaded.append(key)
+        return loaded
 
     def orphaned(self, key: MirrorPartitionKey, applied_offset: int) -> bool:
         """State of a membership that is gone: the topic left the key's mirror after the state was
@@ -130,7 +258,16 @@ class WorkerTable:
 
     async def persist(self, partition: int) -> int:
         """Writes the queued writes of ``partition`` into the table (inside an event of that
-        partition) and waits for the changelog to acknowledge them. Returns how many were written."""
+        partition) and waits for the changelog to acknowledge them, in one transaction of the
+        partition's own producer. Returns how many were written.
+
+        A write the broker refused because a newer owner fenced this worker's producer (or one
+        that left the producer unusable) means the partition is not this worker's any more: its
+        queued writes are dropped, not retried, and it is not stepped again until the next
+        assignment takes it on again (``sync_ownership``)."""
+        producer = self.producers.get(partition)
+        if producer is None or partition in self._fenced:
+            return 0  # not taken on (yet), or fenced out: nothing may be written
         deletes = self.store.take_deletes(partition)
         ready, lmes, taken = self.store.prepare(partition)
         impacts = self.store.take_impacts(partition)
@@ -150,15 +287,30 @@ class WorkerTable:
             # durable before the next step's commands run
             started = time.perf_counter()
             # every key's partition was worked out (murmur2) when it was queued under ``partition``
-            await self.table.write_durably(partition, writes, await self.changelog_producer(), keys_checked=True)
+            await self.table.write_durably(partition, writes, producer, keys_checked=True)
             self.on_write(time.perf_counter() - started)
-        except BaseException:
+        except BaseException as e:
+            if self.producers.get(partition) is not producer:
+                return 0  # taken on again meanwhile (a new generation): these were decided before
+            if not self.producers.usable(partition):
+                self._fence_out(partition, e)
+                return 0
             self.store.requeue(partition, taken, lmes, impacts)  # not acknowledged: the next round writes them again
             self.store.requeue_deletes(partition, deletes)
             raise
         self.store.land(ready)
         self.store.land_impacts(impacts)
         return len(writes)
+
+    def _fence_out(self, partition: int, error: BaseException) -> None:
+        """The broker refused the partition's writes: another worker owns it now."""
+        fenced = isinstance(error, FENCED_ERRORS)
+        log.warning("table partition %d (generation %s): %s; its queued writes are dropped and it is not stepped "
+                    "until it is assigned again", partition, self._generation,
+                    "a newer owner fenced this worker's state writes" if fenced
+                    else f"its state producer failed ({error!r})")  # fmt: skip
+        self._fenced[partition] = self._generation
+        self._released += self.store.drop_partition(partition)
 
     def tombstones(self, keys: Iterable[MirrorPartitionKey]) -> list[bytes]:
         """The table keys (MirrorPartitionState and LastMirrorEpochs) of ``keys`` that still hold
@@ -179,11 +331,14 @@ class WorkerTable:
         return out
 
     async def changelog_producer(self) -> Any:
-        """The producer of state writes: whole record batches per table partition, acks=all,
-        idempotent (Faust's producer sends a table's changelog one record at a time), lz4: a
-        batch of states of one mirror is mostly the same bytes (mirror name, field tags), and a
-        mass failover writes three states per partition to a log that is never compacted on
-        noida-db, which rewrites all it holds about once a second."""
+        """The producer of the worker's reports (sync status, stop reports), idempotent.
+
+        State writes go through each table partition's transactional producer
+        (``streams.worker.state_producers``), with the same settings: whole record batches per
+        table partition (Faust's producer sends a table's changelog one record at a time),
+        acks=all, lz4: a batch of states of one mirror is mostly the same bytes (mirror name,
+        field tags), and a mass failover writes three states per partition to a log that is never
+        compacted on noida-db, which rewrites all it holds about once a second."""
         if self.producer is None:
             from aiokafka import AIOKafkaProducer
 
@@ -196,6 +351,9 @@ class WorkerTable:
         return self.producer
 
     async def stop(self) -> None:
+        await self.producers.stop()
+        if self._reader is not None:
+            await self._reader.stop()
         if self.producer is not None:
             await self.producer.stop()
 

@@ -76,7 +76,7 @@ class Worker:
     async def _read_other_workers_states(self) -> None:
         pass
 
-    def _sync_ownership(self) -> None:
+    async def _sync_ownership(self) -> None:
         pass
 
     async def _mirror(self, name: str) -> Any:

@@ -11,6 +11,7 @@ reach STOPPED (the rebalance scenario, ``test_streams_worker_rebalance``).
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from types import SimpleNamespace
 from typing import Any
@@ -35,6 +36,16 @@ class RecoveringTable:
         return list(self.rows.items())
 
 
+def unfenced(wt: WorkerTable) -> WorkerTable:
+    """No broker here: the fence and the changelog read of a takeover (``test_streams_fencing``) are left out."""
+
+    async def nothing(partitions: set[int]) -> None:
+        pass
+
+    wt.fence_and_catch_up = nothing  # type: ignore[method-assign]
+    return wt
+
+
 def keys_in(partition: int, store: WorkerStateStore, n: int) -> list[MirrorPartitionKey]:
     out = []
     for i in range(1, 10_000):
@@ -53,7 +64,7 @@ def test_a_table_partition_assigned_mid_recovery_is_taken_once_recovered_with_ev
     keys = keys_in(1, store, 3)
     image = SimpleNamespace(offset=10, mirrors=SimpleNamespace(topics={k.topic_id: SimpleNamespace(mirror_name="m")
                                                                         for k in keys}))  # fmt: skip
-    wt = WorkerTable(SimpleNamespace(state_partitions=PARTITIONS), table, store, lambda: image, lambda _: None)  # type: ignore[arg-type]
+    wt = unfenced(WorkerTable(SimpleNamespace(state_partitions=PARTITIONS), table, store, lambda: image, lambda _: None))  # type: ignore[arg-type]
     codec = default_codec()
 
     def recover(key: MirrorPartitionKey) -> None:  # Faust's recovery writing one changelog record
@@ -61,14 +72,14 @@ def test_a_table_partition_assigned_mid_recovery_is_taken_once_recovered_with_ev
         table.rows[codec.state_key(key.mirror_name, key.topic_id, key.partition)] = _VALUE_PREFIX + encode_state(state)
 
     recover(keys[0])  # one record of three replayed so far
-    released, loaded = wt.sync_ownership({0, 1})
+    released, loaded = asyncio.run(wt.sync_ownership({0, 1}))
     assert (released, loaded) == ([], []) and store.owned == {0}, "took the partition on mid-recovery"
     for k in keys[1:]:
         recover(k)
     table.app.in_recovery = False
-    assert wt.sync_ownership({0, 1}) == ([], []) and store.owned == {0}  # the rebalance is not over yet
+    assert asyncio.run(wt.sync_ownership({0, 1})) == ([], []) and store.owned == {0}  # the rebalance is not over yet
     table.app.rebalancing = False
-    released, loaded = wt.sync_ownership({0, 1})
+    released, loaded = asyncio.run(wt.sync_ownership({0, 1}))
     assert released == [] and sorted(loaded) == sorted(keys) and store.owned == {0, 1}
     assert sorted(wt.keys_of(1)) == sorted(keys)
 
@@ -77,7 +88,7 @@ def test_losing_a_table_partition_mid_rebalance_lets_it_go_at_once() -> None:
     store = WorkerStateStore(PARTITIONS)
     store.owned = {0, 1}
     table = RecoveringTable()
-    wt = WorkerTable(SimpleNamespace(state_partitions=PARTITIONS), table, store,  # type: ignore[arg-type]
-                     lambda: SimpleNamespace(offset=0, mirrors=SimpleNamespace(topics={})), lambda _: None)  # fmt: skip
-    wt.sync_ownership({0})
+    wt = unfenced(WorkerTable(SimpleNamespace(state_partitions=PARTITIONS), table, store,  # type: ignore[arg-type]
+                              lambda: SimpleNamespace(offset=0, mirrors=SimpleNamespace(topics={})), lambda _: None))  # fmt: skip
+    asyncio.run(wt.sync_ownership({0}))
     assert store.owned == {0}
