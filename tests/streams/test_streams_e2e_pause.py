@@ -241,6 +241,7 @@ class Scenario:
         self.t0 = time.monotonic()
         self.names: dict[uuid.UUID, str] = {}
         self.paused: str | None = None
+        self.checked_drops = 0  # the sampler's HW drops a point has checked
 
     def note(self, what: str) -> None:
         print(f"[{time.monotonic() - self.t0:6.1f}s {self.kind}] {what}")
@@ -485,20 +486,22 @@ class Scenario:
         return [f"{cluster}'s __mirror_state: {p}" for p in problems]
 
     def check_hw(self, point: str, own_tail: dict[TopicPartition, tuple[int, int]] | None = None) -> list[str]:
-        """No HW went backwards during ``point``; ``own_tail``: per partition of A, (A's HW before
-        the failback, the stop offset): the failback's own truncation of A's tail, from there to
-        at least the stop offset, is allowed once."""
+        """No HW went backwards since the last point's check (during ``point``, or after that
+        check); ``own_tail``: per partition of A, (A's HW before the failback, the stop offset):
+        the failback's own truncation of A's tail, from there to at least the stop offset, is
+        allowed once."""
         assert self.sampler.errors == [], f"the sampler failed: {self.sampler.errors!r}"
         with self.sampler.lock:
-            drops = [d for d in self.sampler.drops if d[0] == point]
+            drops, self.checked_drops = self.sampler.drops[self.checked_drops :], len(self.sampler.drops)
         bad, truncated = [], set()
-        for _, cluster, tp, before, after in drops:
+        for during, cluster, tp, before, after in drops:
             tail = own_tail.get(tp) if own_tail is not None and cluster == "A" else None
             if tail is not None and before == tail[0] and after >= tail[1] and tp not in truncated:
                 truncated.add(tp)
                 continue
             bad.append(f"{cluster} {self.tp_name(tp)}: HW went back {before} -> {after} ({before - after} records"
-                       + (f"; A's own tail was [{tail[1]}, {tail[0]})" if tail is not None else "") + ")")  # fmt: skip
+                       + (f"; A's own tail was [{tail[1]}, {tail[0]})" if tail is not None else "")
+                       + (f"; after the {during} point's check" if during != point else "") + ")")  # fmt: skip
         return bad
 
 
