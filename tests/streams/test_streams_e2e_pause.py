@@ -11,7 +11,7 @@ completes the phase. Then the paused worker gets SIGCONT, with whatever it had i
 points, in the order of one workflow (a point run alone first runs the phases before it, unpaused):
 
 - **mirroring**: ``a-to-b`` on B mirroring A, A's producers live;
-- **stop**: ``--stop`` of ``a-to-b``, A's producers still live;
+- **stop**: ``--stop`` of ``a-to-b``, A's producers live until B is writable, then on B;
 - **failback**: ``--start`` of ``b-to-a`` on A (PREPARING: truncation of A's own tail to the
   LME's end), producers on B.
 
@@ -242,6 +242,7 @@ class Scenario:
         self.names: dict[uuid.UUID, str] = {}
         self.paused: str | None = None
         self.checked_drops = 0  # the sampler's HW drops a point has checked
+        self.producing: str | None = None  # the cluster the producers write to
 
     def note(self, what: str) -> None:
         print(f"[{time.monotonic() - self.t0:6.1f}s {self.kind}] {what}")
@@ -342,6 +343,14 @@ class Scenario:
 
     # ------------------------------------------------------------------------- phases
 
+    def produce_on(self, cluster: str | None, seed: int = 0) -> None:
+        """The producers move to ``cluster`` (None: quiet); those left close their transactions."""
+        if self.producing is not None:
+            self.rig.quiet_producers(self.producing)
+        self.producing = cluster
+        if cluster is not None:
+            self.rig.start_producers(cluster, seed)
+
     def hws(self, cluster: str) -> dict[TopicPartition, int]:
         """Every partition's HW in one batched call (one latency while the model is slow)."""
         got = self.rig.clients[cluster].call_many([("list_offsets", (tp,), None) for tp in self.rig.tps])
@@ -361,7 +370,7 @@ class Scenario:
         rig = self.rig
         if "mirroring" not in self.reached:
             rig.create_mirror("B", "a-to-b", "A")
-            rig.start_producers("A", SEED)
+            self.produce_on("A", SEED)
             rig.start_topics("B", "a-to-b")
             rig.wait("a-to-b MIRRORING", lambda: rig.all_in("B", "a-to-b", MirrorState.MIRRORING), 60)
             self.reached.add("mirroring")
@@ -377,7 +386,7 @@ class Scenario:
     def mirroring(self, rng: random.Random) -> None:
         rig = self.rig
         self.reach("mirroring")
-        rig.start_producers("A", SEED + 1)
+        self.produce_on("A", SEED + 1)
         marks: dict[TopicPartition, int] = {}
 
         def done() -> bool:  # B mirrored past what A held when the pause began
@@ -385,7 +394,7 @@ class Scenario:
             return self.all_in("B", "a-to-b", MirrorState.MIRRORING) and all(hw[tp] >= marks[tp] for tp in rig.tps)
 
         problems = self.pause_in("mirroring", "B", "a-to-b", lambda: marks.update(self.hws("A")), lambda held: True, done, rng)
-        rig.quiet_producers("A")
+        self.produce_on(None)
         problems += self.converged("A", "B")
         self.verdict("mirroring", problems + self.check_states("mirroring", "B", "a-to-b") + self.check_hw("mirroring"))
 
@@ -393,17 +402,20 @@ class Scenario:
         rig = self.rig
         assert "stopped" not in self.reached
         self.reach("mirroring")
-        rig.start_producers("A", SEED + 2)  # live through the stop
+        self.produce_on("A", SEED + 2)  # live through the stop
 
         def stopping(held: list[TopicPartition]) -> bool:
             return any(self.sampler.state_of("B", "a-to-b", tp) is MirrorState.STOPPING for tp in held)
 
         def done() -> bool:
-            return self.all_in("B", "a-to-b", MirrorState.STOPPED) and not any(rig.read_only("B").values())
+            if not (self.all_in("B", "a-to-b", MirrorState.STOPPED) and not any(rig.read_only("B").values())):
+                return False
+            if self.producing == "A":  # failed over: the applications write to B now
+                self.produce_on("B", SEED + 3)
+            return True
 
         self.reached.add("stopped")  # asked for: never twice
         problems = self.pause_in("stop", "B", "a-to-b", lambda: rig.stop_topics("B", "a-to-b"), stopping, done, rng)
-        rig.quiet_producers("A")
         a, b = rig.clients["A"], rig.clients["B"]
         for tp, stop_offset in self.stop_offsets().items():
             if stop_offset < 0:
@@ -422,9 +434,9 @@ class Scenario:
     def failback(self, rng: random.Random) -> None:
         rig = self.rig
         self.reach("stopped")
-        rig.quiet_producers("A")
+        if self.producing != "B":
+            self.produce_on("B", SEED + 3)  # the applications write to B since the stop
         stop_offsets = self.stop_offsets()
-        rig.start_producers("B", SEED + 3)  # the applications write to B now
         rig.create_mirror("A", "b-to-a", "B")
         own = self.hws("A")  # A's log as the failback finds it (A's own records after the stop offsets)
 
@@ -439,7 +451,7 @@ class Scenario:
             return all(hw[tp] > own[tp] for tp in rig.tps)
 
         problems = self.pause_in("failback", "A", "b-to-a", lambda: rig.start_topics("A", "b-to-a"), preparing, done, rng)
-        rig.quiet_producers("B")
+        self.produce_on(None)
         problems += self.converged("B", "A")
         problems += self.check_states("failback", "A", "b-to-a")
         problems += self.check_hw("failback", own_tail={tp: (own[tp], stop_offsets[tp]) for tp in rig.tps})
