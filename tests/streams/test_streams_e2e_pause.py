@@ -50,7 +50,6 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -66,10 +65,12 @@ from worker_harness import Rig
 
 SEED = int(os.environ.get("KIP1279_PAUSE_SEED", "3501"))
 POINTS = ("mirroring", "stop", "failback")
-# The states a mirror partition goes through in each point's phase, in order.
-CHAINS = {"mirroring": (MirrorState.MIRRORING,),
-          "stop": (MirrorState.MIRRORING, MirrorState.STOPPING, MirrorState.STOPPED),
-          "failback": (MirrorState.UNKNOWN, MirrorState.PREPARING, MirrorState.MIRRORING)}  # fmt: skip
+# The states a mirror partition may go through in each point's phase, in order (a round of
+# epoch fencing may come whenever the source's leader epoch moves).
+_M, _F = MirrorState.MIRRORING, MirrorState.EPOCH_FENCING
+CHAINS = {"mirroring": (_M, _F, _M),
+          "stop": (_M, _F, MirrorState.STOPPING, MirrorState.STOPPED),
+          "failback": (MirrorState.UNKNOWN, MirrorState.PREPARING, _M, _F, _M)}  # fmt: skip
 # The least session a broker accepts; a rebalance timeout a loaded machine does not reach
 # (worker_harness.GROUP_TIMING).
 TIMING = {"--session-timeout-ms": "6000", "--heartbeat-interval-ms": "1000", "--rebalance-timeout-ms": "20000"}
@@ -218,12 +219,13 @@ def epoch_problems(history: History, names: dict[uuid.UUID, str]) -> list[str]:
     for (mirror, tid, p), writes in sorted(history.items(), key=lambda kv: (kv[0][0], names.get(kv[0][1], ""), kv[0][2])):
         before: MirrorPartitionState | None = None
         at = -1
+        changelog = f"__mirror_state-{partition_for(mirror, tid, p, TABLE_PARTITIONS)}"
         for offset, st in writes:
-            where = f"{mirror} {names.get(tid, tid)}-{p} at changelog offset {offset}"
+            where = f"{mirror} {names.get(tid, tid)}-{p} at {changelog}@{offset}"
             prev = before.state if before is not None else MirrorState.UNKNOWN
             if before is not None and st.state_epoch <= before.state_epoch:
                 problems.append(f"{where}: {st.state.name} state_epoch {st.state_epoch} after {prev.name} "
-                                f"state_epoch {before.state_epoch} (offset {at})")  # fmt: skip
+                                f"state_epoch {before.state_epoch} (@{at})")  # fmt: skip
             if not is_legal_transition(prev, st.state):
                 problems.append(f"{where}: illegal transition {prev.name} -> {st.state.name} (state_epoch "
                                 f"{st.state_epoch})")  # fmt: skip
