@@ -377,11 +377,13 @@ class Scenario:
             rig.wait("a-to-b MIRRORING", lambda: rig.all_in("B", "a-to-b", MirrorState.MIRRORING), 60)
             self.reached.add("mirroring")
         if phase == "stopped":
+            wait = 10.0  # the stop point's: it waited for its stop already
             if "stopped" not in self.reached:
                 rig.stop_topics("B", "a-to-b")
                 self.reached.add("stopped")
+                wait = 60.0
             try:
-                rig.wait("a-to-b STOPPED", lambda: rig.all_in("B", "a-to-b", MirrorState.STOPPED), 60)
+                rig.wait("a-to-b STOPPED", lambda: rig.all_in("B", "a-to-b", MirrorState.STOPPED), wait)
             except DemoError as e:
                 pytest.fail(f"seed {SEED}: the failback needs a-to-b STOPPED (the stop point's): {e}", pytrace=False)
 
