@@ -113,6 +113,11 @@ async def test_a_stalled_changelog_partition_is_sought_again_and_the_worker_step
         assert worker.store.durable == latest  # every mirror partition's latest state, none older, none missing
         kicks = [r.getMessage() for r in caplog.records if "seeking it to" in r.getMessage()]
         assert worker.recovery_guard.kicked >= 1 and kicks, kicks
+        # The first step takes every table partition on (``WorkerTable.sync_ownership``); the
+        # others' steps come on their own ticks, some ms later: waited for, not assumed.
+        deadline = time.monotonic() + 5  # a tick lost is sent again after 2 s (``streams.worker.ticks``)
+        while set(worker._last_step) != {0, 1, 2, 3} and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         assert set(worker._last_step) == {0, 1, 2, 3}  # the takeover is a step of each table partition
     finally:
         if not started.done():
