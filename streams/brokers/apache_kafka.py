@@ -540,6 +540,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--heap", default=DEFAULT_HEAP, help=f"-Xmx of each node (default {DEFAULT_HEAP})")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a server property for every node")
     run.add_argument("--ready-timeout", type=float, default=DEFAULT_READY_TIMEOUT_S)
+    run.add_argument("--kafka-version", metavar="V", help="one of the source matrix's versions "
+                     "(tools/kafka/versions/V, fetched by bin/setup) instead of the pinned one")  # fmt: skip
     tool = sub.add_parser("tool", help="run a Kafka tool class on the classpath, e.g. org.apache.kafka.tools.DumpLogSegments --files F")
     tool.add_argument("main_class")
     tool.add_argument("args", nargs=argparse.REMAINDER)
@@ -567,7 +569,8 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="kip1279-kafka-")
     signals = StopSignals()
     try:
-        cluster = ApacheKafkaCluster(data_dir, brokers=args.brokers, heap=args.heap, overrides=overrides)
+        cluster = ApacheKafkaCluster(data_dir, brokers=args.brokers, heap=args.heap, overrides=overrides,
+                                     version=args.kafka_version)  # fmt: skip
         cluster.start(args.ready_timeout)
     except (BrokerError, ValueError) as e:
         print(f"kip1279-kafka: {e}", file=sys.stderr)
