@@ -1,6 +1,6 @@
 """End to end, real processes: a broker crash on an Apache Kafka source is no outage (issue #24).
 
-The source is the session's Apache Kafka 4.1 (a controller and brokers 1..3, ``apache_kafka_3``),
+The source is the session's Apache Kafka 4.4 (a controller and brokers 1..3, ``apache_kafka_3``),
 a topic of 3 partitions at replication factor 3, written all along by an idempotent producer
 (acks=all); B is the model, mirrored by B's controller and a ``kip1279-worker``. Checked:
 
