@@ -32,7 +32,7 @@ shown (isvalid: false) with the records that could be read, and the dump goes on
 
 Sensitive config values (every config Kafka does not know and every PASSWORD-typed one, as
 Kafka's RecordRedactor decides), SCRAM key material and the bytes of a record that does not
-decode are printed as (redacted) unless --include-secrets. Kafka 4.1.2's kafka-dump-log prints
+decode are printed as (redacted) unless --include-secrets. Kafka 4.4.0's kafka-dump-log prints
 them in clear: that is the intended difference of --format kafka (besides going on, with a
 report, where Kafka's tool stops with an exception).
 

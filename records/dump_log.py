@@ -126,7 +126,7 @@ def dump_files(files: list[str], schemas: SchemaSet, options: DumpLogOptions, ou
             elif suffix == ".txnindex":
                 _dump_txn_index(path, options, out)
             elif path.name == LEADER_EPOCH_CHECKPOINT or path.name in OFFSET_CHECKPOINTS:
-                # Kafka 4.1.2's tool stops here (a name without a dot); ours reads the checkpoint.
+                # Kafka 4.4.0's tool stops here (a name without a dot); ours reads the checkpoint.
                 _dump_checkpoint(path, options, out)
             else:
                 err.write(f"Ignoring unknown file {name}\n")

@@ -1,5 +1,5 @@
-"""A log segment printed exactly as Apache Kafka 4.1.2's ``kafka-dump-log`` prints it
-(``kafka.tools.DumpLogSegments``), so that the two outputs can be diffed line for line.
+"""A log segment printed exactly as Apache Kafka 4.4.0's ``kafka-dump-log`` prints it
+(``org.apache.kafka.tools.DumpLogSegments``), so that the two outputs can be diffed line for line.
 
 One line per batch (``baseOffset: ... isvalid: true``); with deep iteration one ``| offset:``
 line per record; with ``--print-data-log`` its key and value (Kafka's StringDecoder, so invalid
@@ -9,7 +9,7 @@ whole batch. A damaged batch is printed with ``isvalid: false`` and the records 
 read, and the dump goes on (Kafka stops with a stack trace where a record does not parse).
 
 What differs from Kafka, on purpose: secrets are ``(redacted)`` unless ``include_secrets``
-(Kafka 4.1.2's tool redacts nothing), and a value Kafka cannot decode says why in our words.
+(Kafka 4.4.0's tool redacts nothing), and a value Kafka cannot decode says why in our words.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ _CONTROL_LABELS = {
     ControlType.KRAFT_VERSION: "KRaftVersion",
     ControlType.KRAFT_VOTERS: "KRaftVoters",
 }
-# Kafka 4.1.2's ControlRecordType: ids it does not know (KIP-1279's 7 among them) read as UNKNOWN.
+# Kafka 4.4.0's ControlRecordType: ids it does not know (KIP-1279's 7 among them) read as UNKNOWN.
 _KAFKA_CONTROL_TYPES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER", 4: "SNAPSHOT_FOOTER",
                         5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}  # fmt: skip
 _LOWER_HEX_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u([0-9a-f]{4})")
@@ -185,6 +185,10 @@ def dump_log_kafka(data: bytes, serde: MetadataRecordSerde, out: TextIO, options
 # --- __consumer_offsets and __transaction_state (--offsets-decoder, --transaction-log-decoder) ---
 
 GROUP_COORDINATOR_SCHEMAS = PROJECT_SCHEMAS / "kafka-group-coordinator"
+# Kafka's TransactionState by id: from 4.4 the transaction log's value prints its transactionStatus
+# by this name (an id it does not know as the number, in quotes too).
+TRANSACTION_STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort",
+                      "Dead", "PrepareEpochFence")  # fmt: skip
 TRANSACTION_COORDINATOR_SCHEMAS = PROJECT_SCHEMAS / "kafka-transaction-coordinator"
 _CONSUMER_PROTOCOL = "consumer"
 _INT16_PREFIX = 2
@@ -224,6 +228,9 @@ class CoordinatorRecordParser:
             if version not in value_spec.valid_versions:
                 raise CodecError(f"unknown version {version} of {value_spec.name}")
             value = self.schemas.to_json(self.schemas.decode(value_spec.name, record.value[_INT16_PREFIX:], version), version)
+            if value_spec.name == "TransactionLogValue" and isinstance(value.get("transactionStatus"), int):
+                status = value["transactionStatus"]
+                value["transactionStatus"] = TRANSACTION_STATES[status] if 0 <= status < len(TRANSACTION_STATES) else str(status)
             if value_spec.name == "GroupMetadataValue" and value.get("protocolType") == _CONSUMER_PROTOCOL:
                 for member in value.get("members") or ():
                     self._decode_embedded(member, "subscription", "ConsumerProtocolSubscription")

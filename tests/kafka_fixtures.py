@@ -38,9 +38,10 @@ def kafka_required() -> bool:
     return os.environ.get(REQUIRE_ENV, "").strip() not in ("", "0", "false", "no")
 
 
-def require_apache_kafka() -> None:
-    """Skip (or, under KIP1279_REQUIRE_KAFKA=1, fail) when Apache Kafka cannot run here."""
-    reason = missing_reason()
+def require_apache_kafka(version: str | None = None) -> None:
+    """Skip (or, under KIP1279_REQUIRE_KAFKA=1, fail) when Apache Kafka (the pinned version, or
+    ``version`` of the source matrix) cannot run here."""
+    reason = missing_reason(version=version)
     if reason is None:
         return
     if kafka_required():

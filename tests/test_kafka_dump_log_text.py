@@ -268,7 +268,7 @@ def test_live_coordinator_topics_print_as_kafka_prints_them(log_dir: Path, kafka
 
 
 def test_the_coordinator_schemas_are_kafkas_own() -> None:
-    """schemas/kafka-*-coordinator/ hold Kafka 4.1.2's files byte for byte (from the fetched jars)."""
+    """schemas/kafka-*-coordinator/ hold the pinned Kafka's files byte for byte (from the fetched jars)."""
     import zipfile
 
     from streams.brokers.kafka_jars import kafka_lib, kafka_version
@@ -312,7 +312,7 @@ def test_live_index_sanity_check_prints_as_kafka_prints_it(log_dir: Path, kafka_
 
 
 def test_a_leader_epoch_checkpoint_is_read(log_dir: Path) -> None:
-    """Kafka 4.1.2's tool stops on this file (StringIndexOutOfBoundsException: no dot in its name)."""
+    """Kafka 4.4.0's tool stops on this file (StringIndexOutOfBoundsException: no dot in its name)."""
     checkpoint = log_dir / f"{DATA_TOPIC}-0" / "leader-epoch-checkpoint"
     code, text, _ = ours([checkpoint])
     assert code == 0 and text.splitlines()[1:] == ["epoch: 0 startOffset: 0"]

@@ -17,7 +17,7 @@ from records.framing import MetadataRecordSerde
 from records.redact import KAFKA_CONFIGS, REDACTED, is_sensitive_config
 from records.registry import default_schemas
 from records.segments import Record, build_batch, encode_segment
-from streams.brokers.kafka_jars import java_command
+from streams.brokers.kafka_jars import java_command, kafka_version
 
 GENERATOR = Path(__file__).parents[1] / "tools" / "kafka" / "src" / "KafkaConfigTable.java"
 TOPIC, BROKER, GROUP = 2, 4, 32  # ConfigResource.Type ids
@@ -43,7 +43,7 @@ def test_the_table_is_what_kafka_generates_now() -> None:
         (BROKER, "max.connections", False),
         (TOPIC, "retention.ms", False),
         (TOPIC, "sasl.jaas.config", True),  # not a topic config
-        (GROUP, "consumer.session.timeout.ms", True),  # no ConfigDef for groups in Kafka 4.1.2's schema
+        (GROUP, "consumer.session.timeout.ms", True),  # no ConfigDef for groups in Kafka 4.4.0's schema
         (99, "retention.ms", True),  # no such resource type
     ],
 )
@@ -54,7 +54,7 @@ def test_kafkas_rule(resource_type: int, name: str, sensitive: bool) -> None:
 def test_the_table_holds_kafkas_password_configs() -> None:
     table = json.loads(KAFKA_CONFIGS.read_text())
     broker = table["resourceTypes"]["BROKER"]["configs"]
-    assert table["kafkaVersion"] == "4.1.2" and len(broker) > 300
+    assert table["kafkaVersion"] == kafka_version() and len(broker) > 300
     assert {n for n, t in broker.items() if t == "PASSWORD"} >= {"ssl.key.password", "ssl.keystore.password", "sasl.jaas.config"}
 
 

@@ -9,6 +9,11 @@ The runtime classpath is ``tools/kafka/lib/`` (git-ignored), filled by ``bin/set
 ``tools/kafka/pom.xml``, which pins the version. Readiness is a Metadata request on every
 broker listener that must list every broker (Kafka lists only unfenced brokers); a
 controller-only node is probed with ApiVersions. Stop is SIGTERM, then SIGKILL after a grace.
+
+``version=`` runs one of the source version matrix's older brokers on its own jars
+(tools/kafka/versions/<version>/): before 3.3 in ZooKeeper mode, a ZooKeeper (from the same
+classpath, as Kafka's distribution ships it) in place of the controller; before 3.9 KRaft with a
+static quorum (``controller.quorum.voters``: no ``--standalone`` in StorageTool).
 """
 
 from __future__ import annotations
@@ -40,13 +45,27 @@ from streams.brokers.noida import (
     require_loopback,
     stop_process,
 )
-from streams.brokers.kafka_jars import DEFAULT_HEAP, KafkaUnavailable, java_command, kafka_lib, kafka_version, missing_reason
+from streams.brokers.kafka_jars import (
+    DEFAULT_HEAP,
+    KafkaUnavailable,
+    java_command,
+    kafka_lib,
+    kafka_version,
+    missing_reason,
+    version_key,
+)
 
 STOP_GRACE_S = 15.0  # a broker's controlled shutdown takes a few seconds
 DEFAULT_READY_TIMEOUT_S = 120.0
 METADATA_KEY = 3
 BROKER_MAIN = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
+ZOOKEEPER_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+ZOOKEEPER_HEAP = "128m"
+# KRaft is production-ready from 3.3; older brokers run on ZooKeeper. A dynamic quorum
+# (controller.quorum.bootstrap.servers, StorageTool --standalone) exists from 3.9 (KIP-853).
+KRAFT_FROM = (3, 3)
+DYNAMIC_QUORUM_FROM = (3, 9)
 
 
 def new_cluster_id() -> str:
@@ -67,6 +86,14 @@ appender.file.fileName = {path}
 appender.file.layout.type = PatternLayout
 appender.file.layout.pattern = [%d] %p %m (%c)%n
 """
+# Kafka before 4.0 (and its ZooKeeper) log through log4j 1.
+LOG4J1 = """\
+log4j.rootLogger={level}, FILE
+log4j.appender.FILE=org.apache.log4j.FileAppender
+log4j.appender.FILE.File={path}
+log4j.appender.FILE.layout=org.apache.log4j.PatternLayout
+log4j.appender.FILE.layout.ConversionPattern=[%d] %p %m (%c)%n
+"""
 
 
 @dataclass
@@ -79,6 +106,7 @@ class KafkaNode:
     proc: subprocess.Popen[bytes] | None = None
     # Listener name -> port of the broker's extra listeners (SSL, SASL_SSL, ...), beside PLAINTEXT.
     extra_ports: dict[str, int] = field(default_factory=dict)
+    log4j_name: str = "log4j2.properties"  # log4j.properties before Kafka 4.0
     started_at: float = 0.0
     ready_after_s: float | None = None
     _out: object | None = field(default=None, repr=False)
@@ -86,6 +114,10 @@ class KafkaNode:
     @property
     def is_broker(self) -> bool:
         return "broker" in self.roles
+
+    @property
+    def is_zookeeper(self) -> bool:
+        return "zookeeper" in self.roles
 
     @property
     def log_dir(self) -> Path:
@@ -98,6 +130,10 @@ class KafkaNode:
     @property
     def server_log(self) -> Path:
         return self.directory / "server.log"
+
+    @property
+    def log4j_path(self) -> Path:
+        return self.directory / self.log4j_name
 
     def is_running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -115,6 +151,7 @@ class KafkaNode:
 class ApacheKafkaCluster:
     """A KRaft cluster of Apache Kafka on 127.0.0.1: ``brokers=1`` is one combined-mode node
     (node 1); ``brokers=N>1`` (or ``combined=False``) is controller node 0 plus brokers 1..N.
+    ``version`` (before 3.3): a ZooKeeper (node 0, ``roles=("zookeeper",)``) plus brokers 1..N.
 
     ``overrides`` are extra server properties for every node (e.g. ``{"log.retention.ms": ...}``);
     ``format_args`` go to every node's ``kafka-storage format`` (e.g. ``--feature group.version=0``).
@@ -134,6 +171,7 @@ class ApacheKafkaCluster:
         die_with_parent: bool = True,
         format_args: Sequence[str] = (),
         extra_listeners: Mapping[str, str] | None = None,
+        version: str | None = None,
     ) -> None:
         """``extra_listeners``: listener name -> security protocol (``{"SASL_SSL": "SASL_SSL"}``),
         each on its own free port of every broker, beside PLAINTEXT (which brokers use between
@@ -142,7 +180,15 @@ class ApacheKafkaCluster:
             raise ValueError("brokers must be at least 1")
         self.host = require_loopback(host)
         self.base_dir = Path(base_dir)
-        self.combined = (brokers == 1) if combined is None else combined
+        pinned = kafka_version()
+        self.version = version or pinned
+        # None: the pinned version's jars (or KIP1279_KAFKA_LIB); java_command finds a matrix version's.
+        self.jar_version = None if self.version == pinned else self.version
+        self.zookeeper = version_key(self.version) < KRAFT_FROM
+        self.dynamic_quorum = version_key(self.version) >= DYNAMIC_QUORUM_FROM
+        if self.zookeeper and combined:
+            raise ValueError(f"Kafka {self.version} runs on ZooKeeper: no combined mode")
+        self.combined = (brokers == 1 and not self.zookeeper) if combined is None else combined
         if self.combined and brokers != 1:
             raise ValueError("combined mode runs one node; use combined=False for several brokers")
         self.heap = heap
@@ -151,12 +197,15 @@ class ApacheKafkaCluster:
         self.format_args = list(format_args)  # e.g. ["--feature", "group.version=0"]
         self.die_with_parent = die_with_parent
         self.cluster_id = new_cluster_id()
-        self.version = kafka_version()
         self.format_s: float | None = None
         self.startup_s: float | None = None
         self.nodes: list[KafkaNode] = []
         if self.combined:
             self.nodes.append(KafkaNode(1, ("broker", "controller"), self.base_dir / "node-1", free_port(host), free_port(host)))
+        elif self.zookeeper:  # the ZooKeeper's client port is its controller_port
+            self.nodes.append(KafkaNode(0, ("zookeeper",), self.base_dir / "zookeeper", None, free_port(host)))
+            for i in range(1, brokers + 1):
+                self.nodes.append(KafkaNode(i, ("broker",), self.base_dir / f"node-{i}", free_port(host), None))
         else:
             self.nodes.append(KafkaNode(0, ("controller",), self.base_dir / "node-0", None, free_port(host)))
             for i in range(1, brokers + 1):
@@ -164,6 +213,9 @@ class ApacheKafkaCluster:
         self.extra_listeners = {name.upper(): proto.upper() for name, proto in (extra_listeners or {}).items()}
         for node in self.brokers:
             node.extra_ports = {name: free_port(host) for name in self.extra_listeners}
+        if self.log4j_v1:
+            for node in self.nodes:
+                node.log4j_name = "log4j.properties"
 
     # --- addresses -------------------------------------------------------------------------
 
@@ -193,8 +245,25 @@ class ApacheKafkaCluster:
 
     # --- configuration ---------------------------------------------------------------------
 
+    @property
+    def log4j_v1(self) -> bool:
+        return version_key(self.version) < (4,)
+
+    def zookeeper_properties(self, node: KafkaNode) -> dict[str, str]:
+        return {
+            "dataDir": str(node.directory / "data"),
+            "clientPort": str(node.controller_port),
+            "clientPortAddress": self.host,
+            # Sessions from 1 s: a SIGKILLed broker is noticed within zookeeper.session.timeout.ms.
+            "tickTime": "500",
+            "maxClientCnxns": "0",
+            "admin.enableServer": "false",
+            "4lw.commands.whitelist": "srvr",
+        }
+
     def properties(self, node: KafkaNode) -> dict[str, str]:
-        c_port = self.controller.controller_port
+        if node.is_zookeeper:
+            return self.zookeeper_properties(node)
         listeners = []
         if node.is_broker:
             listeners.append(f"PLAINTEXT://{self.host}:{node.broker_port}")
@@ -204,16 +273,35 @@ class ApacheKafkaCluster:
         n_brokers = len(self.brokers)
         rf = str(min(3, n_brokers))
         min_isr = "1" if n_brokers < 3 else "2"
-        props = {
-            "process.roles": ",".join(node.roles),
-            "node.id": str(node.node_id),
-            "controller.quorum.bootstrap.servers": f"{self.host}:{c_port}",
-            "controller.listener.names": "CONTROLLER",
+        if self.zookeeper:
+            props = {
+                "broker.id": str(node.node_id),
+                "zookeeper.connect": f"{self.host}:{self.node(0).controller_port}",
+                "zookeeper.connection.timeout.ms": "60000",
+                # As broker.session.timeout.ms below: a killed broker is fenced after 3 s.
+                "zookeeper.session.timeout.ms": "3000",
+            }
+        else:
+            c_port = self.controller.controller_port
+            props = {
+                "process.roles": ",".join(node.roles),
+                "node.id": str(node.node_id),
+                "controller.listener.names": "CONTROLLER",
+            }
+            if self.dynamic_quorum:
+                props["controller.quorum.bootstrap.servers"] = f"{self.host}:{c_port}"
+            else:
+                props["controller.quorum.voters"] = f"{self.controller.node_id}@{self.host}:{c_port}"
+        props |= {
             "listeners": ",".join(listeners),
-            # Never let Kafka advertise (or fall back to) anything but loopback.
-            "advertised.listeners": ",".join(listeners),
+            # Never let Kafka advertise (or fall back to) anything but loopback. Before the dynamic
+            # quorum a broker must not advertise the controller's listener.
+            "advertised.listeners": ",".join(
+                listeners if self.dynamic_quorum else [x for x in listeners if not x.startswith("CONTROLLER:")]
+            ),
             "listener.security.protocol.map": ",".join(
-                ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"] + [f"{n}:{p}" for n, p in self.extra_listeners.items()]
+                ["PLAINTEXT:PLAINTEXT"] + ([] if self.zookeeper else ["CONTROLLER:PLAINTEXT"])
+                + [f"{n}:{p}" for n, p in self.extra_listeners.items()]
             ),
             "log.dirs": str(node.log_dir),
             "num.partitions": "1",
@@ -223,14 +311,7 @@ class ApacheKafkaCluster:
             "transaction.state.log.replication.factor": rf,
             "transaction.state.log.min.isr": min_isr,
             "transaction.state.log.num.partitions": "5",
-            "share.coordinator.state.topic.replication.factor": rf,
-            "share.coordinator.state.topic.min.isr": min_isr,
-            "share.coordinator.state.topic.num.partitions": "3",
             "group.initial.rebalance.delay.ms": "0",
-            # A restarted broker re-registers only once its old session has expired (9 s by
-            # default), and a killed one is fenced only then: 3 s keeps restarts quick.
-            "broker.heartbeat.interval.ms": "500",
-            "broker.session.timeout.ms": "3000",
             "num.network.threads": "2",
             "num.io.threads": "2",
             "background.threads": "2",
@@ -238,6 +319,16 @@ class ApacheKafkaCluster:
             "log.cleaner.threads": "1",
             "log.cleaner.dedupe.buffer.size": str(8 * 1024 * 1024),
         }
+        if version_key(self.version) >= (4,):
+            props |= {
+                "share.coordinator.state.topic.replication.factor": rf,
+                "share.coordinator.state.topic.min.isr": min_isr,
+                "share.coordinator.state.topic.num.partitions": "3",
+            }
+        if not self.zookeeper:
+            # A restarted broker re-registers only once its old session has expired (9 s by
+            # default), and a killed one is fenced only then: 3 s keeps restarts quick.
+            props |= {"broker.heartbeat.interval.ms": "500", "broker.session.timeout.ms": "3000"}
         if n_brokers > 1:
             props["inter.broker.listener.name"] = "PLAINTEXT"
         props.update(self.overrides)
@@ -246,7 +337,8 @@ class ApacheKafkaCluster:
     def _write_config(self, node: KafkaNode) -> None:
         node.directory.mkdir(parents=True, exist_ok=True)
         node.properties_path.write_text("".join(f"{k}={v}\n" for k, v in self.properties(node).items()))
-        (node.directory / "log4j2.properties").write_text(LOG4J2.format(level="WARN", path=node.server_log))
+        template = LOG4J1 if self.log4j_v1 else LOG4J2
+        node.log4j_path.write_text(template.format(level="WARN", path=node.server_log))
 
     def format(self) -> None:
         """Formats every node's storage with Kafka's StorageTool (in parallel: each is a JVM)."""
@@ -254,13 +346,13 @@ class ApacheKafkaCluster:
         procs = []
         for node in self.nodes:
             self._write_config(node)
-            if (node.log_dir / "meta.properties").exists():
-                continue
+            if self.zookeeper or (node.log_dir / "meta.properties").exists():
+                continue  # on ZooKeeper a broker writes its meta.properties itself
             args = ["format", "-t", self.cluster_id, "-c", str(node.properties_path), "--ignore-formatted"]
-            # The controller starts a dynamic quorum with itself as its only voter.
-            args.append("--standalone" if "controller" in node.roles else "--no-initial-controllers")
+            if self.dynamic_quorum:  # the controller starts a dynamic quorum with itself as its only voter
+                args.append("--standalone" if "controller" in node.roles else "--no-initial-controllers")
             args += self.format_args
-            cmd = java_command(STORAGE_TOOL, args, lib=self.lib)
+            cmd = java_command(STORAGE_TOOL, args, lib=self.lib, version=self.jar_version)
             procs.append((node, subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
         for node, proc in procs:
             out, _ = proc.communicate(timeout=120)
@@ -290,8 +382,9 @@ class ApacheKafkaCluster:
             return node
         out = open(node.directory / "stdout.log", "ab")  # noqa: SIM115 - closed in stop_node()
         node._out = out
-        cmd = java_command(BROKER_MAIN, [str(node.properties_path)], heap=self.heap,
-                           log4j=node.directory / "log4j2.properties", lib=self.lib)  # fmt: skip
+        main, heap = (ZOOKEEPER_MAIN, ZOOKEEPER_HEAP) if node.is_zookeeper else (BROKER_MAIN, self.heap)
+        cmd = java_command(main, [str(node.properties_path)], heap=heap, log4j=node.log4j_path, lib=self.lib,
+                           version=self.jar_version)  # fmt: skip
         node.started_at = time.monotonic()
         node.ready_after_s = None
         node.proc = subprocess.Popen(
@@ -316,6 +409,8 @@ class ApacheKafkaCluster:
                     continue
                 if node.is_broker:
                     ok = expected <= metadata_broker_ids(self.host, node.broker_port or 0)
+                elif node.is_zookeeper:
+                    ok = zookeeper_serving(self.host, node.controller_port or 0)
                 else:
                     ok = probe(self.host, node.controller_port or 0)
                 if ok:
@@ -359,6 +454,38 @@ class ApacheKafkaCluster:
         self.stop()
 
 
+def start_clusters(clusters: Sequence[ApacheKafkaCluster], timeout: float = DEFAULT_READY_TIMEOUT_S) -> dict[int, BaseException]:
+    """Starts several clusters at once: their storage formatted in parallel, every JVM launched from
+    this thread (a node dies with the thread that launched it: ``_die_with_parent``), then each
+    waited for. Returns the failures by index in ``clusters``; a cluster that failed is stopped."""
+    import concurrent.futures
+
+    failures: dict[int, BaseException] = {}
+    with concurrent.futures.ThreadPoolExecutor(max(1, len(clusters))) as pool:
+        formats = {i: pool.submit(c.format) for i, c in enumerate(clusters)}
+        for i, fut in formats.items():
+            if fut.exception() is not None:
+                failures[i] = fut.exception()  # type: ignore[assignment]
+    started = time.monotonic()
+    for i, cluster in enumerate(clusters):
+        if i not in failures:
+            try:
+                for node in cluster.nodes:
+                    cluster.start_node(node.node_id, wait=False)
+            except BaseException as e:  # noqa: BLE001 - reported per cluster
+                failures[i] = e
+    for i, cluster in enumerate(clusters):
+        if i not in failures:
+            try:
+                cluster.wait_ready(max(1.0, timeout - (time.monotonic() - started)))
+                cluster.startup_s = time.monotonic() - started
+            except BaseException as e:  # noqa: BLE001 - reported per cluster
+                failures[i] = e
+    for i in failures:
+        clusters[i].stop()
+    return failures
+
+
 def _metadata_request(correlation_id: int) -> bytes:
     """Metadata v1 (request header v1) with an empty topic list: brokers and controller only."""
     client = b"kip1279-probe"
@@ -389,6 +516,17 @@ def metadata_broker_ids(host: str, port: int, timeout: float = 1.0) -> set[int]:
     return ids
 
 
+def zookeeper_serving(host: str, port: int, timeout: float = 1.0) -> bool:
+    """ZooKeeper's ``srvr`` four-letter word answers (it does once the server serves clients)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            sock.sendall(b"srvr")
+            return sock.recv(64).startswith(b"Zookeeper version")
+    except OSError:
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     """``kip1279-kafka``: run Apache Kafka on loopback in the foreground, or one of its tools."""
     parser = argparse.ArgumentParser(
@@ -402,7 +540,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--heap", default=DEFAULT_HEAP, help=f"-Xmx of each node (default {DEFAULT_HEAP})")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a server property for every node")
     run.add_argument("--ready-timeout", type=float, default=DEFAULT_READY_TIMEOUT_S)
-    tool = sub.add_parser("tool", help="run a Kafka tool class on the classpath, e.g. kafka.tools.DumpLogSegments --files F")
+    run.add_argument("--kafka-version", metavar="V", help="one of the source matrix's versions "
+                     "(tools/kafka/versions/V, fetched by bin/setup) instead of the pinned one")  # fmt: skip
+    tool = sub.add_parser("tool", help="run a Kafka tool class on the classpath, e.g. org.apache.kafka.tools.DumpLogSegments --files F")
     tool.add_argument("main_class")
     tool.add_argument("args", nargs=argparse.REMAINDER)
     sub.add_parser("check", help="say whether Java and the Kafka jars are there; exit 1 if not")
@@ -429,7 +569,8 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="kip1279-kafka-")
     signals = StopSignals()
     try:
-        cluster = ApacheKafkaCluster(data_dir, brokers=args.brokers, heap=args.heap, overrides=overrides)
+        cluster = ApacheKafkaCluster(data_dir, brokers=args.brokers, heap=args.heap, overrides=overrides,
+                                     version=args.kafka_version)  # fmt: skip
         cluster.start(args.ready_timeout)
     except (BrokerError, ValueError) as e:
         print(f"kip1279-kafka: {e}", file=sys.stderr)

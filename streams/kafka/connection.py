@@ -73,6 +73,8 @@ class KafkaConnection:
         self.request_timeout_ms = request_timeout_ms
         self.metadata_max_age_ms = metadata_max_age_ms
         self._client: Any = None
+        # (broker, API) -> the version we chose (-1: the broker lacks it), logged once (again if it changes).
+        self.versions_used: dict[tuple[int, str], int] = {}
         self.meta: _Metadata | None = None
         self._meta_at = 0.0
         self.closed = False
@@ -136,6 +138,11 @@ class KafkaConnection:
         if client.cluster.broker_metadata(node) is None:
             await client.force_metadata_update()
         reply = await client.send(node, request)
+        if self.versions_used.get((node, request.name)) != reply.version:
+            self.versions_used[(node, request.name)] = reply.version
+            lo, hi = request.offered or (-1, -1)
+            log.info("source %s broker %s: %s v%d (the broker offers v%d-v%d)", self.cluster, node, request.name,
+                     reply.version, lo, hi)  # fmt: skip
         return reply.body
 
     async def send_any(self, request: CodecRequest) -> Any:
@@ -162,7 +169,11 @@ class KafkaConnection:
         conn = await client._get_conn(node)  # aiokafka keeps the negotiated versions per connection
         if conn is None:
             raise NodeNotReadyError(f"cannot connect to node {node}")
-        return _API_KEYS[name] in (conn._versions or {})
+        served = _API_KEYS[name] in (conn._versions or {})
+        if not served and self.versions_used.get((node, name)) != -1:
+            self.versions_used[(node, name)] = -1
+            log.info("source %s broker %s: no %s (api key %d)", self.cluster, node, name, _API_KEYS[name])
+        return served
 
     # ------------------------------------------------------------------ metadata
 

@@ -159,12 +159,13 @@ class CodecRequest:
     def __init__(self, name: str, build: Callable[[int], Any], min_version: int = 0) -> None:
         self.name, self.build, self.min_version = name, build, min_version
         self.API_KEY = _API_KEYS[name]
+        self.offered: tuple[int, int] | None = None  # the broker's range, once prepared
 
     def prepare(self, versions: Mapping[int, tuple[int, int]]) -> _Prepared:
         spec = default_schemas().spec(self.name + "Request")
         if self.API_KEY not in versions:
             raise UnsupportedApi(f"the broker does not support {self.name} (api key {self.API_KEY})")
-        lo, hi = versions[self.API_KEY]
+        lo, hi = self.offered = versions[self.API_KEY]
         version = min(hi, spec.valid_versions.highest, _CAPS[self.name])
         if version < max(lo, spec.valid_versions.lowest, self.min_version):
             raise UnsupportedApi(f"no {self.name} version in common with the broker ({lo}-{hi})")

@@ -37,7 +37,7 @@ GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
 CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 GET_OFFSETS = "org.apache.kafka.tools.GetOffsetShell"
-CONFIGS = "kafka.admin.ConfigCommand"
+CONFIGS = "org.apache.kafka.tools.ConfigCommand"
 PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance"
 LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand"
@@ -46,8 +46,8 @@ LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand"
 def _writes(p: str) -> dict[str, tuple[str, list[str], str | None]]:
     """Tool runs that write, before any read: name -> (main class, args, stdin). {b} is the bootstrap."""
     return {
-        "console-producer": (PRODUCER, ["--bootstrap-server", "{b}", "--topic", f"{p}-console", "--property", "parse.key=true",
-                                        "--property", "key.separator=:"], "".join(f"k{i}:v{i}\n" for i in range(5))),
+        "console-producer": (PRODUCER, ["--bootstrap-server", "{b}", "--topic", f"{p}-console", "--reader-property", "parse.key=true",
+                                        "--reader-property", "key.separator=:"], "".join(f"k{i}:v{i}\n" for i in range(5))),
         "producer-perf-test": (PRODUCER_PERF, ["--topic", f"{p}-perf", "--num-records", str(PERF_RECORDS), "--record-size", "100",
                                                "--throughput", "-1", "--producer-props", "bootstrap.servers={b}", "acks=all"], None),
     }  # fmt: skip
@@ -55,7 +55,7 @@ def _writes(p: str) -> dict[str, tuple[str, list[str], str | None]]:
 
 def _reads(p: str) -> dict[str, tuple[str, list[str], str | None]]:
     b = ["--bootstrap-server", "{b}"]
-    consume = [*b, "--property", "print.offset=true", "--property", "print.key=true", "--property", "print.partition=true",
+    consume = [*b, "--formatter-property", "print.offset=true", "--formatter-property", "print.key=true", "--formatter-property", "print.partition=true",
                "--timeout-ms", "20000"]  # fmt: skip
     return {
         "topics --list": (TOPICS, [*b, "--list"], None),

@@ -17,7 +17,7 @@ import java.util.stream.*;
 import org.apache.kafka.clients.admin.*;
 import org.apache.kafka.common.*;
 import org.apache.kafka.common.config.ConfigResource;
-import org.apache.kafka.common.utils.Exit;
+import org.apache.kafka.common.utils.internals.Exit;
 
 public class KafkaTools {
     static final class Exited extends RuntimeException {

@@ -2,7 +2,8 @@
 
 The session's shared node (``apache_kafka``), the session's 1-controller + 3-broker cluster
 (``apache_kafka_3``) and the console script's node; skipped with one reason where Java or the jars
-are missing (a failure under KIP1279_REQUIRE_KAFKA=1).
+are missing (a failure under KIP1279_REQUIRE_KAFKA=1). And, without Java, how the source version
+matrix's older brokers are configured (ZooKeeper before 3.3, static KRaft voters before 3.9).
 """
 
 from __future__ import annotations
@@ -157,3 +158,38 @@ def test_console_script_runs_kafka_until_sigterm(tmp_path: Path) -> None:
             proc.wait()
     check = subprocess.run([str(script), "check"], capture_output=True, text=True)
     assert check.returncode == 0 and f"Apache Kafka {kafka_version()} is ready" in check.stdout
+
+
+# --- the source version matrix's older brokers (issue #39): what each is configured with ---
+
+
+def test_the_matrix_lists_every_fetched_pom_and_the_pinned_version_oldest_first() -> None:
+    from streams.brokers.kafka_jars import VERSIONS_DIR, source_versions, version_key
+
+    folders = {p.parent.name for p in VERSIONS_DIR.glob("*/pom.xml")}
+    assert folders and {kafka_version(p) for p in VERSIONS_DIR.glob("*/pom.xml")} == folders  # folder = its pin
+    versions = source_versions()
+    assert set(versions) == folders | {kafka_version()} and versions == sorted(versions, key=version_key)
+    assert missing_reason(version="0.0.1") is not None  # no folder, no jars: a reason, never a crash
+
+
+def test_an_old_version_runs_on_zookeeper_and_a_pre_3_9_kraft_on_static_voters(tmp_path: Path) -> None:
+    zk = ApacheKafkaCluster(tmp_path / "zk", brokers=1, version="2.8.2")
+    assert zk.zookeeper and [n.roles for n in zk.nodes] == [("zookeeper",), ("broker",)]
+    props = zk.properties(zk.brokers[0])
+    assert props["zookeeper.connect"] == f"127.0.0.1:{zk.nodes[0].controller_port}" and props["broker.id"] == "1"
+    assert not {k for k in props if k.startswith(("process.roles", "controller.", "broker.session", "share."))}
+    assert zk.properties(zk.nodes[0])["clientPortAddress"] == "127.0.0.1"
+    with pytest.raises(ValueError):
+        ApacheKafkaCluster(tmp_path / "x", brokers=1, version="3.0.2", combined=True)
+
+    static = ApacheKafkaCluster(tmp_path / "static", brokers=1, version="3.7.2")
+    node = static.nodes[0]
+    props = static.properties(node)
+    assert not static.zookeeper and props["controller.quorum.voters"] == f"1@127.0.0.1:{node.controller_port}"
+    assert "controller.quorum.bootstrap.servers" not in props and "CONTROLLER" not in props["advertised.listeners"]
+
+    dynamic = ApacheKafkaCluster(tmp_path / "dynamic", brokers=1, version="3.9.1")
+    props = dynamic.properties(dynamic.nodes[0])
+    assert "controller.quorum.bootstrap.servers" in props and "controller.quorum.voters" not in props
+    assert ApacheKafkaCluster(tmp_path / "pinned", brokers=1).jar_version is None  # the pinned one's jars

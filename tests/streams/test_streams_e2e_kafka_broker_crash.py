@@ -1,6 +1,6 @@
 """End to end, real processes: a broker crash on an Apache Kafka source is no outage (issue #24).
 
-The source is the session's Apache Kafka 4.1 (a controller and brokers 1..3, ``apache_kafka_3``),
+The source is the session's Apache Kafka 4.4 (a controller and brokers 1..3, ``apache_kafka_3``),
 a topic of 3 partitions at replication factor 3, written all along by an idempotent producer
 (acks=all); B is the model, mirrored by B's controller and a ``kip1279-worker``. Checked:
 
@@ -11,10 +11,15 @@ a topic of 3 partitions at replication factor 3, written all along by an idempot
 - every broker SIGKILLed: each partition FAILED (NETWORK_EXCEPTION) once
   ``source.unavailable.timeout.ms`` has passed and not before, then MIRRORING again once the
   brokers are back, B again equal to the source.
+
+The leader kill runs again on an old version (issue #39): Apache Kafka 2.8.2 on ZooKeeper, three
+brokers (``kafka_2_8_3``), where the controller learns of the dead leader when its ZooKeeper
+session expires (``zookeeper.session.timeout.ms``, 3 s here as the KRaft cluster's broker session).
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -25,6 +30,8 @@ from typing import Any
 import pytest
 from kafka_source_data import values
 from worker_harness import Rig, history_problems
+
+from kafka_fixtures import require_apache_kafka
 
 from coordinator.ports import IsolationLevel, TopicPartition
 from coordinator.states import MirrorState
@@ -77,23 +84,52 @@ class Producer:
         self.producer.close(10)
 
 
-@pytest.fixture
-def topic(apache_kafka_3: ApacheKafkaCluster) -> Iterator[tuple[str, KafkaSourceCluster]]:
+LEGACY = "2.8.2"
+# No StandardAuthorizer on ZooKeeper; a stopped follower leaves the ISR quickly, as on the KRaft
+# source. No controlled shutdown: the brokers stop together at the end, and each one's request
+# waited for a controller that was stopping too (15 s, to the SIGKILL).
+LEGACY_OVERRIDES = {"replica.lag.time.max.ms": "3000", "controlled.shutdown.enable": "false"}
+
+
+@pytest.fixture(scope="module")
+def kafka_2_8_3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafkaCluster]:
+    """Apache Kafka 2.8.2 on ZooKeeper: a ZooKeeper and brokers 1..3."""
+    require_apache_kafka(LEGACY)
+    cluster = ApacheKafkaCluster(tmp_path_factory.mktemp("kafka-2.8.2-3"), brokers=3, version=LEGACY, heap="384m",
+                                 overrides=LEGACY_OVERRIDES)  # fmt: skip
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _topic(kafka: ApacheKafkaCluster) -> Iterator[tuple[str, KafkaSourceCluster]]:
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
 
     name = f"crash-{uuid.uuid4().hex[:6]}"
-    admin = KafkaAdminClient(bootstrap_servers=apache_kafka_3.bootstrap, client_id="kip1279-crash-test")
+    admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap, client_id="kip1279-crash-test")
     try:
         admin.create_topics([NewTopic(name, PARTITIONS, 3, topic_configs={"min.insync.replicas": "2"})])
     finally:
         admin.close()
-    port = KafkaSourceCluster(apache_kafka_3.bootstrap, {"client.id": "kip1279-crash-check"}, metadata_max_age_ms=200)
+    port = KafkaSourceCluster(kafka.bootstrap, {"client.id": "kip1279-crash-check"}, metadata_max_age_ms=200)
     try:
         _wait("the topic's leaders", lambda: len(_leaders(port, name)) == PARTITIONS and -1 not in _leaders(port, name).values())
         yield name, port
     finally:
         port.close()
+
+
+@pytest.fixture
+def topic(apache_kafka_3: ApacheKafkaCluster) -> Iterator[tuple[str, KafkaSourceCluster]]:
+    yield from _topic(apache_kafka_3)
+
+
+@pytest.fixture
+def legacy_topic(kafka_2_8_3: ApacheKafkaCluster) -> Iterator[tuple[str, KafkaSourceCluster]]:
+    yield from _topic(kafka_2_8_3)
 
 
 def _leaders(port: KafkaSourceCluster, name: str) -> dict[TopicPartition, int]:
@@ -159,8 +195,22 @@ def _same_as_source(rig: Rig, port: KafkaSourceCluster, *producers: Producer) ->
 def test_leader_sigkilled_while_producing_fails_no_partition_and_loses_nothing(
         broker: LocalBroker, apache_kafka_3: ApacheKafkaCluster, topic: tuple[str, KafkaSourceCluster],
         tmp_path: Path) -> None:  # fmt: skip
-    kafka, (name, port) = apache_kafka_3, topic
+    _leader_killed(broker, apache_kafka_3, topic, tmp_path)
+
+
+@pytest.mark.slow
+def test_leader_sigkilled_on_a_kafka_2_8_zookeeper_source_fails_no_partition_and_loses_nothing(
+        broker: LocalBroker, kafka_2_8_3: ApacheKafkaCluster, legacy_topic: tuple[str, KafkaSourceCluster],
+        tmp_path: Path) -> None:  # fmt: skip
+    assert kafka_2_8_3.zookeeper and kafka_2_8_3.version == LEGACY
+    _leader_killed(broker, kafka_2_8_3, legacy_topic, tmp_path)
+
+
+def _leader_killed(broker: LocalBroker, kafka: ApacheKafkaCluster, topic: tuple[str, KafkaSourceCluster],
+                   tmp_path: Path) -> None:  # fmt: skip
+    name, port = topic
     rig = Rig(tmp_path, broker.bootstrap, {}, tick=0.1, seed=41)
+    rig.loglevel += ",streams.kafka.connection=info"  # the request versions chosen, printed below
     producer = Producer(kafka.bootstrap, name).start()
     killed: int | None = None
     try:
@@ -200,7 +250,10 @@ def test_leader_sigkilled_while_producing_fails_no_partition_and_loses_nothing(
         assert history_problems(history) == [], history
         ours = {k: [s.state for s in v] for k, v in history.items() if k[0] == MIRROR}
         assert len(ours) == PARTITIONS and not [k for k, v in ours.items() if MirrorState.FAILED in v], ours
-        print(f"leader {killed} killed: partition mirrored from its new leader {took:.1f} s later, never FAILED")
+        chosen = sorted(set(re.findall(rf"source {re.escape(kafka.bootstrap)} broker \d+: (\w+ v\d+|no \w+)",
+                                       rig.worker_log("worker-B"))))  # fmt: skip
+        print(f"Kafka {kafka.version}: leader {killed} killed: partition mirrored from its new leader {took:.1f} s "
+              f"later, never FAILED; requests: {'; '.join(chosen)}")  # fmt: skip
     finally:
         producer.halt.set()
         rig.close()

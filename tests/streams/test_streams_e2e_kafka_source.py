@@ -1,7 +1,7 @@
 """End to end, real processes: mirror from a real Kafka-protocol broker into model cluster B.
 
 The source (``mirror_source``, parametrised) is either a second noida-db 0.2.3 (its own port and
-data directory, not the coordinator's broker) or the session's 3-broker Apache Kafka 4.1
+data directory, not the coordinator's broker) or the session's 3-broker Apache Kafka 4.4
 (``loaded_kafka_source``, replication factor 3), written by real aiokafka producers: plain (uncompressed and gzip), idempotent, and
 transactional records committed, aborted and one transaction left open, over three topics and
 seven partitions, plus a consumer group's committed offsets and explicit topic configs. B's

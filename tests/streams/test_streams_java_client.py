@@ -89,7 +89,7 @@ def test_java_console_consumer_reads_the_mirror_on_b(broker: Any, tmp_path: Path
         done = subprocess.run(java_command("org.apache.kafka.tools.consumer.ConsoleConsumer", [
             "--bootstrap-server", bootstrap_b, "--topic", name, "--partition", "0", "--offset", "earliest",
             "--max-messages", str(N + 1), "--timeout-ms", "30000", "--isolation-level", "read_committed",
-            "--property", "print.offset=true", "--property", "print.key=true", "--property", "key.separator=|"]),
+            "--formatter-property", "print.offset=true", "--formatter-property", "print.key=true", "--formatter-property", "key.separator=|"]),
             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)  # fmt: skip
         assert done.returncode == 0, done.stderr[-2000:]
         got = [line for line in done.stdout.splitlines() if line.startswith("Offset:")]

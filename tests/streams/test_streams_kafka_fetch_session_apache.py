@@ -1,4 +1,4 @@
-"""The Kafka source port's long poll against Apache Kafka 4.1: incremental fetch sessions (KIP-227).
+"""The Kafka source port's long poll against Apache Kafka 4.4: incremental fetch sessions (KIP-227).
 
 ``KafkaSourceCluster.open_watch`` keeps caught-up partitions in a fetch session per leader: a
 full request first, then incremental ones that name only what changed, the broker holding each

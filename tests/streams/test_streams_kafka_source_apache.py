@@ -1,4 +1,4 @@
-"""The Kafka source port against Apache Kafka 4.1 itself: a KRaft controller and 3 brokers
+"""The Kafka source port against Apache Kafka 4.4 itself (pinned): a KRaft controller and 3 brokers
 (``apache_kafka_3``, one per session), loaded once by real aiokafka producers at replication
 factor 3 (``loaded_kafka_source``: the same topics, transactions, group and configs as the
 noida-db source of test_streams_kafka_source.py).

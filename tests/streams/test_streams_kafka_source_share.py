@@ -69,7 +69,7 @@ def test_share_group_offsets_match_kafkas_admin(share_kafka: ApacheKafkaCluster,
     producer.flush()
     producer.close()
     # A share group starts at the latest offset by default: read from the earliest instead.
-    run_tool("kafka.admin.ConfigCommand", ["--bootstrap-server", boot, "--alter", "--entity-type", "groups",
+    run_tool("org.apache.kafka.tools.ConfigCommand", ["--bootstrap-server", boot, "--alter", "--entity-type", "groups",
                                            "--entity-name", GROUP, "--add-config", "share.auto.offset.reset=earliest"])  # fmt: skip
     cmd = java_command("org.apache.kafka.tools.consumer.ConsoleShareConsumer",
                        ["--bootstrap-server", boot, "--topic", TOPIC, "--group", GROUP,

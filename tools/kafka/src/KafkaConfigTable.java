@@ -26,7 +26,7 @@ public class KafkaConfigTable {
         for (ConfigResource.Type type : defs.keySet()) types.put(type.name(), type);
 
         StringBuilder out = new StringBuilder();
-        out.append("{\n  \"kafkaVersion\": \"").append(org.apache.kafka.common.utils.AppInfoParser.getVersion()).append("\",\n");
+        out.append("{\n  \"kafkaVersion\": \"").append(org.apache.kafka.common.utils.internals.AppInfoParser.getVersion()).append("\",\n");
         out.append("  \"source\": \"kafka.server.KafkaRaftServer.configSchema\",\n");
         out.append("  \"resourceTypes\": {");
         String typeSep = "\n";
