@@ -290,13 +290,16 @@ class WorkerTable:
             await self.table.write_durably(partition, writes, producer, keys_checked=True)
             self.on_write(time.perf_counter() - started)
         except BaseException as e:
-            if self.producers.get(partition) is not producer:
-                return 0  # taken on again meanwhile (a new generation): these were decided before
-            if not self.producers.usable(partition):
+            replaced = self.producers.get(partition) is not producer  # taken on again meanwhile (a new generation)
+            cancelled = isinstance(e, asyncio.CancelledError)
+            if not replaced and not cancelled and not self.producers.usable(partition):
                 self._fence_out(partition, e)
                 return 0
-            self.store.requeue(partition, taken, lmes, impacts)  # not acknowledged: the next round writes them again
-            self.store.requeue_deletes(partition, deletes)
+            if not replaced:  # not acknowledged: the next round writes them again
+                self.store.requeue(partition, taken, lmes, impacts)
+                self.store.requeue_deletes(partition, deletes)
+            if replaced and not cancelled:
+                return 0  # decided before the partition was taken on again: dropped
             raise
         self.store.land(ready)
         self.store.land_impacts(impacts)
