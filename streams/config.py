@@ -77,6 +77,8 @@ _KEYS: dict[str, str] = {
     "metadata.snapshot.max.records": "snapshot_max_records",
     "metadata.snapshot.max.interval.ms": "snapshot_max_interval_ms",
     "controller.listener": "controller_listener",
+    "controller.id": "controller_id",
+    "controller.session.timeout.ms": "controller_session_timeout_ms",
     "principal": "principal",
     "client.id": "client_id",
     "worker.session.timeout.ms": "session_timeout_ms",
@@ -112,6 +114,10 @@ class WorkerConfig:
     snapshot_max_records: int = 10_000
     snapshot_max_interval_ms: int = 60 * 60 * 1000
     controller_listener: str = f"127.0.0.1:{DEFAULT_CONTROLLER_PORT}"
+    # Standby controllers (issue #36): this one's id (empty: its listener's HOST:PORT, or a new
+    # one per start on port 0), and how long an active one may be silent before a standby takes over.
+    controller_id: str = ""
+    controller_session_timeout_ms: int = 2000
     principal: str = "User:ANONYMOUS"
     client_id: str = "kip1279"
     # The worker's group membership: how long the broker keeps a silent worker's table
@@ -171,6 +177,8 @@ class WorkerConfig:
             raise ConfigError(f"mirror.copy.linger.ms must be >= 0, not {self.copy_linger_ms}")
         if self.metrics_lag_max_series < 0 or self.failover_ready_max_lag < 0:
             raise ConfigError("metrics.partition.lag.max.series and metrics.failover.ready.max.lag must be >= 0")
+        if self.controller_session_timeout_ms < 500:
+            raise ConfigError(f"controller.session.timeout.ms must be >= 500, not {self.controller_session_timeout_ms}")
         if self.audit_export_interval_ms < 100:
             raise ConfigError(f"audit.export.interval.ms must be >= 100, not {self.audit_export_interval_ms}")
         if self.group_instance_id:
@@ -209,6 +217,11 @@ class WorkerConfig:
     def stop_reports_topic_name(self) -> str:
         """Each table partition's owner's report of its stops done (``streams.state.stop_reports``)."""
         return self._prefixed("__mirror_stop_reports")
+
+    @property
+    def controllers_topic_name(self) -> str:
+        """The controllers' heartbeats (``streams.admin.election``)."""
+        return f"{self.metadata_topic_name}.controllers"
 
     @property
     def faust_app_id(self) -> str:
