@@ -357,7 +357,7 @@ class ClusterMirrorController:
                 await self.append([ApiMessageAndVersion(cls(controller_id=self.term.controller_id, endpoint=self.term.endpoint,
                                                             epoch=self.term.epoch), 0, key)])  # type: ignore[arg-type]  # fmt: skip
             except Exception as e:  # noqa: BLE001 - fenced by another in the meantime, or the log is down
-                log.warning("controller %s did not take over: %s", self.controller_id, e)
+                log.warning("controller %s did not take over: %r", self.controller_id, e)
                 self.active, self.writer, self.term = False, None, None
                 with contextlib.suppress(Exception):
                     await writer.stop()

@@ -24,7 +24,7 @@ from records.registry import default_schemas
 from streams.admin import cli
 from streams.admin.client import AdminError, ClusterMirrorAdmin
 from streams.admin.controller import ClusterMirrorController
-from streams.config import WorkerConfig
+from streams.config import WorkerConfig, ensure_topics, metadata_topic_spec
 from streams.state import mirror_state as mss
 from streams.state.metadata_log import MetadataLogReader, MetadataLogWriter
 
@@ -237,3 +237,75 @@ async def test_a_stop_no_controller_answers_says_that_whether_it_applied_is_unkn
         server.close()
     assert code == 1
     assert "whether it was applied is unknown" in err.getvalue() and "StopMirrorTopics request" in err.getvalue()
+
+
+_OPEN_TRANSACTION = r"""
+import asyncio, sys
+from aiokafka import AIOKafkaProducer
+async def main():
+    p = AIOKafkaProducer(bootstrap_servers=sys.argv[1], transactional_id=sys.argv[2], enable_idempotence=True, acks="all")
+    await p.start()
+    await p.begin_transaction()
+    await (await p.send(sys.argv[3], bytes.fromhex(sys.argv[4]), partition=0))
+    print("open", flush=True)
+    await asyncio.sleep(600)
+asyncio.run(main())
+"""
+
+
+def die_inside_a_transaction(cfg: WorkerConfig) -> None:
+    """The log's writer dies (kill -9) inside a transaction, as a controller killed mid-append."""
+    import signal
+    import subprocess
+    import sys
+
+    from records.framing import MetadataRecordSerde
+
+    value = MetadataRecordSerde(S).encode(S.struct("NoOpRecord")(), 0).hex()
+    child = subprocess.Popen([sys.executable, "-c", _OPEN_TRANSACTION, cfg.bootstrap_servers,
+                              f"kip1279-controller-{cfg.metadata_topic_name}", cfg.metadata_topic_name,
+                              value], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "open"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+
+
+# Apache Kafka only: noida-db hides the new writer's records from a follower that fetches past the
+# aborted transaction (the test below), so the restarted controller's first append never shows.
+@pytest.mark.brokers("apache-kafka")
+async def test_a_controller_restarted_over_a_dead_writers_open_transaction_serves_at_once(
+        worker_config: WorkerConfig, tmp_path: Path) -> None:  # fmt: skip
+    first = member(worker_config, "c1", tmp_path)
+    await first.start()
+    await first.stop()
+    die_inside_a_transaction(worker_config)
+    t0 = time.monotonic()
+    second = member(worker_config, "c1", tmp_path)
+    await second.start()
+    try:
+        took = time.monotonic() - t0
+        assert second.active
+        assert took <= 5.0, took
+        names = [type(m).__name__ for m in await log_records(worker_config)]
+        assert "NoOpRecord" not in names  # aborted by the new writer's fencing, never replayed
+    finally:
+        await second.stop()
+
+
+async def test_a_read_committed_fetch_past_an_aborted_transaction_returns_that_producers_later_records(
+        worker_config: WorkerConfig, kafka_broker: object, request: pytest.FixtureRequest) -> None:  # fmt: skip
+    """A known gap of noida-db 0.2.3, pinned: a fetch from past an aborted transaction still lists
+    it among the aborted ones, so aiokafka drops every later batch of that producer ID, which a
+    transactional id keeps across epochs. Apache Kafka lists only the aborted transactions that
+    overlap the fetched range."""
+    if request.node.callspec.params.get("kafka_broker") == "noida-db":
+        request.applymarker(pytest.mark.xfail(strict=True, reason="noida-db 0.2.3 lists finished aborted transactions"))
+    await ensure_topics(worker_config.bootstrap_servers, [metadata_topic_spec(worker_config.metadata_topic_name)])
+    die_inside_a_transaction(worker_config)
+    async with MetadataLogWriter(worker_config.bootstrap_servers, worker_config.metadata_topic_name) as writer:
+        [offset] = await writer.append([amv("NoOpRecord")])
+    async with MetadataLogReader(worker_config.bootstrap_servers, worker_config.metadata_topic_name, dlq=None) as reader:
+        assert [e.offset async for e in reader.read(0, follow=False)] == [offset]
+        assert [e.offset async for e in reader.read(offset, follow=False)] == [offset]
