@@ -72,6 +72,7 @@ _KEYS: dict[str, str] = {
     "mirror.state.topic": "mirror_state_topic",
     "mirror.state.topic.num.partitions": "state_partitions",
     "mirror.state.topic.replication.factor": "replication_factor",
+    "mirror.state.topic.min.insync.replicas": "min_insync_replicas",
     "desired.state.topic": "desired_state_topic",
     "data.dir": "data_dir",
     "metadata.snapshot.max.records": "snapshot_max_records",
@@ -109,7 +110,8 @@ class WorkerConfig:
     mirror_state_topic: str = DEFAULT_MIRROR_STATE_TOPIC
     desired_state_topic: str = DEFAULT_DESIRED_STATE_TOPIC
     state_partitions: int = DEFAULT_STATE_PARTITIONS
-    replication_factor: int = 1
+    replication_factor: int = 1  # of every topic the coordinator creates (3 in the HA setup)
+    min_insync_replicas: int = 0  # set on those topics when > 0 (2 in the HA setup); 0: the broker's
     data_dir: str = "./kip1279-data"
     snapshot_max_records: int = 10_000
     snapshot_max_interval_ms: int = 60 * 60 * 1000
@@ -177,6 +179,9 @@ class WorkerConfig:
             raise ConfigError(f"mirror.copy.linger.ms must be >= 0, not {self.copy_linger_ms}")
         if self.metrics_lag_max_series < 0 or self.failover_ready_max_lag < 0:
             raise ConfigError("metrics.partition.lag.max.series and metrics.failover.ready.max.lag must be >= 0")
+        if self.min_insync_replicas < 0 or self.min_insync_replicas > self.replication_factor:
+            raise ConfigError(f"mirror.state.topic.min.insync.replicas must be 0 to the replication factor "
+                              f"({self.replication_factor}), not {self.min_insync_replicas}")  # fmt: skip
         if self.controller_session_timeout_ms < 500:
             raise ConfigError(f"controller.session.timeout.ms must be >= 500, not {self.controller_session_timeout_ms}")
         if self.audit_export_interval_ms < 100:
@@ -330,8 +335,13 @@ def from_env(env: Mapping[str, str] | None = None, base: WorkerConfig | None = N
 # ------------------------------------------------------------------------------ topic layout
 
 
-async def ensure_topics(bootstrap: str, topics: Sequence[NewTopic], client_id: str = "kip1279-admin") -> None:
-    """Create the topics that do not exist yet (Faust and our readers do not create them)."""
+async def ensure_topics(bootstrap: str, topics: Sequence[NewTopic], client_id: str = "kip1279-admin",
+                        min_insync_replicas: int = 0) -> None:  # fmt: skip
+    """Create the topics that do not exist yet (Faust and our readers do not create them), each
+    with ``min.insync.replicas`` when it is > 0 (and the topic sets none)."""
+    if min_insync_replicas > 0:
+        for t in topics:
+            t.topic_configs = {"min.insync.replicas": str(min_insync_replicas), **(t.topic_configs or {})}
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id=client_id)
     await admin.start()
     try:

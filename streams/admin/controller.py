@@ -276,7 +276,8 @@ class ClusterMirrorController:
                                                   dlq_topic_spec(c.metadata_topic_name, c.replication_factor),
                                                   mirror_state_topic_spec(c), sync_status_topic_spec(c),
                                                   stop_reports_topic_spec(c),
-                                                  controllers_topic_spec(c.controllers_topic_name, c.replication_factor)])  # fmt: skip
+                                                  controllers_topic_spec(c.controllers_topic_name, c.replication_factor)],
+                            min_insync_replicas=c.min_insync_replicas)  # fmt: skip
         await self.dlq.start()
         await self.reader.start()
         await self.status.start()

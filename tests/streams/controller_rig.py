@@ -65,14 +65,17 @@ class ControllerRig:
     members: list[Member] = field(default_factory=list)
 
     @classmethod
-    def create(cls, bootstrap: str, workdir: Path, n: int = 3, partitions: int = 8) -> ControllerRig:
+    def create(cls, bootstrap: str, workdir: Path, n: int = 3, partitions: int = 8, replication: int = 1,
+               min_insync: int = 0) -> ControllerRig:  # fmt: skip
         name = f"ha{uuid.uuid4().hex[:6]}"
-        cfg = WorkerConfig(bootstrap_servers=bootstrap, cluster_name=name, state_partitions=4, data_dir=str(workdir))
+        cfg = WorkerConfig(bootstrap_servers=bootstrap, cluster_name=name, state_partitions=4, data_dir=str(workdir),
+                           replication_factor=replication, min_insync_replicas=min_insync)  # fmt: skip
         rig = cls(cfg, workdir)
         for i in range(1, n + 1):
             props = workdir / f"c{i}.properties"
             props.write_text(f"cluster.name={name}\nmirror.state.topic.num.partitions=4\ndata.dir={workdir / f'c{i}'}\n"
-                             f"controller.id=c{i}\n")  # fmt: skip
+                             f"controller.id=c{i}\nmirror.state.topic.replication.factor={replication}\n"
+                             f"mirror.state.topic.min.insync.replicas={min_insync}\n")  # fmt: skip
             port = free_port()
             argv = [sys.executable, "-c", "from streams.admin.cli import controller_main; import sys; sys.exit(controller_main())",
                     "--config", str(props), "--bootstrap-server", bootstrap, "--listener", f"127.0.0.1:{port}",
@@ -88,7 +91,8 @@ class ControllerRig:
     async def seed(self) -> None:
         """The mirror and its started topics in the log, every partition MIRRORING."""
         c = self.cfg
-        await ensure_topics(c.bootstrap_servers, [metadata_topic_spec(c.metadata_topic_name), mss.mirror_state_topic_spec(c)])
+        await ensure_topics(c.bootstrap_servers, [metadata_topic_spec(c.metadata_topic_name, c.replication_factor),
+                                                  mss.mirror_state_topic_spec(c)], min_insync_replicas=c.min_insync_replicas)  # fmt: skip
         n = getattr(self, "partitions", 8)
         records = [amv("ConfigRecord", resource_type=64, resource_name=MIRROR, name="bootstrap.servers", value="127.0.0.1:1")]
         for topic, tid in TOPICS.items():
@@ -182,3 +186,20 @@ class ControllerRig:
         c = self.cfg
         async with MetadataLogReader(c.bootstrap_servers, c.metadata_topic_name, dlq=None) as reader:
             return [e.record.message async for e in reader.read(0, follow=False)]  # type: ignore[union-attr]
+
+
+async def partition_leader(bootstrap: str, topic: str) -> int:
+    """The broker id leading ``topic``'s partition 0."""
+    from aiokafka import TopicPartition
+    from aiokafka.client import AIOKafkaClient
+
+    client = AIOKafkaClient(bootstrap_servers=bootstrap)
+    await client.bootstrap()
+    try:
+        client.add_topic(topic)
+        await client.force_metadata_update()
+        leader = client.cluster.leader_for_partition(TopicPartition(topic, 0))
+        assert leader is not None and leader >= 0, leader
+        return int(leader)
+    finally:
+        await client.close()

@@ -11,6 +11,7 @@ import os
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,3 +91,47 @@ async def test_kill_9_of_the_active_controller_at_seeded_points(kafka_broker: ob
         print("\n" + "\n".join(figures))
     finally:
         rig.close()
+
+
+@pytest.mark.slow
+async def test_kill_9_of_the_kafka_node_leading_the_metadata_log_at_rf_3(apache_kafka_3: object, tmp_path: Path) -> None:
+    """The coordinator's own topics at replication factor 3 and min.insync.replicas 2, on three
+    brokers: the one leading the metadata log dies while a --stop is in flight. The stop exits 0
+    and applies once, and writes are accepted again once Kafka has elected a new leader."""
+    from controller_rig import partition_leader
+
+    seed = int(os.environ.get("KIP1279_SEED", "36"))
+    rng = random.Random(seed)
+    cluster: Any = apache_kafka_3
+    rig = ControllerRig.create(cluster.bootstrap, tmp_path, replication=3, min_insync=2)
+    killed: int | None = None
+    try:
+        await rig.seed()
+        for m in rig.members:
+            rig.spawn(m)
+        for m in rig.members:
+            await rig.answers_reads(m, timeout=60)
+        await rig.active()
+        killed = await partition_leader(cluster.bootstrap, rig.cfg.metadata_topic_name)
+        stop = asyncio.create_task(asyncio.to_thread(run_cli, "--bootstrap-server", rig.bootstrap, "--retry-timeout", "60",
+                                                     "--stop", "--mirror", "a-to-b", "--topics", "t0"))  # fmt: skip
+        await asyncio.sleep(rng.uniform(0.0, 0.08))
+        killed_at = time.monotonic()
+        cluster.stop_node(killed, kill=True)
+        code, out, err = await stop
+        stopped_after = time.monotonic() - killed_at
+        assert code == 0, (out, err)
+        await rig.active()
+        writable_after = time.monotonic() - killed_at
+        messages = await rig.log_messages()
+        stops = [m.topic_id for m in messages if type(m).__name__ == "MirrorTopicStateChangeRecord" and m.desired_state == 1]
+        assert stops == [TOPICS["t0"]], stops
+        epochs = [m.epoch for m in messages if type(m).__name__ == "ClusterMirrorControllerRecord"]
+        assert epochs == sorted(set(epochs)), epochs
+        print(f"\nKafka node {killed} (the metadata log's leader) killed (seed {seed}): the --stop answered "
+              f"{stopped_after:.2f} s later, writes accepted {writable_after:.2f} s later; terms {epochs}")
+        assert writable_after <= 30, writable_after
+    finally:
+        rig.close()
+        if killed is not None:
+            cluster.start_node(killed)
