@@ -81,6 +81,7 @@ log = logging.getLogger(__name__)
 ANONYMOUS = "User:ANONYMOUS"
 BUSY_AFTER_REQUEST_S = 2.0  # a snapshot due waits while requests came this recently (``_serving``)
 FENCED = (ProducerFenced, InvalidProducerEpoch)
+MAX_KEPT_RESPONSE_BYTES = 512 * 1024  # a request's answer kept in the log (ClusterMirrorRequestRecord)
 
 
 def _snapshot_subdir(controller_id: str) -> str:
@@ -594,10 +595,7 @@ class ClusterMirrorController:
             if records:
                 records = list(records)
                 if rid is not None:  # kept with the request's answer: a retry is answered from the log
-                    cls = self.schemas.struct("ClusterMirrorRequestRecord")
-                    key = self.schemas.spec("ClusterMirrorRequestRecord").api_key
-                    records.append(ApiMessageAndVersion(cls(request_id=rid, api_key=header.api_key, api_version=header.api_version,
-                                                            response=self.schemas.encode(response, header.api_version)), 0, key))  # type: ignore[arg-type]  # fmt: skip
+                    records.append(self._request_record(rid, header, response))
                 try:
                     await self.append(records)
                 except NotController:
@@ -615,6 +613,18 @@ class ClusterMirrorController:
 
     def _not_controller(self, api: str) -> msgspec.Struct:
         return error_response(self.schemas, api, ErrorCode.NOT_CONTROLLER, self._not_active_message())
+
+    def _request_record(self, rid: uuid.UUID, header: RequestHeader, response: msgspec.Struct) -> ApiMessageAndVersion:
+        encoded = self.schemas.encode(response, header.api_version)
+        if len(encoded) > MAX_KEPT_RESPONSE_BYTES and getattr(response, "topics", None):
+            # A record must stay under the log's max.message.bytes: a mass stop's answer keeps
+            # its refused topics only (the accepted ones are in the log's own records).
+            kept = [t for t in response.topics if t.error_code]  # type: ignore[attr-defined]
+            encoded = self.schemas.encode(msgspec.structs.replace(response, topics=kept), header.api_version)
+        cls = self.schemas.struct("ClusterMirrorRequestRecord")
+        key = self.schemas.spec("ClusterMirrorRequestRecord").api_key
+        return ApiMessageAndVersion(cls(request_id=rid, api_key=header.api_key, api_version=header.api_version,
+                                        response=encoded), 0, key)  # type: ignore[arg-type]  # fmt: skip
 
     def _answered(self, rid: uuid.UUID | None, api: str, version: int) -> tuple[msgspec.Struct, int] | None:
         """The answer a request with this ID got, if the log has it."""

@@ -309,3 +309,22 @@ async def test_a_read_committed_fetch_past_an_aborted_transaction_returns_that_p
     async with MetadataLogReader(worker_config.bootstrap_servers, worker_config.metadata_topic_name, dlq=None) as reader:
         assert [e.offset async for e in reader.read(0, follow=False)] == [offset]
         assert [e.offset async for e in reader.read(offset, follow=False)] == [offset]
+
+
+def test_a_mass_stops_kept_answer_stays_under_a_records_size_with_its_refused_topics(tmp_path: Path) -> None:
+    from streams.admin.client import RequestHeader
+    from streams.admin.controller import MAX_KEPT_RESPONSE_BYTES
+
+    c = ClusterMirrorController(WorkerConfig(data_dir=str(tmp_path), controller_listener="127.0.0.1:0"))
+    result = S.nested("StopMirrorTopicsResponse", "TopicResult")
+    topics = [result(name=f"orders-{i:06d}-{'x' * 40}", error_code=145 if i % 1000 == 0 else 0, error_message=None)
+              for i in range(20_000)]  # fmt: skip
+    response = S.struct("StopMirrorTopicsResponse")(throttle_time_ms=0, error_code=0, error_message=None, topics=topics)
+    assert len(S.encode(response, 0)) > MAX_KEPT_RESPONSE_BYTES
+    record = c._request_record(uuid.uuid4(), RequestHeader(96, 0, 1, "t", None), response)
+    assert len(record.message.response) < MAX_KEPT_RESPONSE_BYTES  # type: ignore[attr-defined]
+    kept = S.decode("StopMirrorTopicsResponse", record.message.response, 0)  # type: ignore[attr-defined]
+    assert [t.name for t in kept.topics] == [t.name for t in topics if t.error_code]
+    small = response.__class__(throttle_time_ms=0, error_code=0, error_message=None, topics=tuple(topics[:10]))
+    assert S.decode("StopMirrorTopicsResponse", c._request_record(uuid.uuid4(), RequestHeader(96, 0, 1, "t", None), small)
+                    .message.response, 0) == small  # type: ignore[attr-defined]  # fmt: skip
