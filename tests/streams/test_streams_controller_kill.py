@@ -25,6 +25,7 @@ SESSION_S = 2.0  # controller.session.timeout.ms's default
 # spawn (Python's start-up included: ~1.4 CPU-s of imports) is reported, not bounded: on a
 # shared machine it is the scheduler's figure.
 START_BOUND_S = 5.0
+SCENARIOS_ENV = "KIP1279_KAFKA_SCENARIOS"  # tests/streams/conftest.py: 0 leaves slow Kafka scenarios out
 
 
 def run_cli(*argv: str) -> tuple[int, str, str]:
@@ -100,6 +101,8 @@ async def test_kill_9_of_the_kafka_node_leading_the_metadata_log_at_rf_3(apache_
     and applies once, and writes are accepted again once Kafka has elected a new leader."""
     from controller_rig import partition_leader
 
+    if os.environ.get(SCENARIOS_ENV) == "0":
+        pytest.skip(f"slow scenario on Apache Kafka left out by {SCENARIOS_ENV}=0")
     seed = int(os.environ.get("KIP1279_SEED", "36"))
     rng = random.Random(seed)
     cluster: Any = apache_kafka_3
