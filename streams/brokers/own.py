@@ -42,9 +42,10 @@ def start_own_broker(kind: str | None, directory: Path, brokers: int = 1) -> tup
             raise BrokerError(f"{brokers} brokers need Apache Kafka" + (f": {why_not}" if why_not else ", not noida-db"))
         from streams.brokers.apache_kafka import ApacheKafkaCluster
 
-        cluster = ApacheKafkaCluster(directory, brokers=brokers, overrides=OWN_KAFKA_OVERRIDES).start()
-        return cluster, (f"Apache Kafka {cluster.version} ({brokers} brokers and a KRaft controller) on "
-                         f"{cluster.bootstrap}, ready in {cluster.startup_s:.1f}s")  # fmt: skip
+        # Combined nodes: every one a broker and a KRaft voter, so any one of them may die.
+        cluster = ApacheKafkaCluster(directory, brokers=brokers, combined=True, overrides=OWN_KAFKA_OVERRIDES).start()
+        return cluster, (f"Apache Kafka {cluster.version} ({brokers} combined nodes: brokers and a KRaft quorum of "
+                         f"{brokers}) on {cluster.bootstrap}, ready in {cluster.startup_s:.1f}s")  # fmt: skip
     if kind == KAFKA and why_not is not None:
         raise BrokerError(f"--broker kafka: {why_not}")
     if kind == NOIDA or why_not is not None:
