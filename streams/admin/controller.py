@@ -345,25 +345,26 @@ class ClusterMirrorController:
             await self._election_round()
 
     async def _take_over(self) -> None:
-        """Fence the log's writer, read the log to its end, append our term's record."""
+        """Fence the log's writer, read the log to its end, append our term's record. Only the
+        append holds the request lock: reads go on being served while Kafka answers the rest."""
         t0 = time.monotonic()
-        async with self._lock:
-            writer = MetadataLogWriter(self.config.bootstrap_servers, self.config.metadata_topic_name)
-            try:
-                await writer.start()  # init_transactions: every older writer is fenced from here on
-                await asyncio.wait_for(self._read_to(writer.start_end_offset), 30.0)
+        writer = MetadataLogWriter(self.config.bootstrap_servers, self.config.metadata_topic_name)
+        try:
+            await writer.start()  # init_transactions: every older writer is fenced from here on
+            await asyncio.wait_for(self._read_to(writer.start_end_offset), 30.0)
+            async with self._lock:  # no request is served between the fencing and our term's record
                 self.writer, self.active = writer, True
                 self.term = ActiveController(self.controller_id, self.endpoint, writer.epoch)
                 cls = self.schemas.struct("ClusterMirrorControllerRecord")
                 key = self.schemas.spec("ClusterMirrorControllerRecord").api_key
                 await self.append([ApiMessageAndVersion(cls(controller_id=self.term.controller_id, endpoint=self.term.endpoint,
                                                             epoch=self.term.epoch), 0, key)])  # type: ignore[arg-type]  # fmt: skip
-            except Exception as e:  # noqa: BLE001 - fenced by another in the meantime, or the log is down
-                log.warning("controller %s did not take over: %r", self.controller_id, e)
-                self.active, self.writer, self.term = False, None, None
-                with contextlib.suppress(Exception):
-                    await writer.stop()
-                return
+        except Exception as e:  # noqa: BLE001 - fenced by another in the meantime, or the log is down
+            log.warning("controller %s did not take over: %r", self.controller_id, e)
+            self.active, self.writer, self.term = False, None, None
+            with contextlib.suppress(Exception):
+                await writer.stop()
+            return
         self._members = asyncio.create_task(self.members.run(), name="kip1279-controller-members")
         log.warning("controller %s at %s is the active controller (epoch %d), taken over in %.2f s",
                     self.controller_id, self.endpoint, self.term.epoch, time.monotonic() - t0)  # fmt: skip
