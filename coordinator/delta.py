@@ -19,6 +19,7 @@ Equal offsets are allowed, which is how a snapshot is loaded.
 from __future__ import annotations
 
 import enum
+import itertools
 import uuid
 from collections.abc import Callable, Iterable
 from functools import lru_cache
@@ -26,7 +27,7 @@ from typing import Any, NamedTuple, Union
 
 import msgspec
 
-from coordinator.image import (EMPTY_IMAGE, TopicPrediction, AclsImage, ClusterMirrorImage, ConfigResource, ConfigResourceType,
+from coordinator.image import (EMPTY_IMAGE, MAX_KEPT_REQUESTS, ActiveController, AppliedRequest, ControlImage, TopicPrediction, AclsImage, ClusterMirrorImage, ConfigResource, ConfigResourceType,
                                ConfigsImage, MetadataImage, MetadataProvenance, MirrorsImage, MirrorTopic,
                                PartitionRegistration, StandardAcl, TopicCut, TopicImage, TopicsImage, frozen_map)
 from coordinator.impact_record import predictions
@@ -300,6 +301,30 @@ class AclsDelta:
         return AclsImage(frozen_map(out))
 
 
+class ControlDelta:
+    """The active controller and the kept requests (``ControlImage``): at most
+    ``MAX_KEPT_REQUESTS``, the oldest dropped first."""
+
+    def __init__(self, image: ControlImage) -> None:
+        self.image = image
+        self.controller: ActiveController | None = image.controller
+        self.requests: list[tuple[uuid.UUID, AppliedRequest]] = []
+
+    def apply(self) -> ControlImage:
+        if self.controller == self.image.controller and not self.requests:
+            return self.image
+        requests = self.image.requests
+        if self.requests:
+            kept = dict(requests)
+            for rid, r in self.requests:
+                kept.pop(rid, None)
+                kept[rid] = r
+            for rid in list(itertools.islice(kept, max(0, len(kept) - MAX_KEPT_REQUESTS))):
+                del kept[rid]
+            requests = frozen_map(kept)
+        return ControlImage(self.controller, requests)
+
+
 # -------------------------------------------------------------------------- metadata delta
 
 
@@ -333,6 +358,7 @@ class MetadataDelta:
         self.configs = ConfigsDelta(image.configs)
         self.mirrors = MirrorsDelta(image.mirrors)
         self.acls = AclsDelta(image.acls)
+        self.control = ControlDelta(image.control)
         self.problems: list[ReplayProblem] = []
         self.offset, self.epoch = image.provenance
         self.records_replayed = 0
@@ -412,6 +438,7 @@ class MetadataDelta:
             self.configs.apply(),
             self.mirrors.apply(),
             self.acls.apply(),
+            self.control.apply(),
         )
         self._applied = (key, image)
         return image
@@ -526,6 +553,14 @@ class MetadataDelta:
         if not self.acls.exists(r.id):
             return ProblemKind.UNKNOWN_ACL, f"removal of unknown ACL ID {r.id}"
         self.acls.changes[r.id] = None
+        return None
+
+    def replay_cluster_mirror_controller_record(self, r: Any, offset: int) -> _Outcome:
+        self.control.controller = ActiveController(r.controller_id, r.endpoint, r.epoch)
+        return None
+
+    def replay_cluster_mirror_request_record(self, r: Any, offset: int) -> _Outcome:
+        self.control.requests.append((r.request_id, AppliedRequest(r.api_key, r.api_version, bytes(r.response))))
         return None
 
     def _provenance_only(self, r: Any, offset: int) -> _Outcome:

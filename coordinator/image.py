@@ -24,6 +24,9 @@ How cluster mirrors are recorded (KIP-1279 prototype, ``ConfigurationControlMana
 - A stop's prediction is a ``MirrorFailoverImpactRecord`` (``coordinator.impact_record``): the
   image keeps each topic's latest (``MirrorsImage.impacts``) until the topic is started, paused,
   detached or removed; it changes no mirror state.
+- The control plane (``ControlImage``, issue #36): the active controller, from the latest
+  ``ClusterMirrorControllerRecord``, and the answers of the latest admin requests that carried
+  a request ID (``ClusterMirrorRequestRecord``), so a retry is answered, not applied again.
 - ClusterMirror ACLs are ``AccessControlEntryRecord``s with ``ResourceType`` 8 (Kafka's ACL
   resource types end at USER = 7; 8 is the first unused one).
 
@@ -306,6 +309,32 @@ class AclsImage:
 AclsImage.EMPTY = AclsImage()  # type: ignore[attr-defined]
 
 
+# ------------------------------------------------------------------------------- control
+
+MAX_KEPT_REQUESTS = 1000  # request IDs remembered: a client retries for seconds, not for 1,000 requests
+
+
+class ActiveController(NamedTuple):
+    controller_id: str
+    endpoint: str  # HOST:PORT
+    epoch: int
+
+
+class AppliedRequest(NamedTuple):
+    api_key: int
+    api_version: int
+    response: bytes  # the response body as first sent
+
+
+@dataclass(frozen=True, slots=True)
+class ControlImage:
+    controller: ActiveController | None = None
+    requests: Mapping[uuid.UUID, AppliedRequest] = field(default_factory=lambda: _EMPTY_MAP)  # oldest first
+
+
+ControlImage.EMPTY = ControlImage()  # type: ignore[attr-defined]
+
+
 # ---------------------------------------------------------------------------------- image
 
 
@@ -316,6 +345,7 @@ class MetadataImage:
     configs: ConfigsImage = field(default_factory=lambda: ConfigsImage.EMPTY)  # type: ignore[attr-defined]
     mirrors: MirrorsImage = field(default_factory=lambda: MirrorsImage.EMPTY)  # type: ignore[attr-defined]
     acls: AclsImage = field(default_factory=lambda: AclsImage.EMPTY)  # type: ignore[attr-defined]
+    control: ControlImage = field(default_factory=lambda: ControlImage.EMPTY)  # type: ignore[attr-defined]
 
     @property
     def offset(self) -> int:
@@ -334,7 +364,8 @@ class MetadataImage:
         """The image as records, in an order that replays cleanly into an empty delta.
 
         Topics and their partitions first, then configs, mirrors (configs, then memberships,
-        which need both, then the stops' predictions) and ACLs. Each group is sorted so equal images give equal snapshots.
+        which need both, then the stops' predictions), ACLs, then the control plane (the active
+        controller, the kept requests oldest first). Each group is sorted so equal images give equal snapshots.
         """
         return list(_SnapshotWriter(schemas or default_schemas()).write(self))
 
@@ -396,9 +427,17 @@ class _SnapshotWriter:
                 id=acl_id, resource_type=a.resource_type, resource_name=a.resource_name,
                 pattern_type=a.pattern_type, principal=a.principal, host=a.host,
                 operation=a.operation, permission_type=a.permission_type))
+        c = image.control.controller
+        if c is not None:
+            yield self.amv("ClusterMirrorControllerRecord", self.s.struct("ClusterMirrorControllerRecord")(
+                controller_id=c.controller_id, endpoint=c.endpoint, epoch=c.epoch))
+        request_record = self.s.struct("ClusterMirrorRequestRecord")
+        for rid, r in image.control.requests.items():
+            yield self.amv("ClusterMirrorRequestRecord", request_record(
+                request_id=rid, api_key=r.api_key, api_version=r.api_version, response=r.response))
 
 
 _SNAPSHOT_TYPES = (
     "TopicRecord", "PartitionRecord", "ConfigRecord", "MirrorTopicStateChangeRecord", "MirrorFailoverImpactRecord",
-    "AccessControlEntryRecord",
+    "AccessControlEntryRecord", "ClusterMirrorControllerRecord", "ClusterMirrorRequestRecord",
 )

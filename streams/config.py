@@ -72,11 +72,14 @@ _KEYS: dict[str, str] = {
     "mirror.state.topic": "mirror_state_topic",
     "mirror.state.topic.num.partitions": "state_partitions",
     "mirror.state.topic.replication.factor": "replication_factor",
+    "mirror.state.topic.min.insync.replicas": "min_insync_replicas",
     "desired.state.topic": "desired_state_topic",
     "data.dir": "data_dir",
     "metadata.snapshot.max.records": "snapshot_max_records",
     "metadata.snapshot.max.interval.ms": "snapshot_max_interval_ms",
     "controller.listener": "controller_listener",
+    "controller.id": "controller_id",
+    "controller.session.timeout.ms": "controller_session_timeout_ms",
     "principal": "principal",
     "client.id": "client_id",
     "worker.session.timeout.ms": "session_timeout_ms",
@@ -107,11 +110,16 @@ class WorkerConfig:
     mirror_state_topic: str = DEFAULT_MIRROR_STATE_TOPIC
     desired_state_topic: str = DEFAULT_DESIRED_STATE_TOPIC
     state_partitions: int = DEFAULT_STATE_PARTITIONS
-    replication_factor: int = 1
+    replication_factor: int = 1  # of every topic the coordinator creates (3 in the HA setup)
+    min_insync_replicas: int = 0  # set on those topics when > 0 (2 in the HA setup); 0: the broker's
     data_dir: str = "./kip1279-data"
     snapshot_max_records: int = 10_000
     snapshot_max_interval_ms: int = 60 * 60 * 1000
     controller_listener: str = f"127.0.0.1:{DEFAULT_CONTROLLER_PORT}"
+    # Standby controllers (issue #36): this one's id (empty: its listener's HOST:PORT, or a new
+    # one per start on port 0), and how long an active one may be silent before a standby takes over.
+    controller_id: str = ""
+    controller_session_timeout_ms: int = 2000
     principal: str = "User:ANONYMOUS"
     client_id: str = "kip1279"
     # The worker's group membership: how long the broker keeps a silent worker's table
@@ -171,6 +179,11 @@ class WorkerConfig:
             raise ConfigError(f"mirror.copy.linger.ms must be >= 0, not {self.copy_linger_ms}")
         if self.metrics_lag_max_series < 0 or self.failover_ready_max_lag < 0:
             raise ConfigError("metrics.partition.lag.max.series and metrics.failover.ready.max.lag must be >= 0")
+        if self.min_insync_replicas < 0 or self.min_insync_replicas > self.replication_factor:
+            raise ConfigError(f"mirror.state.topic.min.insync.replicas must be 0 to the replication factor "
+                              f"({self.replication_factor}), not {self.min_insync_replicas}")  # fmt: skip
+        if self.controller_session_timeout_ms < 500:
+            raise ConfigError(f"controller.session.timeout.ms must be >= 500, not {self.controller_session_timeout_ms}")
         if self.audit_export_interval_ms < 100:
             raise ConfigError(f"audit.export.interval.ms must be >= 100, not {self.audit_export_interval_ms}")
         if self.group_instance_id:
@@ -209,6 +222,11 @@ class WorkerConfig:
     def stop_reports_topic_name(self) -> str:
         """Each table partition's owner's report of its stops done (``streams.state.stop_reports``)."""
         return self._prefixed("__mirror_stop_reports")
+
+    @property
+    def controllers_topic_name(self) -> str:
+        """The controllers' heartbeats (``streams.admin.election``)."""
+        return f"{self.metadata_topic_name}.controllers"
 
     @property
     def faust_app_id(self) -> str:
@@ -317,8 +335,13 @@ def from_env(env: Mapping[str, str] | None = None, base: WorkerConfig | None = N
 # ------------------------------------------------------------------------------ topic layout
 
 
-async def ensure_topics(bootstrap: str, topics: Sequence[NewTopic], client_id: str = "kip1279-admin") -> None:
-    """Create the topics that do not exist yet (Faust and our readers do not create them)."""
+async def ensure_topics(bootstrap: str, topics: Sequence[NewTopic], client_id: str = "kip1279-admin",
+                        min_insync_replicas: int = 0) -> None:  # fmt: skip
+    """Create the topics that do not exist yet (Faust and our readers do not create them), each
+    with ``min.insync.replicas`` when it is > 0 (and the topic sets none)."""
+    if min_insync_replicas > 0:
+        for t in topics:
+            t.topic_configs = {"min.insync.replicas": str(min_insync_replicas), **(t.topic_configs or {})}
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id=client_id)
     await admin.start()
     try:

@@ -13,7 +13,9 @@
     kafka-cluster-mirrors ... --alter --mirror a-to-b --add-config 'bootstrap.servers=h:9092,mirror.topics.include=[a.*,b.*]' [--delete-config k[,k]]
     kafka-cluster-mirrors ... --describe-config --mirror a-to-b
 
-``--bootstrap-server`` is the controller's admin endpoint (env ``KIP1279_CONTROLLER``).
+``--bootstrap-server`` is the controllers' admin endpoints (env ``KIP1279_CONTROLLER``): a
+request goes to the active one, follows NOT_CONTROLLER and is retried where its connection broke
+(``--retry-timeout``); a state-changing one carries a request ID, so it is applied once.
 ``--command-config`` takes Kafka's client keys: with ``security.protocol=SSL`` and the ``ssl.*``
 keys (PEM key and trust stores, see ``streams.tls``) the client authenticates with its
 certificate, whose subject is its principal. Without TLS (local mode, loopback) the principal is
@@ -44,6 +46,7 @@ from streams import config as worker_config
 from streams.admin import preview, promote
 from streams.admin.describe_output import describe_rows, print_failed, print_partitions, print_readiness, truncate_left
 from streams.admin.client import (
+    DEFAULT_RETRY_TIMEOUT_S,
     AdminError,
     ClusterMirrorAdmin,
     looks_like_topic_list,
@@ -94,7 +97,11 @@ def _code_name(code: int) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kafka-cluster-mirrors", description="Manage KIP-1279 cluster mirrors.")
     p.add_argument("--bootstrap-server", default=os.environ.get("KIP1279_CONTROLLER"),
-                   help="the controller's admin endpoint HOST:PORT (env KIP1279_CONTROLLER)")  # fmt: skip
+                   help="the controllers' admin endpoints HOST:PORT[,HOST:PORT...] (env KIP1279_CONTROLLER); "
+                        "a request goes to the active one, wherever a NOT_CONTROLLER answer points")  # fmt: skip
+    p.add_argument("--retry-timeout", type=float, default=DEFAULT_RETRY_TIMEOUT_S, metavar="SECONDS",
+                   help="how long a request whose connection broke, or that a standby refused, is tried again "
+                        f"(default {DEFAULT_RETRY_TIMEOUT_S:.0f}; 0: once)")  # fmt: skip
     p.add_argument("--command-config",
                    help="client properties: security.protocol=SSL with Kafka's ssl.* keys (PEM), client.id; "
                         "local mode only: principal=User:NAME")  # fmt: skip
@@ -322,7 +329,7 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # File reads (and key loading) stay off the loop.
     principal, client_id, context = await asyncio.to_thread(_client_settings, args, err)
     async with ClusterMirrorAdmin(args.bootstrap_server, principal=principal, client_id=client_id,
-                                  ssl_context=context) as admin:  # fmt: skip
+                                  ssl_context=context, retry_timeout=max(0.0, args.retry_timeout)) as admin:  # fmt: skip
         if args.create:
             config = await asyncio.to_thread(worker_config.load_properties, args.mirror_config)
             secrets = secret_values(config)

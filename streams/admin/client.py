@@ -4,8 +4,9 @@ Requests are the KIP-1279 RPCs encoded with the project's schemas, in an envelop
 Kafka's request header v2, each frame preceded by its int32 size::
 
     request  = api_key int16 | api_version int16 | correlation_id int32 | client_id string (int16 length)
-               | tagged fields (tag 0: principal, UTF-8) | request body
-    response = correlation_id int32 | tagged fields (tag 0: metadata offset, int64) | response body
+               | tagged fields (tag 0: principal, UTF-8; tag 1: request ID, 16 bytes) | request body
+    response = correlation_id int32 | tagged fields (tag 0: metadata offset, int64; tag 1: the active
+               controller's HOST:PORT, with NOT_CONTROLLER) | response body
 
 The response's metadata offset is the offset of the controller's image when it answered; a
 client passes it back as StateValidationOffset so that a request raced by another one is
@@ -24,6 +25,7 @@ import itertools
 import re
 import ssl
 import struct
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -52,12 +54,23 @@ API_KEYS: dict[str, int] = {
 }
 API_NAMES = {v: k for k, v in API_KEYS.items()}
 MAX_FRAME = 64 * 1024 * 1024
+# The requests that change state: served by the active controller alone, once per request ID.
+STATE_CHANGING = frozenset({"CreateClusterMirror", "DeleteClusterMirror", "StartMirrorTopics", "StopMirrorTopics",
+                            "PauseMirrorTopics", "ResumeMirrorTopics", "AlterClusterMirrorConfigs"})  # fmt: skip
+NOT_CONTROLLER = 41  # Kafka's NOT_CONTROLLER: sent to a standby, or to a controller fenced by a newer one
+# A request whose connection broke, or that a standby refused, is tried again for this long (as a
+# Kafka admin client retries within default.api.timeout.ms): a standby takes over within ~3 s, a
+# restarted controller serves within ~5 s.
+DEFAULT_RETRY_TIMEOUT_S = 15.0
+RETRY_BACKOFF_S, RETRY_BACKOFF_MAX_S = 0.05, 0.5
 _HEADER = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
 _PRINCIPAL_TAG = 0
+_REQUEST_ID_TAG = 1
 _OFFSET_TAG = 0
+_ACTIVE_TAG = 1
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
@@ -71,11 +84,13 @@ class RequestHeader(NamedTuple):
     correlation_id: int
     client_id: str | None
     principal: str | None
+    request_id: uuid.UUID | None = None  # state-changing requests: the same on every retry
 
 
 class ResponseHeader(NamedTuple):
     correlation_id: int
     metadata_offset: int
+    active_controller: str | None = None  # HOST:PORT, sent with NOT_CONTROLLER
 
 
 def _tagged(fields: Mapping[int, bytes]) -> bytes:
@@ -102,6 +117,8 @@ def encode_request(header: RequestHeader, body: msgspec.Struct, schemas: SchemaS
     schemas = schemas or default_schemas()
     client = (header.client_id or "").encode()
     tagged = {_PRINCIPAL_TAG: header.principal.encode()} if header.principal else {}
+    if header.request_id is not None:
+        tagged[_REQUEST_ID_TAG] = header.request_id.bytes
     frame = (
         _HEADER.pack(header.api_key, header.api_version, header.correlation_id)
         + _INT16.pack(len(client)) + client
@@ -123,13 +140,21 @@ def decode_request_header(frame: bytes) -> tuple[RequestHeader, int]:
     except (struct.error, UnicodeDecodeError, ValueError) as e:
         raise ProtocolError(f"malformed request header: {e}") from None
     principal = tagged[_PRINCIPAL_TAG].decode("utf-8", "replace") if _PRINCIPAL_TAG in tagged else None
-    return RequestHeader(api_key, version, cid, client, principal), pos
+    rid = tagged.get(_REQUEST_ID_TAG)
+    if rid is not None and len(rid) != 16:
+        raise ProtocolError(f"request ID of {len(rid)} bytes, not 16")
+    return RequestHeader(api_key, version, cid, client, principal, uuid.UUID(bytes=rid) if rid else None), pos
 
 
-def encode_response(correlation_id: int, metadata_offset: int, body: msgspec.Struct, version: int,
-                    schemas: SchemaSet | None = None) -> bytes:  # fmt: skip
+def encode_response(correlation_id: int, metadata_offset: int, body: msgspec.Struct | bytes, version: int,
+                    schemas: SchemaSet | None = None, active_controller: str | None = None) -> bytes:  # fmt: skip
+    """``body``: a response, or one already encoded (a retried request's first answer)."""
     schemas = schemas or default_schemas()
-    frame = _INT32.pack(correlation_id) + _tagged({_OFFSET_TAG: _INT64.pack(metadata_offset)}) + schemas.encode(body, version)
+    tagged = {_OFFSET_TAG: _INT64.pack(metadata_offset)}
+    if active_controller:
+        tagged[_ACTIVE_TAG] = active_controller.encode()
+    encoded = body if isinstance(body, bytes) else schemas.encode(body, version)
+    frame = _INT32.pack(correlation_id) + _tagged(tagged) + encoded
     return _INT32.pack(len(frame)) + frame
 
 
@@ -142,7 +167,8 @@ def decode_response(frame: bytes, response_name: str, version: int,
     except (struct.error, ValueError) as e:
         raise ProtocolError(f"malformed response header: {e}") from None
     offset = _INT64.unpack(tagged[_OFFSET_TAG])[0] if _OFFSET_TAG in tagged else -1
-    return ResponseHeader(cid, int(offset)), schemas.decode(response_name, frame[pos:], version)
+    active = tagged[_ACTIVE_TAG].decode("utf-8", "replace") if _ACTIVE_TAG in tagged else None
+    return ResponseHeader(cid, int(offset), active), schemas.decode(response_name, frame[pos:], version)
 
 
 async def read_frame(reader: asyncio.StreamReader) -> bytes | None:
@@ -187,11 +213,24 @@ class AdminError(Exception):
         self.message = message
 
 
+class _Transport(AdminError):
+    """The connection failed or broke: the request may be tried again (elsewhere)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(-1, message)
+
+
 class Reply(NamedTuple):
     """A decoded response and the controller's metadata offset when it answered."""
 
     response: msgspec.Struct
     metadata_offset: int
+    active_controller: str | None = None  # with NOT_CONTROLLER: where the active one is
+
+
+def _endpoint(text: str | None) -> tuple[str, int] | None:
+    host, _, port = (text or "").rpartition(":")
+    return (host, int(port)) if host and port.isdigit() else None
 
 
 def _ssl_reason(e: ssl.SSLError) -> str:
@@ -211,24 +250,33 @@ class ClusterMirrorAdmin:
 
     def __init__(self, bootstrap: str, *, principal: str | None = None, client_id: str = "kafka-cluster-mirrors",
                  timeout: float = 30.0, schemas: SchemaSet | None = None,
-                 ssl_context: ssl.SSLContext | None = None) -> None:  # fmt: skip
-        host, _, port = bootstrap.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"--bootstrap-server {bootstrap!r} is not HOST:PORT")
-        self.host, self.port = host, int(port)
+                 ssl_context: ssl.SSLContext | None = None, retry_timeout: float = DEFAULT_RETRY_TIMEOUT_S) -> None:  # fmt: skip
+        """``bootstrap``: the controllers' endpoints, ``HOST:PORT[,HOST:PORT...]``. A request is
+        retried, on each of them in turn and where a NOT_CONTROLLER answer points, until
+        ``retry_timeout`` seconds have passed (0: tried once)."""
+        self.endpoints: list[tuple[str, int]] = []
+        for item in bootstrap.split(","):
+            host, _, port = item.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"--bootstrap-server {bootstrap!r} is not HOST:PORT[,HOST:PORT...]")
+            self.endpoints.append((host, int(port)))
+        self.host, self.port = self.endpoints[0]
         self.principal = principal
         self.ssl_context = ssl_context
         self.client_id = client_id
         self.timeout = timeout
+        self.retry_timeout = retry_timeout
         self.schemas = schemas or default_schemas()
         self._ids = itertools.count(1)
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._lock = asyncio.Lock()
         self._answered = False  # on this connection
+        self.retries = 0  # attempts after the first, over this client's life
+        self.last_request_id: uuid.UUID | None = None
 
     async def __aenter__(self) -> ClusterMirrorAdmin:
-        await self.connect()
+        await self._retrying(self.connect)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -243,7 +291,7 @@ class ClusterMirrorAdmin:
         except ssl.SSLError as e:
             raise AdminError(-1, f"SSL handshake with the controller at {self.host}:{self.port} failed: {_ssl_reason(e)}") from None
         except (TimeoutError, OSError) as e:
-            raise AdminError(-1, f"cannot reach the controller at {self.host}:{self.port}: {e}") from None
+            raise _Transport(f"cannot reach the controller at {self.host}:{self.port}: {e}") from None
 
     async def close(self) -> None:
         writer, self._writer = self._writer, None
@@ -254,12 +302,67 @@ class ClusterMirrorAdmin:
             except OSError:
                 pass
 
-    async def call(self, api: str, body: msgspec.Struct, version: int = 0) -> Reply:
+    def _move_to(self, endpoint: tuple[str, int] | None) -> None:
+        """The next endpoint: the one named (added when new), else the next of the list."""
+        if endpoint is None:
+            i = self.endpoints.index((self.host, self.port)) if (self.host, self.port) in self.endpoints else -1
+            endpoint = self.endpoints[(i + 1) % len(self.endpoints)]
+        elif endpoint not in self.endpoints:
+            self.endpoints.append(endpoint)
+        self.host, self.port = endpoint
+
+    async def _retrying(self, attempt: Any) -> Any:
+        """``attempt()`` until it answers something else than a broken connection or
+        NOT_CONTROLLER, or ``retry_timeout`` has passed (then its last error)."""
+        deadline = time.monotonic() + self.retry_timeout
+        backoff = RETRY_BACKOFF_S
+        while True:
+            try:
+                reply = await attempt()
+            except _Transport as e:
+                error: AdminError = e
+                await self.close()
+                self._move_to(None)
+            else:
+                if reply is None or getattr(reply.response, "error_code", 0) != NOT_CONTROLLER:
+                    return reply
+                error = AdminError(NOT_CONTROLLER, getattr(reply.response, "error_message", None))
+                await self.close()
+                active = _endpoint(reply.active_controller)
+                moved = active is not None and active != (self.host, self.port)
+                self._move_to(active)
+                if moved:  # straight to the active controller, no backoff
+                    self.retries += 1
+                    continue
+            if time.monotonic() + backoff > deadline:
+                raise error
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
+            self.retries += 1
+
+    async def call(self, api: str, body: msgspec.Struct, version: int = 0, request_id: uuid.UUID | None = None) -> Reply:
+        """One request, retried (see ``__init__``). A state-changing one carries a request ID,
+        the same on every retry, so the controllers apply it once and answer a retry with the
+        first answer (``request_id``: one given; else a new one)."""
+        if api in STATE_CHANGING:
+            request_id = request_id or uuid.uuid4()
+            self.last_request_id = request_id
+        try:
+            return await self._retrying(lambda: self._call_once(api, body, version, request_id))
+        except _Transport as e:
+            if request_id is None:
+                raise
+            # Said plainly: no controller answered, so whether it was applied is not known here.
+            raise AdminError(-1, f"{e.message}; no controller answered {api} request {request_id} within "
+                                 f"{self.retry_timeout:.0f} s, so whether it was applied is unknown: "
+                                 f"--describe shows the mirror's states") from None  # fmt: skip
+
+    async def _call_once(self, api: str, body: msgspec.Struct, version: int, request_id: uuid.UUID | None) -> Reply:
         if self._writer is None or self._reader is None:
             await self.connect()
         assert self._writer is not None and self._reader is not None
         cid = next(self._ids)
-        header = RequestHeader(API_KEYS[api], version, cid, self.client_id, self.principal)
+        header = RequestHeader(API_KEYS[api], version, cid, self.client_id, self.principal, request_id)
         async with self._lock:
             try:
                 self._writer.write(encode_request(header, body, self.schemas))
@@ -270,13 +373,15 @@ class ClusterMirrorAdmin:
                 raise AdminError(-1, f"SSL handshake failed: the controller refused this client: {_ssl_reason(e)}") from None
             except (ConnectionError, asyncio.IncompleteReadError) as e:
                 raise self._closed(f": {e}") from None
+            except TimeoutError:
+                raise _Transport(f"no answer from the controller at {self.host}:{self.port} in {self.timeout:.0f} s") from None
         if frame is None:
             raise self._closed("")
         self._answered = True
         rh, response = decode_response(frame, f"{api}Response", version, self.schemas)
         if rh.correlation_id != cid:
             raise AdminError(-1, f"correlation id {rh.correlation_id} does not match the request's {cid}")
-        return Reply(response, rh.metadata_offset)
+        return Reply(response, rh.metadata_offset, rh.active_controller)
 
     def _closed(self, why: str) -> AdminError:
         if self.ssl_context is not None and not self._answered:
@@ -284,7 +389,7 @@ class ClusterMirrorAdmin:
             # certificate: a refused one shows as a close before the first answer.
             return AdminError(-1, "SSL handshake failed: the controller closed the connection before answering "
                                   "(it takes only client certificates its trust store vouches for)")  # fmt: skip
-        return AdminError(-1, f"the controller closed the connection{why}")
+        return _Transport(f"the controller at {self.host}:{self.port} closed the connection{why}")
 
     def _req(self, name: str, **fields: Any) -> msgspec.Struct:
         return self.schemas.struct(f"{name}Request")(**fields)

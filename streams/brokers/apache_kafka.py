@@ -150,7 +150,8 @@ class KafkaNode:
 
 class ApacheKafkaCluster:
     """A KRaft cluster of Apache Kafka on 127.0.0.1: ``brokers=1`` is one combined-mode node
-    (node 1); ``brokers=N>1`` (or ``combined=False``) is controller node 0 plus brokers 1..N.
+    (node 1); ``brokers=N>1`` (or ``combined=False``) is controller node 0 plus brokers 1..N;
+    ``brokers=N, combined=True`` is N combined-mode nodes 1..N, a quorum of N controllers.
     ``version`` (before 3.3): a ZooKeeper (node 0, ``roles=("zookeeper",)``) plus brokers 1..N.
 
     ``overrides`` are extra server properties for every node (e.g. ``{"log.retention.ms": ...}``);
@@ -189,8 +190,8 @@ class ApacheKafkaCluster:
         if self.zookeeper and combined:
             raise ValueError(f"Kafka {self.version} runs on ZooKeeper: no combined mode")
         self.combined = (brokers == 1 and not self.zookeeper) if combined is None else combined
-        if self.combined and brokers != 1:
-            raise ValueError("combined mode runs one node; use combined=False for several brokers")
+        if self.combined and brokers != 1 and not self.dynamic_quorum:
+            raise ValueError(f"Kafka {self.version}: several combined nodes need a dynamic quorum (3.9+)")
         self.heap = heap
         self.overrides = dict(overrides or {})
         self.lib = lib
@@ -200,8 +201,10 @@ class ApacheKafkaCluster:
         self.format_s: float | None = None
         self.startup_s: float | None = None
         self.nodes: list[KafkaNode] = []
-        if self.combined:
-            self.nodes.append(KafkaNode(1, ("broker", "controller"), self.base_dir / "node-1", free_port(host), free_port(host)))
+        self._directory_ids: dict[int, str] = {}
+        if self.combined:  # N combined nodes: N brokers and a quorum of N controllers (3: the HA setup)
+            for i in range(1, brokers + 1):
+                self.nodes.append(KafkaNode(i, ("broker", "controller"), self.base_dir / f"node-{i}", free_port(host), free_port(host)))
         elif self.zookeeper:  # the ZooKeeper's client port is its controller_port
             self.nodes.append(KafkaNode(0, ("zookeeper",), self.base_dir / "zookeeper", None, free_port(host)))
             for i in range(1, brokers + 1):
@@ -261,6 +264,10 @@ class ApacheKafkaCluster:
             "4lw.commands.whitelist": "srvr",
         }
 
+    @property
+    def quorum(self) -> list[KafkaNode]:
+        return [n for n in self.nodes if "controller" in n.roles]
+
     def properties(self, node: KafkaNode) -> dict[str, str]:
         if node.is_zookeeper:
             return self.zookeeper_properties(node)
@@ -289,7 +296,7 @@ class ApacheKafkaCluster:
                 "controller.listener.names": "CONTROLLER",
             }
             if self.dynamic_quorum:
-                props["controller.quorum.bootstrap.servers"] = f"{self.host}:{c_port}"
+                props["controller.quorum.bootstrap.servers"] = ",".join(f"{self.host}:{n.controller_port}" for n in self.quorum)
             else:
                 props["controller.quorum.voters"] = f"{self.controller.node_id}@{self.host}:{c_port}"
         props |= {
@@ -349,8 +356,16 @@ class ApacheKafkaCluster:
             if self.zookeeper or (node.log_dir / "meta.properties").exists():
                 continue  # on ZooKeeper a broker writes its meta.properties itself
             args = ["format", "-t", self.cluster_id, "-c", str(node.properties_path), "--ignore-formatted"]
-            if self.dynamic_quorum:  # the controller starts a dynamic quorum with itself as its only voter
-                args.append("--standalone" if "controller" in node.roles else "--no-initial-controllers")
+            if self.dynamic_quorum:
+                # One controller starts a dynamic quorum with itself as its only voter; several start
+                # one with all of them as voters, each named with its metadata log dir's ID.
+                if "controller" not in node.roles:
+                    args.append("--no-initial-controllers")
+                elif len(self.quorum) == 1:
+                    args.append("--standalone")
+                else:
+                    args += ["--initial-controllers", ",".join(f"{n.node_id}@{self.host}:{n.controller_port}:{self._directory_id(n)}"
+                                                              for n in self.quorum)]  # fmt: skip
             args += self.format_args
             cmd = java_command(STORAGE_TOOL, args, lib=self.lib, version=self.jar_version)
             procs.append((node, subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
@@ -359,6 +374,12 @@ class ApacheKafkaCluster:
             if proc.returncode != 0:
                 raise BrokerError(f"formatting node {node.node_id} failed ({proc.returncode}): {out.decode(errors='replace')[-2000:]}")
         self.format_s = time.monotonic() - t0
+
+    def _directory_id(self, node: KafkaNode) -> str:
+        """A Kafka Uuid (URL-safe base64, no padding) per controller, fixed for this cluster."""
+        if node.node_id not in self._directory_ids:
+            self._directory_ids[node.node_id] = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        return self._directory_ids[node.node_id]
 
     # --- life cycle ------------------------------------------------------------------------
 
@@ -536,6 +557,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="start a cluster and keep it up until Ctrl-C (the default)")
     run.add_argument("--brokers", type=int, default=1, help="1: one combined-mode node; N>1: a controller and N brokers")
+    run.add_argument("--ha", action="store_true",
+                     help="3 combined-mode nodes: 3 brokers and a quorum of 3 KRaft controllers, internal topics at "
+                          "replication factor 3 and min.insync.replicas 2 (any one node may die)")  # fmt: skip
     run.add_argument("--data-dir", help="where the nodes keep their storage (default: a new temporary directory)")
     run.add_argument("--heap", default=DEFAULT_HEAP, help=f"-Xmx of each node (default {DEFAULT_HEAP})")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a server property for every node")
@@ -569,8 +593,12 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="kip1279-kafka-")
     signals = StopSignals()
     try:
-        cluster = ApacheKafkaCluster(data_dir, brokers=args.brokers, heap=args.heap, overrides=overrides,
-                                     version=args.kafka_version)  # fmt: skip
+        if args.ha:
+            cluster = ApacheKafkaCluster(data_dir, brokers=3, combined=True, heap=args.heap, overrides=overrides,
+                                         version=args.kafka_version)  # fmt: skip
+        else:
+            cluster = ApacheKafkaCluster(data_dir, brokers=args.brokers, heap=args.heap, overrides=overrides,
+                                         version=args.kafka_version)  # fmt: skip
         cluster.start(args.ready_timeout)
     except (BrokerError, ValueError) as e:
         print(f"kip1279-kafka: {e}", file=sys.stderr)

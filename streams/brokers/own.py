@@ -30,12 +30,22 @@ FLAG_HELP = ("the broker of the coordinator's own topics: kafka (Apache Kafka, o
              "noida-db if Java or Kafka's jars are missing) or noida (noida-db)")  # fmt: skip
 
 
-def start_own_broker(kind: str | None, directory: Path) -> tuple[Any, str]:
+def start_own_broker(kind: str | None, directory: Path, brokers: int = 1) -> tuple[Any, str]:
     """Starts the broker (``kind`` None: the default) in ``directory``; returns it (``.bootstrap``,
-    ``.stop()``) and one line naming it."""
+    ``.stop()``) and one line naming it. ``brokers`` 3: Apache Kafka with three brokers (the HA
+    setup: Kafka's internal topics at RF 3, min.insync.replicas 2), which noida-db cannot be."""
     if kind not in (None, *CHOICES):
         raise ValueError(f"unknown broker {kind!r}; known: {', '.join(CHOICES)}")
     why_not = missing_reason() if kind != NOIDA else None
+    if brokers > 1:
+        if kind == NOIDA or why_not is not None:
+            raise BrokerError(f"{brokers} brokers need Apache Kafka" + (f": {why_not}" if why_not else ", not noida-db"))
+        from streams.brokers.apache_kafka import ApacheKafkaCluster
+
+        # Combined nodes: every one a broker and a KRaft voter, so any one of them may die.
+        cluster = ApacheKafkaCluster(directory, brokers=brokers, combined=True, overrides=OWN_KAFKA_OVERRIDES).start()
+        return cluster, (f"Apache Kafka {cluster.version} ({brokers} combined nodes: brokers and a KRaft quorum of "
+                         f"{brokers}) on {cluster.bootstrap}, ready in {cluster.startup_s:.1f}s")  # fmt: skip
     if kind == KAFKA and why_not is not None:
         raise BrokerError(f"--broker kafka: {why_not}")
     if kind == NOIDA or why_not is not None:

@@ -31,13 +31,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="migrate from a real noida-db broker (a second instance) to model cluster B instead: "
                         "mirror kafka-to-b, failover, clients moving to B; no failback (streams.demo.from_kafka)")
     p.add_argument("--broker", choices=CHOICES, help=FLAG_HELP)
+    p.add_argument("--ha", action="store_true",
+                   help="the HA setup: Apache Kafka with 3 brokers, the coordinator's topics at replication factor 3 "
+                        "and min.insync.replicas 2, 3 controllers and 2 workers per destination cluster")  # fmt: skip
     args = p.parse_args(argv)
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="kip1279-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     if args.from_kafka:
         demo: Demo = FromKafkaDemo(workdir, args.seed, audit=not args.no_audit, broker=args.broker)
     else:
-        demo = Demo(workdir, args.seed, audit=not args.no_audit, broker=args.broker)
+        demo = Demo(workdir, args.seed, audit=not args.no_audit, broker=args.broker, ha=args.ha)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     code = 1
     try:

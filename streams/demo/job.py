@@ -50,8 +50,11 @@ from streams.demo.harness import ADMIN, Clock, DemoError, GROUP, PY, Processes, 
 
 class Demo:
     def __init__(self, workdir: Path, seed: int, out: Any = sys.stdout, audit: bool = True,
-                 broker: str | None = None) -> None:  # fmt: skip
+                 broker: str | None = None, ha: bool = False) -> None:  # fmt: skip
         self.workdir, self.seed, self.out, self.audit_enabled = workdir, seed, out, audit
+        # The HA setup (issue #36): 3 Kafka brokers, the coordinator's topics at RF 3 and
+        # min.insync.replicas 2, 3 controllers and 2 workers per destination cluster.
+        self.ha = ha
         self.procs = Processes(workdir)
         self.broker_kind = broker  # None: Apache Kafka where it can run (``streams.brokers.own``)
         self.broker: Any = None
@@ -75,20 +78,34 @@ class Demo:
 
     def coordinator(self, cluster: str, model_port: int) -> None:
         common = ["--bootstrap-server", self.broker.bootstrap, "--cluster-name", cluster,  # type: ignore[union-attr]
-                  "--data-dir", str(self.workdir / f"data-{cluster}"), "--state-partitions", "8",
-                  "--model-port", str(model_port), "--loglevel", "warning"]  # fmt: skip
+                  "--state-partitions", "8", "--model-port", str(model_port), "--loglevel", "warning"]  # fmt: skip
+        if self.ha:
+            props = self.workdir / "ha.properties"
+            props.write_text("mirror.state.topic.replication.factor=3\nmirror.state.topic.min.insync.replicas=2\n")
+            common += ["--config", str(props)]
         metrics = [] if self.metrics is None else ["--metrics-listener", "127.0.0.1:0"]
-        proc, line = self.procs.spawn(f"controller-{cluster}", [PY, "-m", "streams.worker.main", "--controller", "--listener",
-                                                                "127.0.0.1:0", "--super-users", ADMIN, *common, *metrics],
-                                      ready="LISTENING")  # fmt: skip
-        self.endpoints[cluster] = line.split()[1]
-        if self.metrics is not None:  # printed right after LISTENING
-            self.metrics[prom.CONTROLLER_JOB].append(self.printed(f"controller-{cluster}", proc, "METRICS"))
+        n_controllers, n_workers = (3, 2) if self.ha else (1, 1)
+        endpoints = []
+        for i in range(1, n_controllers + 1):
+            name = f"controller-{cluster}" + (f"-{i}" if self.ha else "")
+            data = self.workdir / (f"data-{cluster}-c{i}" if self.ha else f"data-{cluster}")
+            proc, line = self.procs.spawn(name, [PY, "-m", "streams.worker.main", "--controller", "--listener", "127.0.0.1:0",
+                                                 "--super-users", ADMIN, "--data-dir", str(data), *common, *metrics],
+                                          ready="LISTENING")  # fmt: skip
+            endpoints.append(line.split()[1])
+            if self.metrics is not None:  # printed right after LISTENING
+                self.metrics[prom.CONTROLLER_JOB].append(self.printed(name, proc, "METRICS"))
+        self.endpoints[cluster] = ",".join(endpoints)
         audit = ["--audit-export-dir", str(self.workdir / "audit"), "--audit-export-interval-ms", "1000"]
-        worker, _ = self.procs.spawn(f"worker-{cluster}", [PY, "-m", "streams.worker.main", "--tick-interval", "0.2",
-                                                           *common, *(audit if self.audit_enabled else []), *metrics])  # fmt: skip
-        self.starting.append((f"worker-{cluster}", worker))
-        self.say(f"coordinator of cluster {cluster}: controller on {self.endpoints[cluster]}, worker started")
+        for i in range(1, n_workers + 1):
+            name = f"worker-{cluster}" + (f"-{i}" if self.ha else "")
+            data = self.workdir / (f"data-{cluster}-w{i}" if self.ha else f"data-{cluster}")
+            worker, _ = self.procs.spawn(name, [PY, "-m", "streams.worker.main", "--tick-interval", "0.2",
+                                                "--data-dir", str(data), *common, *(audit if self.audit_enabled else []),
+                                                *metrics])  # fmt: skip
+            self.starting.append((name, worker))
+        self.say(f"coordinator of cluster {cluster}: controller{'s' if self.ha else ''} on {self.endpoints[cluster]}, "
+                 f"{n_workers} worker{'s' if self.ha else ''} started")  # fmt: skip
 
     def printed(self, name: str, proc: Any, prefix: str) -> str:
         """The address a process prints after ``prefix`` (its next such line on stdout)."""
@@ -131,7 +148,7 @@ class Demo:
             time.sleep(0.5)
 
     def run(self) -> int:
-        self.broker, what = start_own_broker(self.broker_kind, self.workdir / "broker")
+        self.broker, what = start_own_broker(self.broker_kind, self.workdir / "broker", brokers=3 if self.ha else 1)
         self.say(f"{what} (the coordinators' own topics)")
         _, line = self.procs.spawn("model-server", [PY, "-m", "clustermodel.server", "--port", "0", "--cluster", "A",
                                                     "--cluster", "B", "--seed", str(self.seed)], ready="PORT")  # fmt: skip

@@ -85,6 +85,7 @@ class MetadataLogWriter:
         self.transactional_id = transactional_id or f"kip1279-controller-{topic}"
         self.client_id = client_id
         self.epoch = NO_EPOCH
+        self.start_end_offset = -1  # the log's end once this writer had fenced the older ones
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()  # one transaction at a time keeps the log's order = call order
 
@@ -100,7 +101,7 @@ class MetadataLogWriter:
         await producer.start()  # init_transactions: fences any older writer of this log
         self._producer = producer
         # The previous writer can no longer commit, so the log's tail is final: take the next epoch.
-        last = await last_epoch(self.bootstrap, self.topic)
+        last, self.start_end_offset = await _tail(self.bootstrap, self.topic)
         self.epoch = last + 1
 
     async def stop(self) -> None:
@@ -134,6 +135,11 @@ class MetadataLogWriter:
 
 async def last_epoch(bootstrap: str, topic: str) -> int:
     """The epoch header of the last committed record of the log, -1 if the log is empty."""
+    return (await _tail(bootstrap, topic))[0]
+
+
+async def _tail(bootstrap: str, topic: str) -> tuple[int, int]:
+    """The last committed record's epoch (-1: none) and the log's end (its last stable offset)."""
     reader = MetadataLogReader(bootstrap, topic, dlq=None)
     await reader.start()
     try:
@@ -141,9 +147,9 @@ async def last_epoch(bootstrap: str, topic: str) -> int:
         # Control markers take offsets too, so look back over a few of them.
         start = max(0, end - 64)
         epoch = NO_EPOCH
-        async for entry in reader.read(start, follow=False):
+        async for entry in reader.read(start, follow=False, until=end):
             epoch = max(epoch, entry.leader_epoch)
-        return epoch
+        return epoch, end
     finally:
         await reader.stop()
 
@@ -199,6 +205,12 @@ class MetadataLogReader:
         if self._consumer is None:
             raise MetadataLogError("the metadata log reader is not started")
         return int((await self._consumer.end_offsets([self.tp]))[self.tp])
+
+    async def position(self) -> int:
+        """The next offset this reader fetches (past any control markers it has read)."""
+        if self._consumer is None:
+            raise MetadataLogError("the metadata log reader is not started")
+        return int(await self._consumer.position(self.tp))
 
     async def lag(self) -> int:
         """Offsets up to the high-water mark not read yet (control markers included, which

@@ -337,7 +337,8 @@ async def _register_topics(controller: Any, port: int, stop: asyncio.Event, tick
     rounds: dict[str, tuple[str, float, float]] = {}  # mirror -> (source bootstrap, next describe at, period)
     while not stop.is_set():
         try:
-            mirrors = controller.image.mirrors.mirrors
+            # A standby registers nothing (the active controller does): as if there were no mirrors.
+            mirrors = controller.image.mirrors.mirrors if getattr(controller, "active", True) else {}
             for gone in rounds.keys() - mirrors.keys():
                 del rounds[gone]
                 controller.source_cluster_ids.pop(gone, None)

@@ -199,6 +199,7 @@ class _Controller:
     discover = controller_module.ClusterMirrorController.discover
     status = _NoStates()
     schemas = default_schemas()
+    active = True  # the active controller (a standby registers nothing)
 
     def __init__(self, mirror: str, configs: dict[str, str]) -> None:
         self.replayer = Replayer(schemas=default_schemas())
