@@ -125,25 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=20)
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-fencing-") as tmp:
-        work = Path(tmp)
-        if args.broker == "noida":
-            from streams.brokers.noida import LocalBroker
+        from streams.brokers.own import start_own_broker
 
-            broker = LocalBroker(work / "broker")
-            broker.start()
-            try:
-                out = asyncio.run(run(broker.bootstrap, args, work))
-            finally:
-                broker.stop()
-        else:
-            from streams.brokers.apache_kafka import ApacheKafkaCluster
-
-            cluster = ApacheKafkaCluster(work / "kafka")
-            cluster.start()
-            try:
-                out = asyncio.run(run(cluster.bootstrap, args, work))
-            finally:
-                cluster.stop()
+        broker, _ = start_own_broker(args.broker, Path(tmp) / "broker")
+        try:
+            out = asyncio.run(run(broker.bootstrap, args, Path(tmp)))
+        finally:
+            broker.stop()
     print(json.dumps(out))
     return 0
 

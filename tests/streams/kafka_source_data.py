@@ -73,20 +73,29 @@ async def load_source(bootstrap: str, scale: int = 1, replication: int = 1) -> A
                 await txn.commit_transaction()
     finally:
         await txn.stop()
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=GROUP, enable_auto_commit=False)
+    return await commit_and_leave_open(bootstrap, GROUP, GROUP_OFFSETS, OPEN_TXN,
+                                       [("txn", b"open-1", 1), ("plain", b"open-2", 2)])  # fmt: skip
+
+
+async def commit_and_leave_open(bootstrap: str, group: str, offsets: dict[tuple[str, int], int], open_txn: str,
+                                sends: list[tuple[str, bytes, int]]) -> AIOKafkaProducer:  # fmt: skip
+    """The source's committed group (``offsets``) and a transaction left open over ``sends``
+    (topic, value, partition); the open transaction's producer, for the caller to close."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
     await consumer.start()
     try:
-        consumer.assign([KafkaTP(t, p) for t, p in GROUP_OFFSETS])
-        await consumer.commit({KafkaTP(t, p): o for (t, p), o in GROUP_OFFSETS.items()})
+        consumer.assign([KafkaTP(t, p) for t, p in offsets])
+        await consumer.commit({KafkaTP(t, p): o for (t, p), o in offsets.items()})
     finally:
         await consumer.stop()
-    # Kafka aborts a transaction after its timeout (aiokafka's default: 60 s); a session-scoped source
-    # outlives that, so the open one asks for Kafka's longest (transaction.max.timeout.ms, 15 min).
-    left_open = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=OPEN_TXN, transaction_timeout_ms=900_000)
+    # Kafka aborts a transaction after its timeout (aiokafka's default: 60 s); a session- or
+    # module-scoped source outlives that, so the open one asks for Kafka's longest
+    # (transaction.max.timeout.ms, 15 min, in every version).
+    left_open = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=open_txn, transaction_timeout_ms=900_000)
     await left_open.start()
     await left_open.begin_transaction()
-    await left_open.send_and_wait("txn", b"open-1", partition=1)
-    await left_open.send_and_wait("plain", b"open-2", partition=2)
+    for topic, value, partition in sends:
+        await left_open.send_and_wait(topic, value, partition=partition)
     return left_open
 
 

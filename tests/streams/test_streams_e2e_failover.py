@@ -38,12 +38,7 @@ def test_failover_and_failback_through_cli_and_workers(broker: str, tmp_path: Pa
     try:
         code = demo.run()
     finally:
-        # The run is over (the Kafka run stopped its processes itself, before Spark): SIGKILL the
-        # workers rather than wait for their clean stops one after the other (3-4 s each).
-        for name, proc in demo.procs.procs:
-            if name.startswith("worker-") and proc.poll() is None:
-                proc.kill()
-        demo.close()
+        demo.close(kill_workers=True)  # the run is over (the Kafka run stopped its processes itself, before Spark)
     text = out.getvalue()
     assert code == 0, text
     assert "VERDICT: OK" in text

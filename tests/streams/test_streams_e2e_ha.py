@@ -143,10 +143,7 @@ def test_the_main_job_in_the_ha_setup_survives_a_kill_9_in_each_phase(tmp_path: 
         history_b = asyncio.run(read_history(demo.broker.bootstrap, "B.__mirror_state", 30))
         history_a = asyncio.run(read_history(demo.broker.bootstrap, "A.__mirror_state", 30))
     finally:
-        for name, proc in demo.procs.procs:
-            if name.startswith("worker-") and proc.poll() is None:
-                proc.kill()
-        demo.close()
+        demo.close(kill_workers=True)
     text = out.getvalue()
     assert not demo.errors, (demo.plan, demo.errors)
     assert code == 0, text

@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition as KafkaTP
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from kafka_fixtures import REQUIRE_ENV, kafka_required
-from kafka_source_data import consume, segment_batches
+from kafka_source_data import commit_and_leave_open, consume, segment_batches
 from worker_harness import Rig
 
 from coordinator.ports import Batch, ControlType, IsolationLevel, TopicPartition
@@ -124,20 +124,8 @@ async def load(bootstrap: str) -> AIOKafkaProducer:
         await keyed.send_and_wait("compacted", None, key=b"key-0")  # a tombstone
     finally:
         await keyed.stop()
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=GROUP, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        consumer.assign([KafkaTP(t, p) for t, p in GROUP_OFFSETS])
-        await consumer.commit({KafkaTP(t, p): o for (t, p), o in GROUP_OFFSETS.items()})
-    finally:
-        await consumer.stop()
-    # Left open for the whole module: Kafka's longest transaction timeout (15 min) in every version.
-    left_open = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=OPEN_TXN, transaction_timeout_ms=900_000)
-    await left_open.start()
-    await left_open.begin_transaction()
-    await left_open.send_and_wait("txn", b"open-1", partition=1)
-    await left_open.send_and_wait("codecs", b"open-2", partition=0)
-    return left_open
+    return await commit_and_leave_open(bootstrap, GROUP, GROUP_OFFSETS, OPEN_TXN,
+                                       [("txn", b"open-1", 1), ("codecs", b"open-2", 0)])  # fmt: skip
 
 
 async def _load_all(bootstraps: list[str]) -> list[Any]:
