@@ -34,6 +34,9 @@ class Worker:
     _process = CoordinatorWorker._process
     step_partition = CoordinatorWorker.step_partition
     _job_done = CoordinatorWorker._job_done
+    owner_fence = CoordinatorWorker.owner_fence  # no generation here (owner_epoch -1): unfenced
+    _claim_again_if_current = CoordinatorWorker._claim_again_if_current
+    owner_epoch = -1
 
     def __init__(self, owned: set[int], rounds_with_writes: int = 1) -> None:
         self.tick_topic_name = "ticks"
@@ -48,7 +51,8 @@ class Worker:
         self.config = SimpleNamespace(state_partitions=len(owned))
         self.max_rounds, self.step_timeout = 10, 5.0
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=4)
-        self.m = SimpleNamespace(busy=None, retired=False, copying=False, runner=SimpleNamespace(mirror_name="m"))
+        self.m = SimpleNamespace(busy=None, retired=False, copying=False, runner=SimpleNamespace(mirror_name="m"),
+                                 claim_refused=None)  # fmt: skip
         self.mirrors = {"m": self.m}
         self.image = SimpleNamespace(mirrors=SimpleNamespace(mirrors={"m": object()}, topics={}))
         self.event_desired: dict[Any, Any] = {}
