@@ -56,6 +56,6 @@ def run_batch(runs: dict[str, tuple[str, list[str], str | None]], timeout: float
         lines.append("\t".join(fields))
     done = subprocess.run(_command(), input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=timeout,
                           env=env)  # fmt: skip
-    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    results = [json.loads(line) for line in done.stdout.split("\n") if line.startswith("{")]
     assert [r["name"] for r in results] == list(runs), done.stderr[-3000:]
     return {r["name"]: ToolRun(r["code"], r["stdout"], r["stderr"]) for r in results}

@@ -234,6 +234,12 @@ class ApacheKafkaCluster:
     def bootstrap(self) -> str:
         return ",".join(f"{self.host}:{n.broker_port}" for n in self.brokers)
 
+    @property
+    def running_bootstrap(self) -> str:
+        """``bootstrap`` without the brokers stopped here. kafka-python's bootstrap picks an address at random
+        and, once it picks a dead one, waits out that one's backoff: with a node down it can time out."""
+        return ",".join(f"{self.host}:{n.broker_port}" for n in self.brokers if n.is_running()) or self.bootstrap
+
     def listener_bootstrap(self, name: str) -> str:
         """``bootstrap.servers`` of one of the ``extra_listeners``."""
         return ",".join(f"{self.host}:{n.extra_ports[name.upper()]}" for n in self.brokers)

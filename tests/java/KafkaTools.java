@@ -95,7 +95,8 @@ public class KafkaTools {
                 case '\n' -> b.append("\\n");
                 case '\r' -> b.append("\\r");
                 case '\t' -> b.append("\\t");
-                default -> { if (c < 0x20) b.append(String.format("\\u%04x", (int) c)); else b.append(c); }
+                // ASCII out: a raw U+0085 or U+2028 in a dumped record would split the line for Python's splitlines
+                default -> { if (c < 0x20 || c > 0x7e) b.append(String.format("\\u%04x", (int) c)); else b.append(c); }
             }
         }
         return b.append('"').toString();

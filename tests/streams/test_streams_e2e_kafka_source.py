@@ -247,13 +247,13 @@ def test_epoch_bump_and_unclean_election_on_kafka_converge_on_b(broker: LocalBro
 
     try:
         # epoch_bump before mirroring: leader 1 stops, 2 leads at a higher epoch; 1 comes back.
-        produce(kafka.bootstrap, name, [b"a0"])
+        produce(kafka.running_bootstrap, name, [b"a0"])
         first = _wait("broker 1 leading", lambda: (p := _source_partition(port, name)) and p.leader == 1 and p)
         tp = first.topic_partition
         kafka.stop_node(1)
         _wait("broker 2 leading", lambda: _source_partition(port, name).leader == 2)
         kafka.start_node(1, wait=False)
-        produce(kafka.bootstrap, name, [b"a1"])
+        produce(kafka.running_bootstrap, name, [b"a1"])
         rig.start(("B",))
         rig.ids, rig.tps = {name: tp.topic_id}, [tp]
         rig.spawn_worker("B")
@@ -273,12 +273,12 @@ def test_epoch_bump_and_unclean_election_on_kafka_converge_on_b(broker: LocalBro
         kafka.stop_node(2, kill=True)
         stopped.append(2)
         _wait("broker 1 leading alone", lambda: (p := _source_partition(port, name)).leader == 1 and p.isr == (1,))
-        produce(kafka.bootstrap, name, [b"a2", b"a3"])
+        produce(kafka.running_bootstrap, name, [b"a2", b"a3"])
         assert _source_partition(port, name).leader_epoch > e
         converged("epoch bumped while mirroring")
 
         # log_convergence_ule: 2 is now the stale follower; the leader takes one record alone.
-        produce(kafka.bootstrap, name, [b"lost"])
+        produce(kafka.running_bootstrap, name, [b"lost"])
         converged("the follower stale")
         assert [v for _, v in values(log_batches(b, tp))][-1] == b"lost"
         # The leader goes; the stale follower comes back and is elected uncleanly: "lost" is gone.
@@ -289,7 +289,7 @@ def test_epoch_bump_and_unclean_election_on_kafka_converge_on_b(broker: LocalBro
         _wait("broker 2 back", lambda: 2 in running_brokers(kafka), 60)
         elect_unclean(kafka, name)
         _wait("the stale follower leading", lambda: (p := _source_partition(port, name)) and p.leader == 2)
-        produce(kafka.bootstrap, name, [b"c0", b"c1"])
+        produce(kafka.running_bootstrap, name, [b"c0", b"c1"])
         converged("after the UNCLEAN election")
         # Broker 2 went stale before a2: a2, a3 and "lost" (acknowledged by the ISR {1}) are gone.
         assert [v for _, v in values(log_batches(b, tp))] == [b"a0", b"a1", b"c0", b"c1"]

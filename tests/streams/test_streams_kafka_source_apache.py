@@ -187,14 +187,14 @@ def test_leader_epochs_advanced_by_a_broker_restart(source: tuple[ApacheKafkaClu
     kafka, port = source
     name = f"epochs-{uuid.uuid4().hex[:6]}"
     new_topic(kafka, name, [1, 2, 3], {})
-    produce(kafka.bootstrap, name, [f"a{i}".encode() for i in range(5)])
+    produce(kafka.running_bootstrap, name, [f"a{i}".encode() for i in range(5)])
     first = _wait("the topic", lambda: _partition(port, name))
     tp, e0 = first.topic_partition, first.leader_epoch
     # The leader restarts: leadership moves (controlled shutdown), the leader epoch goes up.
     kafka.stop_node(first.leader)
     try:
         moved = _wait("a new leader", lambda: (p := _partition(port, name)).leader != first.leader and p.leader >= 0 and p)
-        produce(kafka.bootstrap, name, [f"b{i}".encode() for i in range(3)])
+        produce(kafka.running_bootstrap, name, [f"b{i}".encode() for i in range(3)])
     finally:
         kafka.start_node(first.leader)
     e1 = moved.leader_epoch
@@ -222,13 +222,13 @@ def test_unclean_leader_election_loses_acknowledged_records(source: tuple[Apache
     kafka, port = source
     name = f"ule-{uuid.uuid4().hex[:6]}"
     new_topic(kafka, name, [1, 2], {"min.insync.replicas": "1"})
-    produce(kafka.bootstrap, name, [f"a{i}".encode() for i in range(3)])
+    produce(kafka.running_bootstrap, name, [f"a{i}".encode() for i in range(3)])
     tp = _wait("the topic", lambda: _partition(port, name)).topic_partition
     leader = _wait("broker 1 leading", lambda: (p := _partition(port, name)).leader == 1 and p)
     try:
         kafka.stop_node(2)
         _wait("the ISR shrunk to the leader", lambda: _partition(port, name).isr == (1,))
-        produce(kafka.bootstrap, name, [f"b{i}".encode() for i in range(3)])
+        produce(kafka.running_bootstrap, name, [f"b{i}".encode() for i in range(3)])
         e_b = port.latest_epoch(tp)
         lost = _fetch_all(port, tp, 6, IsolationLevel.READ_UNCOMMITTED)
         kafka.stop_node(1, kill=True)
@@ -242,7 +242,7 @@ def test_unclean_leader_election_loses_acknowledged_records(source: tuple[Apache
         kafka.wait_ready()
     assert after.leader_epoch > e_b >= leader.leader_epoch
     assert port.list_offsets(tp).hw == 3  # b0..b2 were acknowledged (acks=all, ISR {1}) and are lost
-    produce(kafka.bootstrap, name, [f"c{i}".encode() for i in range(2)])
+    produce(kafka.running_bootstrap, name, [f"c{i}".encode() for i in range(2)])
     assert port.latest_epoch(tp) == after.leader_epoch
     # A fetcher holding b0..b2 (epoch e_b; a KRaft ISR shrink does not bump the epoch, so a and b
     # share it): on the new leader e_b ends at 3, not 6: truncate to 3, then fetch c0, c1.
