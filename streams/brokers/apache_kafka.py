@@ -18,15 +18,10 @@ static quorum (``controller.quorum.voters``: no ``--standalone`` in StorageTool)
 
 from __future__ import annotations
 
-import argparse
 import base64
 import os
 import signal
-import socket
-import struct
 import subprocess
-import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -37,27 +32,22 @@ from types import TracebackType
 from streams.brokers.noida import (
     LOOPBACK,
     BrokerError,
-    StopSignals,
     _die_with_parent,
-    _recv_exactly,
     free_port,
     probe,
     require_loopback,
     stop_process,
 )
+from streams.brokers.kafka_probes import metadata_broker_ids, zookeeper_serving
 from streams.brokers.kafka_jars import (
     DEFAULT_HEAP,
-    KafkaUnavailable,
     java_command,
-    kafka_lib,
     kafka_version,
-    missing_reason,
     version_key,
 )
 
 STOP_GRACE_S = 15.0  # a broker's controlled shutdown takes a few seconds
 DEFAULT_READY_TIMEOUT_S = 120.0
-METADATA_KEY = 3
 BROKER_MAIN = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
 ZOOKEEPER_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
@@ -511,119 +501,3 @@ def start_clusters(clusters: Sequence[ApacheKafkaCluster], timeout: float = DEFA
     for i in failures:
         clusters[i].stop()
     return failures
-
-
-def _metadata_request(correlation_id: int) -> bytes:
-    """Metadata v1 (request header v1) with an empty topic list: brokers and controller only."""
-    client = b"kip1279-probe"
-    body = struct.pack(">hhih", METADATA_KEY, 1, correlation_id, len(client)) + client + struct.pack(">i", 0)
-    return struct.pack(">i", len(body)) + body
-
-
-def metadata_broker_ids(host: str, port: int, timeout: float = 1.0) -> set[int]:
-    """The broker ids a Metadata v1 response lists (empty when the broker does not answer yet)."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            sock.settimeout(timeout)
-            sock.sendall(_metadata_request(0x4B1279))
-            (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
-            body = _recv_exactly(sock, size)
-    except (OSError, struct.error):
-        return set()
-    cid, n = struct.unpack_from(">ii", body, 0)
-    if cid != 0x4B1279:
-        return set()
-    pos, ids = 8, set()
-    for _ in range(n):
-        (node_id, hlen) = struct.unpack_from(">ih", body, pos)
-        pos += 6 + hlen + 4  # host, port
-        (rlen,) = struct.unpack_from(">h", body, pos)
-        pos += 2 + max(rlen, 0)
-        ids.add(node_id)
-    return ids
-
-
-def zookeeper_serving(host: str, port: int, timeout: float = 1.0) -> bool:
-    """ZooKeeper's ``srvr`` four-letter word answers (it does once the server serves clients)."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            sock.settimeout(timeout)
-            sock.sendall(b"srvr")
-            return sock.recv(64).startswith(b"Zookeeper version")
-    except OSError:
-        return False
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``kip1279-kafka``: run Apache Kafka on loopback in the foreground, or one of its tools."""
-    parser = argparse.ArgumentParser(
-        prog="kip1279-kafka",
-        description="Apache Kafka (KRaft) on 127.0.0.1, from the jars bin/setup fetched into tools/kafka/lib/.",
-    )
-    sub = parser.add_subparsers(dest="command")
-    run = sub.add_parser("run", help="start a cluster and keep it up until Ctrl-C (the default)")
-    run.add_argument("--brokers", type=int, default=1, help="1: one combined-mode node; N>1: a controller and N brokers")
-    run.add_argument("--ha", action="store_true",
-                     help="3 combined-mode nodes: 3 brokers and a quorum of 3 KRaft controllers, internal topics at "
-                          "replication factor 3 and min.insync.replicas 2 (any one node may die)")  # fmt: skip
-    run.add_argument("--data-dir", help="where the nodes keep their storage (default: a new temporary directory)")
-    run.add_argument("--heap", default=DEFAULT_HEAP, help=f"-Xmx of each node (default {DEFAULT_HEAP})")
-    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a server property for every node")
-    run.add_argument("--ready-timeout", type=float, default=DEFAULT_READY_TIMEOUT_S)
-    run.add_argument("--kafka-version", metavar="V", help="one of the source matrix's versions "
-                     "(tools/kafka/versions/V, fetched by bin/setup) instead of the pinned one")  # fmt: skip
-    tool = sub.add_parser("tool", help="run a Kafka tool class on the classpath, e.g. org.apache.kafka.tools.DumpLogSegments --files F")
-    tool.add_argument("main_class")
-    tool.add_argument("args", nargs=argparse.REMAINDER)
-    sub.add_parser("check", help="say whether Java and the Kafka jars are there; exit 1 if not")
-    args = parser.parse_args(argv)
-    if args.command == "check":
-        reason = missing_reason()
-        print(reason or f"Apache Kafka {kafka_version()} is ready in {kafka_lib()}")
-        return 1 if reason else 0
-    if args.command == "tool":
-        try:
-            cmd = java_command(args.main_class, args.args)
-        except KafkaUnavailable as e:
-            print(f"kip1279-kafka: {e}", file=sys.stderr)
-            return 1
-        return subprocess.call(cmd)
-    if args.command is None:
-        args = parser.parse_args(["run", *(argv or sys.argv[1:])])
-    overrides = {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            parser.error(f"--set wants KEY=VALUE, not {item!r}")
-        overrides[key] = value
-    data_dir = args.data_dir or tempfile.mkdtemp(prefix="kip1279-kafka-")
-    signals = StopSignals()
-    try:
-        if args.ha:
-            cluster = ApacheKafkaCluster(data_dir, brokers=3, combined=True, heap=args.heap, overrides=overrides,
-                                         version=args.kafka_version)  # fmt: skip
-        else:
-            cluster = ApacheKafkaCluster(data_dir, brokers=args.brokers, heap=args.heap, overrides=overrides,
-                                         version=args.kafka_version)  # fmt: skip
-        cluster.start(args.ready_timeout)
-    except (BrokerError, ValueError) as e:
-        print(f"kip1279-kafka: {e}", file=sys.stderr)
-        return 1
-    print(cluster.bootstrap, flush=True)
-    print(
-        f"Apache Kafka {cluster.version}, cluster id {cluster.cluster_id}, data dir {data_dir}; "
-        f"formatted in {cluster.format_s:.1f}s, ready in {cluster.startup_s:.1f}s; Ctrl-C stops it",
-        file=sys.stderr, flush=True,
-    )  # fmt: skip
-    try:
-        signals.wait(lambda: all(n.is_running() for n in cluster.nodes))
-    finally:
-        cluster.stop()
-    if not signals.stopping:
-        print("kip1279-kafka: a node exited on its own", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -26,7 +26,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from kafka.record.memory_records import MemoryRecords
 
 from coordinator.ports import Batch, ControlType
-from streams.brokers.apache_kafka import ApacheKafkaCluster, metadata_broker_ids
+from streams.brokers.apache_kafka import ApacheKafkaCluster
+from streams.brokers.kafka_probes import metadata_broker_ids
 from streams.brokers.kafka_jars import java_command
 
 TOPICS = {"plain": 3, "idem": 2, "txn": 2}

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from kafka_fixtures import REQUIRE_ENV, require_apache_kafka
 
-from streams.brokers.apache_kafka import ApacheKafkaCluster, metadata_broker_ids
+from streams.brokers.apache_kafka import ApacheKafkaCluster
+from streams.brokers.kafka_probes import metadata_broker_ids
 from streams.brokers.kafka_jars import kafka_version, missing_reason
 from streams.brokers.noida import BrokerError, probe
 
