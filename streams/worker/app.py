@@ -56,25 +56,15 @@ from typing import Any
 from coordinator.changes import local_changes
 from coordinator.fencing import OwnerFence
 from coordinator.image import EMPTY_IMAGE, MetadataImage, TopicCut
-from coordinator.partition_state import (
-    MirrorPartitionKey,
-)
+from coordinator.partition_state import MirrorPartitionKey
 from coordinator.states import DesiredState
 from coordinator.workflows.config import MirrorConfig, is_connection_config
 from records.framing import MetadataRecordSerde
-from streams.config import (
-    WorkerConfig,
-    ensure_topics,
-)
+from streams.config import WorkerConfig, ensure_topics
 from streams.runner.runner import MirrorRunner
 from streams.state.metadata_log import MetadataLogLoader
 from streams.state.desired_state import EPOCH_HEADER, OFFSET_HEADER, decode_desired_state
-from streams.state.mirror_state import (
-    default_codec,
-    make_app,
-    make_desired_state_topic,
-    make_mirror_state_table,
-)
+from streams.state.mirror_state import default_codec, make_app, make_desired_state_topic, make_mirror_state_table
 from streams.runner.syncer import MirrorStats
 from streams.worker.exits import WorkerExit
 from streams.worker.follower import WorkerMetadataFollower
@@ -85,8 +75,8 @@ from streams.worker.table import OtherWorkersStates, WorkerTable
 from streams.worker.ports import PortFactory, model_server_ports
 from streams.worker.state_store import WorkerStateStore
 from streams.worker.copier import CopyPath
-from streams.worker.membership import in_generation
-from streams.worker.mirror_jobs import MirrorJob, ask_for_the_view, cyclic_gc_paused, full_jitter, reclaim, run_job, waits_on_others
+from streams.worker.mirror_jobs import MirrorJob, ask_for_the_view, cyclic_gc_paused, full_jitter, run_job, waits_on_others
+from streams.worker.ownership import WorkerOwnership
 from streams.worker.profiling import profiled_job
 from streams.worker.table import tick_topic_name, worker_topic_specs
 from streams.worker.steps import StepTasks, step_rounds
@@ -174,7 +164,7 @@ class CoordinatorWorker:
                                                 self.desired_for)  # fmt: skip
         self.table_partitions = WorkerTable(config, self.table, self.store, lambda: self.image,
                                             lambda seconds: self.on_changelog_write(seconds))  # fmt: skip
-        self.owner_epoch = -1  # the group generation the table partitions' view was loaded in (``owner_fence``)
+        self.ownership = WorkerOwnership(self)
         self._last_step: dict[int, float] = {}
         self._last_step_ms: dict[int, int] = {}  # clock_ms at the start of each partition's last step
         self._serde = MetadataRecordSerde(default_codec().schemas)
@@ -211,27 +201,14 @@ class CoordinatorWorker:
     # ------------------------------------------------------------------------ membership
 
     def group_consumer(self) -> Any:
-        """The worker's aiokafka consumer (None until Faust's consumer thread has made it)."""
-        return getattr(getattr(self.app.consumer, "_thread", None), "_consumer", None)
-
-    def group_generation(self) -> int:
-        """The group generation the worker's consumer is in now (-1: in none, e.g. fenced out)."""
-        coordinator = getattr(self.group_consumer(), "_coordinator", None)
-        return getattr(coordinator, "generation", -1) if coordinator is not None else -1
+        return self.ownership.group_consumer()
 
     def owner_fence(self) -> OwnerFence | None:
-        """The token of this worker's writes to the clusters (``coordinator.fencing``): its group
-        and the generation its view of the table partitions was loaded in. None before any."""
-        epoch = self.owner_epoch
-        return OwnerFence(self.config.faust_app_id, epoch) if epoch >= 0 else None
+        """The token of this worker's writes to the clusters (``streams.worker.ownership``)."""
+        return self.ownership.fence()
 
     def still_owner(self, fence: OwnerFence, partition: int | None) -> bool:
-        """Checked before every wave of a job's commands: the worker is still in the generation
-        its view was loaded in (a worker that woke from a pause finds it reset), and still owns
-        the job's table partition."""
-        if self.group_generation() != fence.epoch:
-            return False
-        return partition is None or partition in self.store.owned
+        return self.ownership.still_owner(fence, partition)
 
     async def _before_shutdown(self, sender: Any = None, **_: Any) -> None:
         # The consumer is still in the group here; it closes without leaving (static member).
@@ -396,18 +373,7 @@ class CoordinatorWorker:
             self.steps.request(p)  # table partitions step side by side (``streams.worker.steps``)
 
     async def _sync_ownership(self) -> None:
-        # The group generation: table partitions held at a new one are fenced and read again
-        # (``WorkerTable.sync_ownership``); the jobs then carry it as their owner epoch.
-        generation = self.group_generation()
-        released, loaded = await self.table_partitions.sync_ownership(self.owned_partitions(),
-                                                                      generation if generation >= 0 else None)  # fmt: skip
-        if generation >= 0 and generation != self.owner_epoch and not getattr(self.app, "rebalancing", False):
-            self.owner_epoch = generation  # the view is this generation's from now on: jobs carry it
-        for keys, follow in ((released, "release"), (loaded, "adopt")):
-            for key in keys:
-                m = self.mirrors.get(key.mirror_name)
-                if m is not None:
-                    getattr(m.runner, follow)(key)
+        await self.ownership.sync(self.owned_partitions(), bool(getattr(self.app, "rebalancing", False)))
 
     async def _mirror(self, name: str) -> MirrorJob | None:
         async with self._mirror_lock:
@@ -485,29 +451,7 @@ class CoordinatorWorker:
         ask_for_the_view(self, partition)
 
     async def _claim_again_if_current(self) -> None:
-        """A mirror whose claim was refused at a newer epoch than ours: a stale worker (it changes
-        nothing), or the workers' group started its generations again. Only a worker the group
-        coordinator holds in its generation claims again (``coordinator.fencing``)."""
-        refused = [(m, m.claim_refused) for m in self.mirrors.values() if m.claim_refused is not None]
-        fence = self.owner_fence()
-        if not refused or fence is None:
-            return
-        for m, _ in refused:
-            m.claim_refused = None
-        if any(e.request_epoch != fence.epoch or e.owner_epoch <= fence.epoch for _, e in refused):
-            return  # refused for an older view: the next job claims with the current one
-        consumer = self.group_consumer()
-        member = getattr(getattr(consumer, "_coordinator", None), "member_id", "")
-        c = self.config
-        if not member or not await in_generation(c.bootstrap_servers, c.faust_app_id, fence.epoch, member,
-                                                 f"{c.client_id}-fence-check"):  # fmt: skip
-            return
-        loop = asyncio.get_running_loop()
-        for m, e in refused:
-            try:
-                await loop.run_in_executor(self.pool, reclaim, m, fence, e.owner_epoch)
-            except Exception as err:  # noqa: BLE001 - the next job's claim asks again
-                log.warning("mirror %s: claiming owner epoch %d again failed: %s", m.runner.mirror_name, fence.epoch, err)
+        await self.ownership.claim_again_if_current(list(self.mirrors.values()), self.pool)
 
     async def _read_other_workers_states(self) -> None:
         """While other workers own some table partitions and the topic level of a stopping topic

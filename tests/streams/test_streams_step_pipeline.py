@@ -34,9 +34,12 @@ class Worker:
     _process = CoordinatorWorker._process
     step_partition = CoordinatorWorker.step_partition
     _job_done = CoordinatorWorker._job_done
-    owner_fence = CoordinatorWorker.owner_fence  # no generation here (owner_epoch -1): unfenced
-    _claim_again_if_current = CoordinatorWorker._claim_again_if_current
-    owner_epoch = -1
+
+    def owner_fence(self) -> None:
+        return None  # no generation here: unfenced
+
+    async def _claim_again_if_current(self) -> None:
+        pass
 
     def __init__(self, owned: set[int], rounds_with_writes: int = 1) -> None:
         self.tick_topic_name = "ticks"
