@@ -23,9 +23,9 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition as KafkaTP
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from kafka.record.memory_records import MemoryRecords
+from aiokafka.record.memory_records import MemoryRecords
 
-from coordinator.ports import Batch, ControlType
+from coordinator.ports import Batch, ControlType, IsolationLevel, TopicPartition
 from streams.brokers.apache_kafka import ApacheKafkaCluster
 from streams.brokers.kafka_probes import metadata_broker_ids
 from streams.brokers.kafka_jars import java_command
@@ -146,7 +146,7 @@ def _read_log(path: Path) -> dict[tuple[str, int], list[tuple[int, bytes]]]:
 
 
 def values(batches: Iterable[Batch], aborted: Iterable[Any] = (), committed_only: bool = False) -> list[tuple[int, bytes | None]]:
-    """(offset, value) of the data records, decoded by kafka-python; ``committed_only`` drops
+    """(offset, value) of the data records, decoded by aiokafka's record reader (every codec); ``committed_only`` drops
     aborted transactions as a read_committed consumer does (aborted list plus ABORT markers)."""
     starts = sorted(aborted, key=lambda a: a.first_offset)
     aborting: set[int] = set()
@@ -160,11 +160,34 @@ def values(batches: Iterable[Batch], aborted: Iterable[Any] = (), committed_only
             continue
         if committed_only and b.is_transactional and b.producer_id in aborting:
             continue
-        records = MemoryRecords(b.payload)
-        batch = records.next_batch()
-        out += [(r.offset, r.value) for r in batch]
+        out += [(r.offset, r.value) for r in MemoryRecords(b.payload).next_batch()]
     return out
 
+
+def read_committed(client: Any, tp: TopicPartition, lso: int) -> list[tuple[int, bytes | None]]:
+    """What a read_committed Fetch from ``client`` (a model cluster) serves below ``lso``."""
+    out, offset = [], 0
+    while offset < lso:
+        r = client.fetch(tp, offset, 1 << 20, IsolationLevel.READ_COMMITTED)
+        if not r.batches:
+            break
+        out += values(r.batches, r.aborted_transactions, committed_only=True)
+        offset = r.batches[-1].next_offset
+    return out
+
+
+
+def assert_offsets_and_reads_alike(b: Any, tps: list[TopicPartition], src: dict[Any, Any], names: dict[Any, Any],
+                                   bootstrap: str, loop: asyncio.AbstractEventLoop) -> None:  # fmt: skip
+    """B's log start, HW and LSO are the source's; the source's open transaction is open on B too; a
+    read_committed Fetch on B serves what a real consumer reads on the source."""
+    for tp in tps:
+        ob = b.list_offsets(tp)
+        assert (ob.log_start, ob.hw, ob.lso) == (src[tp].log_start, src[tp].hw, src[tp].lso), names[tp]
+    assert any(src[tp].lso < src[tp].hw for tp in tps)
+    for tp in tps:
+        expected = loop.run_until_complete(consume(bootstrap, *names[tp], "read_committed", src[tp].lso))
+        assert read_committed(b, tp, src[tp].lso) == expected, names[tp]
 
 async def consume(bootstrap: str, topic: str, partition: int, isolation: str, end: int) -> list[tuple[int, bytes | None]]:
     """What a real aiokafka consumer reads from a partition, up to ``end``."""

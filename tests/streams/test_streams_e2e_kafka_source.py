@@ -39,12 +39,12 @@ from typing import Any
 import pytest
 from kafka_fixtures import require_apache_kafka
 from kafka_source_data import (
+    assert_offsets_and_reads_alike,
     CONFIGS,
     GROUP,
     GROUP_OFFSETS,
     TOPICS,
     broker_log,
-    consume,
     elect_unclean,
     load_source,
     new_topic,
@@ -55,7 +55,7 @@ from kafka_source_data import (
 )
 from worker_harness import Rig
 
-from coordinator.ports import IsolationLevel, TopicPartition
+from coordinator.ports import IsolationLevel
 from coordinator.states import MirrorState
 from streams.brokers.noida import LocalBroker
 from streams.demo.harness import log_batches
@@ -101,17 +101,6 @@ def mirror_source(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Mi
             loop.run_until_complete(open_txn.stop())
         loop.close()
         source.stop()
-
-
-def _read_committed(client: object, tp: TopicPartition, lso: int) -> list[tuple[int, bytes | None]]:
-    out, offset = [], 0
-    while offset < lso:
-        r = client.fetch(tp, offset, 1 << 20, IsolationLevel.READ_COMMITTED)  # type: ignore[attr-defined]
-        if not r.batches:
-            break
-        out += values(r.batches, r.aborted_transactions, committed_only=True)
-        offset = r.batches[-1].next_offset
-    return out
 
 
 @pytest.mark.slow
@@ -164,12 +153,7 @@ def test_mirror_from_a_real_broker_byte_for_byte_then_failover(broker: LocalBrok
                      x.is_transactional, x.control_type) for x in on_b] == [
                 (x.last_offset, x.leader_epoch, x.producer_id, x.producer_epoch, x.base_sequence,
                  x.is_transactional, x.control_type) for x in fetched[tp]], names[tp]  # fmt: skip
-            ob = b.list_offsets(tp)
-            assert (ob.log_start, ob.hw, ob.lso) == (src[tp].log_start, src[tp].hw, src[tp].lso), names[tp]
-        assert any(src[tp].lso < src[tp].hw for tp in rig.tps)  # the open transaction is on B too
-        for tp in rig.tps:
-            expected = loop.run_until_complete(consume(source.bootstrap, *names[tp], "read_committed", src[tp].lso))
-            assert _read_committed(b, tp, src[tp].lso) == expected, names[tp]
+        assert_offsets_and_reads_alike(b, rig.tps, src, names, source.bootstrap, loop)
 
         # Syncs: the source group's committed offsets, the topics' explicit configs.
         want = {(rig.ids[t], p): o for (t, p), o in GROUP_OFFSETS.items()}
