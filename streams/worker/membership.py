@@ -93,6 +93,9 @@ async def leave_group(bootstrap: str, group: str, member: str, client_id: str, t
         await client.close()
 
 
+_unconfirmed: set[tuple[str, int]] = set()
+
+
 async def in_generation(bootstrap: str, group: str, generation: int, member: str, client_id: str,
                         timeout: float = 5.0) -> bool:  # fmt: skip
     """Whether the group coordinator holds ``member`` in ``generation`` now: a Heartbeat of our own,
@@ -100,17 +103,20 @@ async def in_generation(bootstrap: str, group: str, generation: int, member: str
     this before it claims its epoch again (``coordinator.fencing``): a paused worker is not in
     the current generation, so it never passes."""
     from aiokafka.client import AIOKafkaClient, CoordinationType
-    from aiokafka.protocol.group import HeartbeatRequest_v1
+    from aiokafka.protocol.group import HeartbeatRequest
 
     client = AIOKafkaClient(bootstrap_servers=bootstrap, client_id=client_id, request_timeout_ms=int(timeout * 1000))
     try:
         async with asyncio.timeout(timeout):
             await client.bootstrap()
             node = await client.coordinator_lookup(CoordinationType.GROUP, group)
-            response = await client.send(node, HeartbeatRequest_v1(group, generation, member))
+            response = await client.send(node, HeartbeatRequest(group, generation, member))
         return int(response.error_code) == 0
     except Exception as e:  # noqa: BLE001 - unknown: not confirmed
-        log.warning("asking group %s whether generation %d is current failed: %s", group, generation, e)
+        # Asked again at the next refused claim: said once per generation.
+        level = logging.DEBUG if (group, generation) in _unconfirmed else logging.WARNING
+        _unconfirmed.add((group, generation))
+        log.log(level, "asking group %s whether generation %d is current failed: %r", group, generation, e)
         return False
     finally:
         await client.close()

@@ -21,7 +21,7 @@ from worker_harness import group_members
 from streams.worker.app import CoordinatorWorker
 from streams.brokers.noida import LocalBroker
 from streams.config import ConfigError, WorkerConfig, ensure_topics
-from streams.worker.membership import IDENTITY_FILE, coordination_failure, instance_id, leave_group, member_id
+from streams.worker.membership import IDENTITY_FILE, coordination_failure, in_generation, instance_id, leave_group, member_id
 from streams.worker.exits import EXIT_GROUP_LOST
 
 UNKNOWN_MEMBER_ID = 25
@@ -169,3 +169,28 @@ def test_a_restarted_static_member_replaces_the_killed_one_and_leaves_cleanly(br
     assert after_join == [live] and live != dead and took < 10
     assert after_close == [live]  # aiokafka does not leave for a static member
     assert (left, again, after_leave) == (0, UNKNOWN_MEMBER_ID, [])
+
+
+@pytest.mark.parametrize("kafka_broker", ["noida-db", "apache-kafka"], indirect=True)
+def test_in_generation_confirms_only_the_current_generation_of_a_live_member(kafka_broker: Any) -> None:
+    """The check a worker refused as a stale owner makes before it claims its epoch again
+    (``streams.worker.ownership``): a Heartbeat of its own, with the member and generation its consumer
+    holds, answered with no error; an older generation or another member is not confirmed."""
+    bootstrap = kafka_broker.bootstrap
+    tag = uuid.uuid4().hex[:6]
+    topic, group = f"m{tag}", f"g{tag}"
+    asyncio.run(ensure_topics(bootstrap, [NewTopic(topic, 2, 1)]))
+
+    async def scenario() -> tuple[bool, ...]:
+        consumer = await _joined(bootstrap, topic, group, "w-1")
+        try:
+            coordinator = consumer._coordinator
+            generation, member = coordinator.generation, coordinator.member_id
+            return (await in_generation(bootstrap, group, generation, member, "test-fence-check"),
+                    await in_generation(bootstrap, group, generation - 1, member, "test-fence-check"),
+                    await in_generation(bootstrap, group, generation, "someone-else", "test-fence-check"),
+                    generation >= 1)  # fmt: skip
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(scenario()) == (True, False, False, True)
