@@ -25,7 +25,7 @@ from streams.admin import cli
 from streams.admin.client import AdminError, ClusterMirrorAdmin
 from streams.admin.controller import ClusterMirrorController
 from streams.config import WorkerConfig, ensure_topics, metadata_topic_spec
-from streams.state import mirror_state as mss
+from streams.state import mirror_state_codec as mss
 from streams.state.metadata_log import MetadataLogReader, MetadataLogWriter
 
 pytestmark = pytest.mark.brokers("noida-db", "apache-kafka")
@@ -139,7 +139,7 @@ async def test_a_fenced_controller_steps_down_answers_not_controller_and_keeps_s
     assert [c.controller_id for c in pair if c.active] == ["c1"]
     # A controller that takes over from a live one (forced here) makes the other step down when
     # it reads the new term, with no write needed.
-    await second._take_over()
+    await second.control.take_over()
     deadline = time.monotonic() + 5
     while first.active:
         assert time.monotonic() < deadline, "c1 did not step down"
@@ -156,8 +156,8 @@ async def test_a_standby_takes_over_a_silent_active_within_its_session_timeout(
         pair: tuple[ClusterMirrorController, ...], worker_config: WorkerConfig) -> None:  # fmt: skip
     first, second = pair
     # The active one goes silent, as a SIGKILLed one: no heartbeat, no answer.
-    assert first._election is not None and first._server is not None
-    first._election.cancel()
+    assert first.control._election is not None and first._server is not None
+    first.control._election.cancel()
     first._server.close()
     silent_at = time.monotonic()
     session = worker_config.controller_session_timeout_ms / 1000
@@ -313,7 +313,7 @@ async def test_a_read_committed_fetch_past_an_aborted_transaction_returns_that_p
 
 def test_a_mass_stops_kept_answer_stays_under_a_records_size_with_its_refused_topics(tmp_path: Path) -> None:
     from streams.admin.client import RequestHeader
-    from streams.admin.controller import MAX_KEPT_RESPONSE_BYTES
+    from streams.admin.control_plane import MAX_KEPT_RESPONSE_BYTES
 
     c = ClusterMirrorController(WorkerConfig(data_dir=str(tmp_path), controller_listener="127.0.0.1:0"))
     result = S.nested("StopMirrorTopicsResponse", "TopicResult")
@@ -321,10 +321,10 @@ def test_a_mass_stops_kept_answer_stays_under_a_records_size_with_its_refused_to
               for i in range(20_000)]  # fmt: skip
     response = S.struct("StopMirrorTopicsResponse")(throttle_time_ms=0, error_code=0, error_message=None, topics=topics)
     assert len(S.encode(response, 0)) > MAX_KEPT_RESPONSE_BYTES
-    record = c._request_record(uuid.uuid4(), RequestHeader(96, 0, 1, "t", None), response)
+    record = c.control.request_record(uuid.uuid4(), RequestHeader(96, 0, 1, "t", None), response)
     assert len(record.message.response) < MAX_KEPT_RESPONSE_BYTES  # type: ignore[attr-defined]
     kept = S.decode("StopMirrorTopicsResponse", record.message.response, 0)  # type: ignore[attr-defined]
     assert [t.name for t in kept.topics] == [t.name for t in topics if t.error_code]
     small = response.__class__(throttle_time_ms=0, error_code=0, error_message=None, topics=tuple(topics[:10]))
-    assert S.decode("StopMirrorTopicsResponse", c._request_record(uuid.uuid4(), RequestHeader(96, 0, 1, "t", None), small)
+    assert S.decode("StopMirrorTopicsResponse", c.control.request_record(uuid.uuid4(), RequestHeader(96, 0, 1, "t", None), small)
                     .message.response, 0) == small  # type: ignore[attr-defined]  # fmt: skip
