@@ -272,9 +272,6 @@ def die_inside_a_transaction(cfg: WorkerConfig) -> None:
         child.wait(10)
 
 
-# Apache Kafka only: noida-db hides the new writer's records from a follower that fetches past the
-# aborted transaction (the test below), so the restarted controller's first append never shows.
-@pytest.mark.brokers("apache-kafka")
 async def test_a_controller_restarted_over_a_dead_writers_open_transaction_serves_at_once(
         worker_config: WorkerConfig, tmp_path: Path) -> None:  # fmt: skip
     first = member(worker_config, "c1", tmp_path)
@@ -295,13 +292,11 @@ async def test_a_controller_restarted_over_a_dead_writers_open_transaction_serve
 
 
 async def test_a_read_committed_fetch_past_an_aborted_transaction_returns_that_producers_later_records(
-        worker_config: WorkerConfig, kafka_broker: object, request: pytest.FixtureRequest) -> None:  # fmt: skip
-    """A known gap of noida-db 0.2.3, pinned: a fetch from past an aborted transaction still lists
-    it among the aborted ones, so aiokafka drops every later batch of that producer ID, which a
-    transactional id keeps across epochs. Apache Kafka lists only the aborted transactions that
-    overlap the fetched range."""
-    if request.node.callspec.params.get("kafka_broker") == "noida-db":
-        request.applymarker(pytest.mark.xfail(strict=True, reason="noida-db 0.2.3 lists finished aborted transactions"))
+        worker_config: WorkerConfig) -> None:  # fmt: skip
+    """noida-db 0.2.3 lists an aborted transaction in every later fetch, also one from past its
+    ABORT marker; aiokafka alone would drop every later batch of that producer ID, which a
+    transactional id keeps across epochs. The metadata log's reader keeps a batch its
+    producer's next marker commits (``streams.state.aborted_transactions``), on both brokers."""
     await ensure_topics(worker_config.bootstrap_servers, [metadata_topic_spec(worker_config.metadata_topic_name)])
     die_inside_a_transaction(worker_config)
     async with MetadataLogWriter(worker_config.bootstrap_servers, worker_config.metadata_topic_name) as writer:
