@@ -8,6 +8,9 @@ Kafka. Per round, at each point:
   watches the log's end (read_uncommitted) and kills the moment the stop's first records are
   in, before their commit marker; whether the transaction was left open is checked after the
   kill (``txn_left_open``: the committed end below the log's end);
+- ``open_txn``: it is SIGKILLed idle, and then a writer of the log's transactional id dies
+  (kill -9) inside a transaction, so its restart (or a standby's takeover) meets an open
+  transaction every time, as after a kill inside an append;
 - ``restart``: the killed one is started again.
 
 Reported per point: writes refused (kill to the first write a controller accepts: the
@@ -20,6 +23,7 @@ the restarted one is the active one again, and restart to writes (spawn to its f
 write) is reported too. The last line printed is one JSON object.
 
     .venv/bin/python bench/controller_failover.py [--broker noida|kafka] [--rounds 3] [--seed 36] [--controllers 3]
+        [--points stop,idle,txn,open_txn]
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "streams"))
 
 from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
-from controller_rig import ADMIN, ControllerRig, Member  # noqa: E402
+from controller_rig import ADMIN, ControllerRig, Member, die_inside_a_transaction  # noqa: E402
 from streams.admin import cli  # noqa: E402
 from streams.admin.client import ClusterMirrorAdmin  # noqa: E402
 
@@ -57,6 +61,10 @@ async def describe_time(rig: ControllerRig) -> float:
     async with ClusterMirrorAdmin(rig.bootstrap, principal=ADMIN) as a:
         assert (await a.describe(["a-to-b"], offsets=False)).response.error_code == 0  # type: ignore[attr-defined]
     return time.monotonic() - t0
+
+
+POINTS = ("stop", "idle", "txn", "open_txn")
+WRITES_TIMEOUT_S = 120.0
 
 
 class LogEnds:
@@ -93,7 +101,8 @@ async def kill_inside_the_stops_transaction(rig: ControllerRig, active: Member, 
     return killed_at, await ends.end("read_committed") < await ends.end()
 
 
-async def bench(bootstrap: str, workdir: Path, rounds: int, seed: int, controllers: int = 3) -> dict[str, list[float]]:
+async def bench(bootstrap: str, workdir: Path, rounds: int, seed: int, controllers: int = 3,
+                points: tuple[str, ...] = POINTS) -> dict[str, list[float]]:  # fmt: skip
     rng = random.Random(seed)
     rig = ControllerRig.create(bootstrap, workdir, n=controllers)
     figures: dict[str, list[float]] = {}
@@ -111,7 +120,7 @@ async def bench(bootstrap: str, workdir: Path, rounds: int, seed: int, controlle
         topics = iter([f"t{i}" for i in range(3)] * 100)
         async with LogEnds(bootstrap, rig.cfg.metadata_topic_name) as ends:
             for r in range(rounds):
-                for point in ("stop", "idle", "txn"):
+                for point in points:
                     active = await rig.active()
                     print(f"round {r} {point}: killing {active.name}", flush=True)
                     stop = None
@@ -129,6 +138,8 @@ async def bench(bootstrap: str, workdir: Path, rounds: int, seed: int, controlle
                         if stop is not None:
                             await asyncio.sleep(rng.uniform(0.0, 0.08))
                         killed_at = rig.kill(active)
+                    if point == "open_txn":
+                        await asyncio.to_thread(die_inside_a_transaction, rig.cfg)
                     if controllers > 1:  # the standbys serve reads, and one takes over
                         note(f"{point}_reads_worst_s", await describe_time(rig))
                         await rig.active(exclude=active)
@@ -138,7 +149,12 @@ async def bench(bootstrap: str, workdir: Path, rounds: int, seed: int, controlle
                     note(f"{point}_restart_cpu_s", active.serving_cpu_s)
                     note(f"{point}_restart_start_s", rig.start_seconds(active))
                     if controllers == 1:
-                        note(f"{point}_restart_to_writes_s", await rig.accepts_writes(active, timeout=120))
+                        try:
+                            note(f"{point}_restart_to_writes_s", await rig.accepts_writes(active, timeout=WRITES_TIMEOUT_S))
+                        except TimeoutError:  # noted as the bound, and the run ends: no controller is active
+                            note(f"{point}_restart_to_writes_s", WRITES_TIMEOUT_S)
+                            note(f"{point}_restart_to_writes_timed_out", 1.0)
+                            return figures
                     if stop is not None:
                         code, out, err = await stop
                         note(f"{point}_stop_cli_s", time.monotonic() - sent)
@@ -154,6 +170,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seed", type=int, default=36)
     p.add_argument("--controllers", type=int, default=3, help="controller processes (1: no standby takes over)")
+    p.add_argument("--points", default=",".join(POINTS), help="the kill points of each round, in order")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kip1279-bench-ctl-"))
     if args.broker == "noida":
@@ -166,7 +183,8 @@ def main() -> int:
 
         broker = ApacheKafkaCluster(work / "kafka").start()
     try:
-        figures = asyncio.run(bench(broker.bootstrap, work, args.rounds, args.seed, args.controllers))  # type: ignore[attr-defined]
+        figures = asyncio.run(bench(broker.bootstrap, work, args.rounds, args.seed, args.controllers,
+                                     tuple(args.points.split(","))))  # type: ignore[attr-defined]
     finally:
         broker.stop()  # type: ignore[attr-defined]
     summary = {k: {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)} for k, v in figures.items()}

@@ -211,6 +211,35 @@ def cpu_seconds(m: Member) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+_OPEN_TRANSACTION = r"""
+import asyncio, sys
+from aiokafka import AIOKafkaProducer
+async def main():
+    p = AIOKafkaProducer(bootstrap_servers=sys.argv[1], transactional_id=sys.argv[2], enable_idempotence=True, acks="all")
+    await p.start()
+    await p.begin_transaction()
+    await (await p.send(sys.argv[3], bytes.fromhex(sys.argv[4]), partition=0))
+    print("open", flush=True)
+    await asyncio.sleep(600)
+asyncio.run(main())
+"""
+
+
+def die_inside_a_transaction(cfg: WorkerConfig) -> None:
+    """The log's writer dies (kill -9) inside a transaction, as a controller killed mid-append."""
+    from records.framing import MetadataRecordSerde
+
+    value = MetadataRecordSerde(S).encode(S.struct("NoOpRecord")(), 0).hex()
+    child = subprocess.Popen([sys.executable, "-c", _OPEN_TRANSACTION, cfg.bootstrap_servers,
+                              f"kip1279-controller-{cfg.metadata_topic_name}", cfg.metadata_topic_name,
+                              value], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "open"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+
+
 async def partition_leader(bootstrap: str, topic: str) -> int:
     """The broker id leading ``topic``'s partition 0."""
     from aiokafka import TopicPartition

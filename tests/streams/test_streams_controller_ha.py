@@ -27,6 +27,7 @@ from streams.admin.controller import ClusterMirrorController
 from streams.config import WorkerConfig, ensure_topics, metadata_topic_spec
 from streams.state import mirror_state_codec as mss
 from streams.state.metadata_log import MetadataLogReader, MetadataLogWriter
+from controller_rig import die_inside_a_transaction
 
 pytestmark = pytest.mark.brokers("noida-db", "apache-kafka")
 
@@ -237,39 +238,6 @@ async def test_a_stop_no_controller_answers_says_that_whether_it_applied_is_unkn
         server.close()
     assert code == 1
     assert "whether it was applied is unknown" in err.getvalue() and "StopMirrorTopics request" in err.getvalue()
-
-
-_OPEN_TRANSACTION = r"""
-import asyncio, sys
-from aiokafka import AIOKafkaProducer
-async def main():
-    p = AIOKafkaProducer(bootstrap_servers=sys.argv[1], transactional_id=sys.argv[2], enable_idempotence=True, acks="all")
-    await p.start()
-    await p.begin_transaction()
-    await (await p.send(sys.argv[3], bytes.fromhex(sys.argv[4]), partition=0))
-    print("open", flush=True)
-    await asyncio.sleep(600)
-asyncio.run(main())
-"""
-
-
-def die_inside_a_transaction(cfg: WorkerConfig) -> None:
-    """The log's writer dies (kill -9) inside a transaction, as a controller killed mid-append."""
-    import signal
-    import subprocess
-    import sys
-
-    from records.framing import MetadataRecordSerde
-
-    value = MetadataRecordSerde(S).encode(S.struct("NoOpRecord")(), 0).hex()
-    child = subprocess.Popen([sys.executable, "-c", _OPEN_TRANSACTION, cfg.bootstrap_servers,
-                              f"kip1279-controller-{cfg.metadata_topic_name}", cfg.metadata_topic_name,
-                              value], stdout=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "open"
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(10)
 
 
 async def test_a_controller_restarted_over_a_dead_writers_open_transaction_serves_at_once(
