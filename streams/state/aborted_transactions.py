@@ -12,7 +12,9 @@ A producer's transactions on a partition follow one another: each transactional 
 the transaction that the producer's next marker (COMMIT or ABORT) on the partition ends. The
 transaction coordinator writes those markers, after fencing the producer's older epochs; so the
 marker is the receiver's own word on the batch. ``install()`` wraps aiokafka 0.14's
-``PartitionRecords`` for the partitions ``watch()`` names:
+``PartitionRecords`` for the topics ``watch()`` names (the metadata log; ``__mirror_state`` in the
+worker's Faust consumer, whose table recovery reads it; ``streams.state.raw_log`` applies
+``fates`` itself):
 
 - a transactional batch whose producer's next marker is in the same fetch answer is kept or
   dropped by that marker, whatever the list says (on a broker whose list is right, as Kafka's,
@@ -31,11 +33,11 @@ from aiokafka.record.control_record import ABORT_MARKER, ControlRecord
 
 log = logging.getLogger(__name__)
 
-_watched: set[Any] = set()  # TopicPartitions read so
+_watched: set[str] = set()  # topics read so
 
 
-def watch(tp: Any) -> None:
-    _watched.add(tp)
+def watch(topic: str) -> None:
+    _watched.add(topic)
 
 
 class _Batches:
@@ -113,7 +115,7 @@ def install() -> bool:
         def __init__(self, tp: Any, records: Any, aborted_transactions: Any, *args: Any) -> None:
             self._fates: dict[int, tuple[int, bool | None]] = {}
             self._markers: dict[int, bool] = {}
-            if tp in _watched and aborted_transactions:  # nothing listed: nothing dropped
+            if tp.topic in _watched and aborted_transactions:  # nothing listed: nothing dropped
                 batches = []
                 while records.has_next():
                     batch = records.next_batch()

@@ -185,7 +185,7 @@ class MetadataLogReader:
         install_payload_redaction()
         # What aborted is read off the log's own markers, not the broker's list alone.
         if aborted_transactions.install():
-            aborted_transactions.watch(self.tp)
+            aborted_transactions.watch(self.topic)
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap,
             client_id=self.client_id,

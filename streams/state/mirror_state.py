@@ -26,6 +26,7 @@ from faust.streams import current_event
 from faust.types import TP
 
 from streams.config import WorkerConfig
+from streams.state import aborted_transactions
 from streams.state.committed_consumer import read_committed
 from streams.state.mirror_state_codec import (
     ChangelogRecord,
@@ -191,6 +192,9 @@ def make_app(config: WorkerConfig, **overrides: Any) -> faust.App:
     Path(settings["datadir"]).parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(config.faust_app_id, **settings)
     read_committed(app)  # __mirror_state is transactional: a fenced owner's aborted writes are never recovered
+    # ... and what aborted is read off its markers: a new owner's writes keep the dead one's producer ID.
+    if aborted_transactions.install():
+        aborted_transactions.watch(config.mirror_state_topic_name)
     # Faust lets its environment variables (BROKER_SESSION_TIMEOUT, ...) beat keyword settings;
     # the worker's own settings must not be overridden silently, so they are set again.
     for name, value in own.items():

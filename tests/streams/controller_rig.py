@@ -229,10 +229,16 @@ def die_inside_a_transaction(cfg: WorkerConfig) -> None:
     """The log's writer dies (kill -9) inside a transaction, as a controller killed mid-append."""
     from records.framing import MetadataRecordSerde
 
-    value = MetadataRecordSerde(S).encode(S.struct("NoOpRecord")(), 0).hex()
-    child = subprocess.Popen([sys.executable, "-c", _OPEN_TRANSACTION, cfg.bootstrap_servers,
-                              f"kip1279-controller-{cfg.metadata_topic_name}", cfg.metadata_topic_name,
-                              value], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    value = MetadataRecordSerde(S).encode(S.struct("NoOpRecord")(), 0)
+    die_inside_a_transaction_on(cfg.bootstrap_servers, f"kip1279-controller-{cfg.metadata_topic_name}",
+                                cfg.metadata_topic_name, value)  # fmt: skip
+
+
+def die_inside_a_transaction_on(bootstrap: str, transactional_id: str, topic: str, value: bytes) -> None:
+    """A producer of ``transactional_id`` appends ``value`` to ``topic``'s partition 0 inside a
+    transaction and is SIGKILLed there."""
+    child = subprocess.Popen([sys.executable, "-c", _OPEN_TRANSACTION, bootstrap, transactional_id, topic, value.hex()],
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "open"
     finally:
