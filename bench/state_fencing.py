@@ -38,7 +38,8 @@ from coordinator.states import MirrorState
 from streams.config import WorkerConfig, ensure_topics
 from streams.state.mirror_state import make_app, make_mirror_state_table
 from streams.worker.state_store import WorkerStateStore
-from streams.worker.table import WorkerTable, worker_topic_specs
+from streams.worker.table import WorkerTable
+from streams.worker.topics import worker_topic_specs
 
 STATE_PARTITIONS = 50
 

@@ -193,7 +193,7 @@ async def read_changelog(bootstrap: str, topic: str, timeout: float = 15.0) -> l
     (record type, key, value or None), partition by partition, in offset order."""
     from aiokafka import AIOKafkaConsumer, TopicPartition as KTP
 
-    from streams.state.mirror_state import decode_changelog_record
+    from streams.state.mirror_state_codec import decode_changelog_record
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
                                 client_id="kip1279-demo-audit", isolation_level="read_committed")  # fmt: skip

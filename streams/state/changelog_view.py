@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from coordinator.state_counts import StateTally
 from coordinator.states import MirrorState
 from streams.config import CATCH_UP_FETCH_MAX_WAIT_MS
-from streams.state.mirror_state import MirrorStateCodec, RecordType
+from streams.state.mirror_state_codec import MirrorStateCodec, RecordType
 from streams.state.raw_log import RawLogReader
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Desired-state events: the worker that follows the metadata log fans each
 MirrorTopicStateChangeRecord out to one event per partition on the desired-state topic, on the
-partition ``streams.state.mirror_state.partition_for`` gives, so the agent that owns a mirror
+partition ``streams.state.mirror_state_codec.partition_for`` gives, so the agent that owns a mirror
 partition's state sees every change to it, in log order:
 
 - key     = the MirrorPartitionStateKey key (type 2 + body), as on ``__mirror_state``;
@@ -20,7 +20,7 @@ import msgspec
 from coordinator.image import TopicCut
 from coordinator.states import DesiredState
 from records.framing import MetadataRecordSerde
-from streams.state.mirror_state import MirrorStateError, RecordType, default_codec, partition_for_key
+from streams.state.mirror_state_codec import MirrorStateError, RecordType, default_codec, partition_for_key
 
 OFFSET_HEADER = "kip1279.offset"
 EPOCH_HEADER = "kip1279.epoch"

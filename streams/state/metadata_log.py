@@ -28,6 +28,7 @@ from records.framing import ApiMessageAndVersion, FrameError, MetadataRecordSerd
 from streams.config import (
     install_payload_redaction,
 )
+from streams.state import aborted_transactions
 from streams.state.snapshots import DEFAULT_SNAPSHOT_POLICY, SnapshotId, SnapshotPolicy, SnapshotStore
 from streams.state.dead_letters import DeadLetterQueue
 from streams.state.metadata_serde import MetadataLogError, NO_EPOCH, INT32, default_serde
@@ -182,6 +183,9 @@ class MetadataLogReader:
 
     async def start(self) -> None:
         install_payload_redaction()
+        # What aborted is read off the log's own markers, not the broker's list alone.
+        if aborted_transactions.install():
+            aborted_transactions.watch(self.topic)
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap,
             client_id=self.client_id,

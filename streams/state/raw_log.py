@@ -9,8 +9,10 @@ sought to where the read ended.
 
 Reads are ``read_committed`` (``__mirror_state`` is written in transactions, one per table
 partition's write): the broker answers up to the last stable offset, and the batches of aborted
-transactions (the response's ``aborted_transactions``) and control batches (commit and abort
-markers) are skipped as Kafka's consumer skips them. The consumer given must be
+transactions and control batches (commit and abort markers) are skipped as Kafka's consumer skips
+them; a batch's transaction is told by its producer's next marker in the response, and by the
+response's ``aborted_transactions`` only where that marker is not in it
+(``streams.state.aborted_transactions``). The consumer given must be
 ``read_committed`` too, so that its end offsets are the LSO a read stops at.
 """
 
@@ -20,15 +22,14 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import aiokafka.errors as Errors
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.protocol.fetch import FetchRequest
-from aiokafka.record.control_record import ABORT_MARKER, ControlRecord
 from aiokafka.record.memory_records import MemoryRecords
 
 from streams.config import CATCH_UP_FETCH_MAX_WAIT_MS
+from streams.state.aborted_transactions import fates
 
 log = logging.getLogger(__name__)
 Apply = Callable[[bytes | None, bytes | None, int], None]  # key, value, offset
@@ -105,24 +106,38 @@ def _apply_batches(records: MemoryRecords, position: int, end: int, apply: Apply
                    aborted: Sequence[tuple[int, int]] = ()) -> int:  # fmt: skip
     """The committed records of whole batches at or after ``position`` and before ``end``; the
     position after them. ``aborted``: the response's (producer id, first offset) of the aborted
-    transactions in the range: a transactional batch of such a producer, from its first offset
-    up to its abort marker, is skipped (as Java's ``CompletedFetch`` and aiokafka's fetcher do)."""
+    transactions: a transactional batch is skipped when its producer's next marker in the
+    response is an ABORT, kept when it is a COMMIT, and left to ``aborted`` when the marker is
+    not in the response (as Java's ``CompletedFetch`` and aiokafka's fetcher decide; a broker may
+    list transactions that ended before the fetch: ``streams.state.aborted_transactions``)."""
+    batches = []
+    while (batch := records.next_batch()) is not None:  # the whole batches of this response
+        batches.append(batch)
+    fate: dict[int, bool | None] = fates(batches)[0] if aborted else {}
+    listed = {pid for pid, _ in aborted}
     pending = sorted(aborted, key=lambda a: a[1])  # by first offset
     aborting: set[int] = set()
-    while position < end:
-        batch = records.next_batch()
-        if batch is None:  # no (more) whole batch in this response
+    for i, batch in enumerate(batches):
+        if position >= end:
             break
         if pending or aborting:
             while pending and pending[0][1] <= batch.base_offset:
                 aborting.add(pending.pop(0)[0])
             pid = batch.producer_id
             if batch.is_control_batch:
-                if pid in aborting and _is_abort_marker(batch):
+                if pid in aborting and batch.abort:  # a _ReadMarker: ``fates`` read it
                     aborting.discard(pid)
-            elif batch.is_transactional and pid in aborting:
-                position = max(position, min(batch.next_offset, end))
-                continue
+            elif batch.is_transactional:
+                known = fate.get(batch.base_offset)
+                if known is None and pid in listed and i > 0:
+                    break  # its marker is past this response: the next fetch starts at this batch
+                if known is False:
+                    aborting.discard(pid)  # its transaction committed: an older abort's listing is stale
+                elif known is True:
+                    aborting.add(pid)
+                if pid in aborting:
+                    position = max(position, min(batch.next_offset, end))
+                    continue
         if not batch.is_control_batch:
             for r in batch:
                 offset = r.offset
@@ -130,9 +145,3 @@ def _apply_batches(records: MemoryRecords, position: int, end: int, apply: Apply
                     apply(r.key, r.value, offset)
         position = max(position, min(batch.next_offset, end))
     return position
-
-
-def _is_abort_marker(batch: Any) -> bool:
-    for record in batch:  # a control batch holds one control record
-        return bool(ControlRecord.parse(record.key) == ABORT_MARKER)
-    return False

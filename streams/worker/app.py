@@ -64,7 +64,8 @@ from streams.config import WorkerConfig, ensure_topics
 from streams.runner.runner import MirrorRunner
 from streams.state.metadata_log import MetadataLogLoader
 from streams.state.desired_state import EPOCH_HEADER, OFFSET_HEADER, decode_desired_state
-from streams.state.mirror_state import default_codec, make_app, make_desired_state_topic, make_mirror_state_table
+from streams.state.mirror_state import make_app, make_desired_state_topic, make_mirror_state_table
+from streams.state.mirror_state_codec import default_codec
 from streams.runner.syncer import MirrorStats
 from streams.worker.exits import WorkerExit
 from streams.worker.follower import WorkerMetadataFollower
@@ -78,7 +79,7 @@ from streams.worker.copier import CopyPath
 from streams.worker.mirror_jobs import MirrorJob, ask_for_the_view, cyclic_gc_paused, full_jitter, run_job, waits_on_others
 from streams.worker.ownership import WorkerOwnership
 from streams.worker.profiling import profiled_job
-from streams.worker.table import tick_topic_name, worker_topic_specs
+from streams.worker.topics import tick_topic_name, worker_topic_specs
 from streams.worker.steps import StepTasks, step_rounds
 from streams.worker.ticks import IDLE_INTERVAL_S, TickPlan
 

@@ -46,7 +46,7 @@ from coordinator.partition_state import MirrorPartitionState
 from coordinator.port_types import PartitionOffsets, TopicPartition
 from coordinator.states import MirrorState
 from streams.config import WorkerConfig
-from streams.state.mirror_state import RecordType, decode_changelog_record
+from streams.state.mirror_state_codec import RecordType, decode_changelog_record
 
 log = logging.getLogger("streams.worker.audit_export")
 

@@ -25,10 +25,7 @@ from coordinator.partition_state import (
 from coordinator.state_counts import StateTally
 from coordinator.states import MirrorState, is_legal_transition
 from coordinator.workflows.drive import may_step_before_durable
-from streams.state.mirror_state import (
-    default_codec,
-    partition_for_key,
-)
+from streams.state.mirror_state_codec import default_codec, partition_for_key
 
 log = logging.getLogger(__name__)
 

@@ -27,19 +27,9 @@ from coordinator.image import MetadataImage
 from coordinator.partition_state import MirrorPartitionKey, decode_state, encode_state, key_order
 from coordinator.states import DesiredState
 from streams.config import WorkerConfig
-from streams.state.mirror_state import (
-    TP,
-    RecordType,
-    write_partition,
-    applied_offset_of,
-    default_codec,
-    partition_for_key,
-    retyped_key,
-)
-from streams.config import dlq_topic_spec, metadata_topic_spec
-from streams.state.mirror_state import desired_state_topic_spec, mirror_state_topic_spec
-from streams.state.stop_reports import StopReportsView, stop_reports_topic_spec
-from streams.state.sync_status import sync_status_topic_spec
+from streams.state.mirror_state import TP, write_partition
+from streams.state.mirror_state_codec import RecordType, applied_offset_of, default_codec, partition_for_key, retyped_key
+from streams.state.stop_reports import StopReportsView
 from streams.worker.state_producers import FENCED_ERRORS, StateProducers
 from streams.worker.stop_reports import ReportedStops
 
@@ -461,19 +451,3 @@ class OtherWorkersStates:
             await self.view.stop()
         if self.reports is not None:
             await self.reports.stop()
-
-
-def tick_topic_name(config: WorkerConfig) -> str:
-    return config.desired_state_topic_name + ".ticks"
-
-
-def worker_topic_specs(config: WorkerConfig) -> list[Any]:
-    from aiokafka.admin import NewTopic
-
-    ticks = NewTopic(tick_topic_name(config), config.state_partitions, config.replication_factor,
-                     topic_configs={"retention.ms": "600000"})  # fmt: skip
-    return [metadata_topic_spec(config.metadata_topic_name, config.replication_factor),
-            dlq_topic_spec(config.metadata_topic_name, config.replication_factor),
-            mirror_state_topic_spec(config), desired_state_topic_spec(config), sync_status_topic_spec(config),
-            stop_reports_topic_spec(config),
-            ticks]  # fmt: skip

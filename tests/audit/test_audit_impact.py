@@ -26,7 +26,7 @@ from coordinator.impact_record import (
     impact_value,
 )
 from records.registry import default_schemas
-from streams.state.mirror_state import default_codec
+from streams.state.mirror_state_codec import default_codec
 from streams.worker.audit_export import ChangelogFold, impact_row
 
 TOPIC = uuid.UUID(int=7)

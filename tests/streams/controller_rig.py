@@ -31,7 +31,7 @@ from streams.admin.client import ClusterMirrorAdmin
 from streams.brokers.noida import free_port
 from streams.config import WorkerConfig, ensure_topics, metadata_topic_spec
 from streams.demo.harness import _die_with_parent
-from streams.state import mirror_state as mss
+from streams.state import mirror_state_codec as mss
 from streams.state.metadata_log import MetadataLogReader, MetadataLogWriter
 
 S = default_schemas()
@@ -52,6 +52,7 @@ class Member:
     argv: list[str]
     proc: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
+    serving_cpu_s: float = 0.0  # the process's CPU (user + system) when it first answered --describe
 
     @property
     def endpoint(self) -> str:
@@ -146,11 +147,26 @@ class ControllerRig:
             try:
                 async with ClusterMirrorAdmin(m.endpoint, principal=ADMIN, retry_timeout=0, timeout=2) as a:
                     if (await a.describe([MIRROR], offsets=False)).response.error_code == 0:  # type: ignore[attr-defined]
-                        return time.monotonic() - m.started_at
+                        took = time.monotonic() - m.started_at
+                        m.serving_cpu_s = cpu_seconds(m)
+                        return took
             except Exception:  # noqa: BLE001 - not up yet
                 pass
             await asyncio.sleep(0.05)
         raise TimeoutError(f"{m.name} did not answer --describe within {timeout} s; see {self.workdir / (m.name + '.log')}")
+
+    async def accepts_writes(self, m: Member, timeout: float = 60.0) -> float:
+        """Seconds from ``m``'s (re)start until it accepts a write (it is the active one)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                code, _ = await self.write_probe(m)
+                if code != NOT_CONTROLLER:
+                    return time.monotonic() - m.started_at
+            except Exception:  # noqa: BLE001 - not up yet
+                pass
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"{m.name} accepted no write within {timeout} s; see {self.workdir / (m.name + '.log')}")
 
     def start_seconds(self, m: Member) -> float:
         """What its last start took once Python was up (its log's "started as ... in X s")."""
@@ -186,6 +202,48 @@ class ControllerRig:
         c = self.cfg
         async with MetadataLogReader(c.bootstrap_servers, c.metadata_topic_name, dlq=None) as reader:
             return [e.record.message async for e in reader.read(0, follow=False)]  # type: ignore[union-attr]
+
+
+def cpu_seconds(m: Member) -> float:
+    """User + system CPU seconds of ``m``'s running process so far (Linux: /proc/PID/stat)."""
+    assert m.proc is not None
+    fields = Path(f"/proc/{m.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+_OPEN_TRANSACTION = r"""
+import asyncio, sys
+from aiokafka import AIOKafkaProducer
+async def main():
+    p = AIOKafkaProducer(bootstrap_servers=sys.argv[1], transactional_id=sys.argv[2], enable_idempotence=True, acks="all")
+    await p.start()
+    await p.begin_transaction()
+    await (await p.send(sys.argv[3], bytes.fromhex(sys.argv[4]), partition=0))
+    print("open", flush=True)
+    await asyncio.sleep(600)
+asyncio.run(main())
+"""
+
+
+def die_inside_a_transaction(cfg: WorkerConfig) -> None:
+    """The log's writer dies (kill -9) inside a transaction, as a controller killed mid-append."""
+    from records.framing import MetadataRecordSerde
+
+    value = MetadataRecordSerde(S).encode(S.struct("NoOpRecord")(), 0)
+    die_inside_a_transaction_on(cfg.bootstrap_servers, f"kip1279-controller-{cfg.metadata_topic_name}",
+                                cfg.metadata_topic_name, value)  # fmt: skip
+
+
+def die_inside_a_transaction_on(bootstrap: str, transactional_id: str, topic: str, value: bytes) -> None:
+    """A producer of ``transactional_id`` appends ``value`` to ``topic``'s partition 0 inside a
+    transaction and is SIGKILLed there."""
+    child = subprocess.Popen([sys.executable, "-c", _OPEN_TRANSACTION, bootstrap, transactional_id, topic, value.hex()],
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "open"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
 
 
 async def partition_leader(bootstrap: str, topic: str) -> int:

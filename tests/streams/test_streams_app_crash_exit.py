@@ -17,7 +17,7 @@ from streams.brokers.noida import LocalBroker, free_port
 from streams.config import WorkerConfig
 from streams.state.mirror_state import make_app, make_mirror_state_table
 from streams.worker.exits import EXIT_CRASHED
-from streams.worker.main import _stop_self
+from streams.worker.worker_role import _stop_self
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,7 +65,8 @@ GRACE_S = 10
 FAILING_TASK = """
 import asyncio, sys
 import streams.worker.main
-streams.worker.main._stop_self.__defaults__ = (GRACE_S, *streams.worker.main._stop_self.__defaults__[1:])
+import streams.worker.worker_role
+streams.worker.worker_role._stop_self.__defaults__ = (GRACE_S, *streams.worker.worker_role._stop_self.__defaults__[1:])
 from streams.worker.app import CoordinatorWorker
 
 class Failing(CoordinatorWorker):
@@ -83,7 +84,7 @@ class Failing(CoordinatorWorker):
         self.app.consumer.commit = never
         raise RuntimeError("boom")
 
-streams.worker.main.CoordinatorWorker = Failing
+streams.worker.worker_role.CoordinatorWorker = Failing
 sys.exit(streams.worker.main.main(sys.argv[1:]))
 """.replace("GRACE_S", str(GRACE_S))
 

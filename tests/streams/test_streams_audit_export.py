@@ -162,10 +162,10 @@ async def test_exporter_hands_over_between_workers_without_exporting_twice(worke
 
     from coordinator.image import EMPTY_IMAGE
     from coordinator.partition_state import MirrorPartitionState
-    from streams.worker.table import worker_topic_specs
+    from streams.worker.topics import worker_topic_specs
     from streams.worker.audit_export import AuditExporter
     from streams.config import ensure_topics
-    from streams.state.mirror_state import default_codec, partition_for_key
+    from streams.state.mirror_state_codec import default_codec, partition_for_key
 
     cfg = WorkerConfig(**{**{f: getattr(worker_config, f) for f in ("bootstrap_servers", "cluster_name", "data_dir")},
                           "state_partitions": 2, "audit_export_dir": str(tmp_path / "audit")})  # fmt: skip

@@ -12,7 +12,7 @@ import pytest
 from coordinator.states import MirrorState
 from streams.state import changelog_view
 from streams.state.changelog_view import MirrorStateChangelogView, PartitionStatus
-from streams.state.mirror_state import MirrorStateCodec
+from streams.state.mirror_state_codec import MirrorStateCodec
 
 CODEC = MirrorStateCodec()
 TOPIC = uuid.UUID(int=42)

@@ -21,7 +21,7 @@ from records.framing import ApiMessageAndVersion
 from records.redact import REDACTED
 from records.registry import default_schemas
 from streams.admin import cli
-from streams.state import mirror_state as mss
+from streams.state import mirror_state_codec as mss
 from streams.admin.client import ClusterMirrorAdmin
 from streams.config import WorkerConfig
 from streams.admin.controller import ClusterMirrorController

@@ -28,7 +28,7 @@ from streams.admin import controller as controller_module
 from streams.state import changelog_view
 from streams.state.changelog_view import MirrorStateChangelogView
 from streams.state.changelog_view import PartitionStatus
-from streams.worker.main import _ModelOffsets, _register_topics
+from streams.worker.controller_role import _ModelOffsets, _register_topics
 
 TOPICS, PARTITIONS = 3, 4
 

@@ -28,7 +28,7 @@ from coordinator.ports import TopicPartition
 from coordinator.states import MirrorState, is_legal_transition
 from streams.brokers.noida import LocalBroker
 from streams.demo.harness import read_changelog
-from streams.state.mirror_state import RecordType
+from streams.state.mirror_state_codec import RecordType
 from worker_harness import Rig
 
 Key = tuple[RecordType, str, uuid.UUID, int]

@@ -60,7 +60,7 @@ from coordinator.ports import ControlType, TopicPartition
 from coordinator.states import MirrorState, is_legal_transition
 from streams.demo.harness import DemoError, log_batches, shape
 from streams.state.changelog_view import MirrorStateChangelogView
-from streams.state.mirror_state import RecordType, decode_changelog_record, partition_for
+from streams.state.mirror_state_codec import RecordType, decode_changelog_record, partition_for
 from worker_harness import Rig
 
 SEED = int(os.environ.get("KIP1279_PAUSE_SEED", "3501"))

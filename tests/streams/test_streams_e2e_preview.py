@@ -27,7 +27,7 @@ from coordinator.ports import ControlType, IsolationLevel
 from coordinator.states import MirrorState
 from streams.brokers.noida import LocalBroker
 from streams.demo.harness import read_changelog
-from streams.state.mirror_state import RecordType
+from streams.state.mirror_state_codec import RecordType
 
 
 def _lines(text: str, column: str) -> list[list[str]]:

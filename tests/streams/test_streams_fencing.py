@@ -33,12 +33,14 @@ from coordinator.states import MirrorState
 from streams.config import WorkerConfig, ensure_topics
 from streams.demo.harness import read_changelog
 from streams.state.changelog_view import MirrorStateChangelogView
-from streams.state.mirror_state import RecordType, default_codec, make_app, make_mirror_state_table
+from streams.state.mirror_state import make_app, make_mirror_state_table
+from streams.state.mirror_state_codec import RecordType, default_codec
 from streams.state.raw_log import RawLogReader
 from streams.worker.app import CoordinatorWorker
 from streams.worker.audit_export import AuditExporter
 from streams.worker.state_store import WorkerStateStore
-from streams.worker.table import WorkerTable, worker_topic_specs
+from streams.worker.table import WorkerTable
+from streams.worker.topics import worker_topic_specs
 
 pytestmark = pytest.mark.brokers("noida-db", "apache-kafka")
 MIRROR = "m"

@@ -123,7 +123,7 @@ def test_the_worker_exits_once_out_of_its_group(broker: LocalBroker, tmp_path: P
 
 def test_stop_self_exits_even_if_the_stop_hangs() -> None:
     """The backstop: a worker whose SIGTERM stop does not finish still exits, non-zero."""
-    code = ("import signal, time\nfrom streams.worker.main import _stop_self\n"
+    code = ("import signal, time\nfrom streams.worker.worker_role import _stop_self\n"
             "signal.signal(signal.SIGTERM, lambda *_: print('SIGTERM', flush=True))\n"
             "_stop_self(0.5)\ntime.sleep(30)\n")  # fmt: skip
     started = time.monotonic()

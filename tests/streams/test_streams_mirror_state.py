@@ -21,11 +21,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from coordinator.states import ErrorCode, MirrorState
 from records import cli as records_cli
 from streams.state import mirror_state as mss
+from streams.state import mirror_state_codec as msc
 from streams.state import desired_state as dse
 from streams.config import WorkerConfig
 from streams.config import ensure_topics
 
-codec = mss.default_codec()
+codec = msc.default_codec()
 # Each broker test runs on noida-db and on Apache Kafka (tests/streams/conftest.py).
 pytestmark = pytest.mark.brokers("noida-db", "apache-kafka")
 
@@ -47,9 +48,9 @@ def test_murmur2_matches_kafka_and_both_record_types_share_a_partition() -> None
         state_key, lme_key = codec.state_key("a-to-b", TID, p), codec.lme_key("a-to-b", TID, p)
         impact_key = codec.impact_key("a-to-b", TID, p)
         assert len({state_key, lme_key, impact_key}) == 3
-        assert mss.partition_for_key(state_key, 50) == mss.partition_for_key(lme_key, 50) == mss.partition_for("a-to-b", TID, p, 50)
-        assert mss.partition_for_key(impact_key, 50) == mss.partition_for_key(state_key, 50)
-    assert len({mss.partition_for("a-to-b", TID, p, 50) for p in range(200)}) > 30  # spread, not one hot partition
+        assert msc.partition_for_key(state_key, 50) == msc.partition_for_key(lme_key, 50) == msc.partition_for("a-to-b", TID, p, 50)
+        assert msc.partition_for_key(impact_key, 50) == msc.partition_for_key(state_key, 50)
+    assert len({msc.partition_for("a-to-b", TID, p, 50) for p in range(200)}) > 30  # spread, not one hot partition
 
 
 def _decode_with_records_cli(message: str, hexdata: str) -> dict[str, Any]:
@@ -71,30 +72,30 @@ def test_keys_and_values_are_our_schemas_readable_by_kafka_records() -> None:
     v = _decode_with_records_cli("MirrorPartitionStateValue", value[2:].hex())
     assert v["state"] == 7 and v["retryAttempt"] == 3 and v["errorMessage"] == "source unreachable"
     assert v["leaderEpoch"] == 5 and v["stateEpoch"] == 9 and v["appliedOffset"] == 42
-    rec = mss.decode_changelog_record(key, value)
-    assert rec.type == mss.RecordType.MIRROR_PARTITION_STATE and rec.key.topic_id == TID and rec.value.applied_offset == 42
-    lme = mss.decode_changelog_record(codec.lme_key("a-to-b", TID, 7), codec.encode_value(codec.lme_value(4, 40)))
-    assert lme.type == mss.RecordType.LAST_MIRROR_EPOCHS and lme.value.last_mirror_epoch == 4
-    assert mss.decode_changelog_record(key, None).value is None  # tombstone
+    rec = msc.decode_changelog_record(key, value)
+    assert rec.type == msc.RecordType.MIRROR_PARTITION_STATE and rec.key.topic_id == TID and rec.value.applied_offset == 42
+    lme = msc.decode_changelog_record(codec.lme_key("a-to-b", TID, 7), codec.encode_value(codec.lme_value(4, 40)))
+    assert lme.type == msc.RecordType.LAST_MIRROR_EPOCHS and lme.value.last_mirror_epoch == 4
+    assert msc.decode_changelog_record(key, None).value is None  # tombstone
     ikey = codec.impact_key("a-to-b", TID, 7)
     assert ikey[:2] == b"\x00\x03"  # record type 3: a stop's prediction and outcome
     assert _decode_with_records_cli("MirrorFailoverImpactKey", ikey[2:].hex()) == k
     value = codec.encode_value(codec.schemas.struct("MirrorFailoverImpactValue")(metadata_offset=12, stop_offset=30, completed=True))
     assert _decode_with_records_cli("MirrorFailoverImpactValue", value[2:].hex())["stopOffset"] == 30
-    rec = mss.decode_changelog_record(ikey, value)
-    assert rec.type == mss.RecordType.MIRROR_FAILOVER_IMPACT and mss.applied_offset_of(rec.type, rec.value) == 12
+    rec = msc.decode_changelog_record(ikey, value)
+    assert rec.type == msc.RecordType.MIRROR_FAILOVER_IMPACT and msc.applied_offset_of(rec.type, rec.value) == 12
 
 
 def test_fencing_refuses_stale_leader_and_state_epochs() -> None:
     stored = codec.state_value(state=2, leader_epoch=5, state_epoch=3)
-    assert mss.check_state_write(None, stored) is None
-    assert mss.check_state_write(stored, codec.state_value(state=3, leader_epoch=5, state_epoch=4)) is None
-    assert mss.check_state_write(stored, codec.state_value(state=3, leader_epoch=6, state_epoch=4)) is None
-    stale_leader = mss.check_state_write(stored, codec.state_value(state=3, leader_epoch=4, state_epoch=4))
+    assert msc.check_state_write(None, stored) is None
+    assert msc.check_state_write(stored, codec.state_value(state=3, leader_epoch=5, state_epoch=4)) is None
+    assert msc.check_state_write(stored, codec.state_value(state=3, leader_epoch=6, state_epoch=4)) is None
+    stale_leader = msc.check_state_write(stored, codec.state_value(state=3, leader_epoch=4, state_epoch=4))
     assert stale_leader is not None and stale_leader.error_code == ErrorCode.FENCED_LEADER_EPOCH
     for epoch in (3, 2):
-        stale_state = mss.check_state_write(stored, codec.state_value(state=3, leader_epoch=5, state_epoch=epoch))
-        assert stale_state is not None and stale_state.error_code == mss.FENCED_STATE_EPOCH
+        stale_state = msc.check_state_write(stored, codec.state_value(state=3, leader_epoch=5, state_epoch=epoch))
+        assert stale_state is not None and stale_state.error_code == msc.FENCED_STATE_EPOCH
 
 
 class _Worker:
@@ -111,7 +112,7 @@ class _Worker:
         async def write_states(stream: Any) -> None:
             async for event in stream.events():
                 rtype, k = codec.decode_key(event.key)
-                if rtype == mss.RecordType.LAST_MIRROR_EPOCHS:
+                if rtype == msc.RecordType.LAST_MIRROR_EPOCHS:
                     self.store.put_last_mirror_epoch(k.mirror_name, k.topic_id, k.partition, 11, 99)
                     self.outcomes.append((-1, 0))
                     continue
@@ -119,7 +120,7 @@ class _Worker:
                 try:
                     self.store.put_state(k.mirror_name, k.topic_id, k.partition, v)
                     self.outcomes.append((v.state_epoch, 0))
-                except mss.StateWriteFencedError as e:
+                except msc.StateWriteFencedError as e:
                     self.outcomes.append((v.state_epoch, e.error_code))
 
     async def wait_outcomes(self, n: int, timeout: float = 20.0) -> None:
@@ -149,11 +150,11 @@ async def _changelog(cfg: WorkerConfig) -> list[tuple[int, bytes, bytes | None]]
 
 async def test_faust_rocksdb_table_with_mirror_state_changelog(worker_config: WorkerConfig) -> None:
     cfg = worker_config
-    await ensure_topics(cfg.bootstrap_servers, [mss.mirror_state_topic_spec(cfg), mss.desired_state_topic_spec(cfg)])
+    await ensure_topics(cfg.bootstrap_servers, [msc.mirror_state_topic_spec(cfg), msc.desired_state_topic_spec(cfg)])
     worker = _Worker(cfg)
     assert worker.table.changelog_topic_name == f"{cfg.cluster_name}.__mirror_state"
     key = codec.state_key("a-to-b", TID, 3)
-    part = mss.partition_for_key(key, cfg.state_partitions)
+    part = msc.partition_for_key(key, cfg.state_partitions)
     proposals = [(1, 0), (2, 1), (2, 1), (1, 2), (4, 2)]  # (leader epoch, state epoch)
     await worker.app.start()
     try:
@@ -168,7 +169,7 @@ async def test_faust_rocksdb_table_with_mirror_state_changelog(worker_config: Wo
         finally:
             await producer.stop()
         await worker.wait_outcomes(len(proposals) + 1)
-        assert worker.outcomes[:5] == [(0, 0), (1, 0), (1, mss.FENCED_STATE_EPOCH), (2, ErrorCode.FENCED_LEADER_EPOCH), (2, 0)]
+        assert worker.outcomes[:5] == [(0, 0), (1, 0), (1, msc.FENCED_STATE_EPOCH), (2, ErrorCode.FENCED_LEADER_EPOCH), (2, 0)]
         stored = worker.store.get_state("a-to-b", TID, 3)
         assert (stored.leader_epoch, stored.state_epoch, stored.applied_offset) == (4, 2, 20)
         await asyncio.sleep(0.5)  # let the changelog producer flush
@@ -177,10 +178,10 @@ async def test_faust_rocksdb_table_with_mirror_state_changelog(worker_config: Wo
 
     changelog = await _changelog(cfg)
     assert {p for p, _, _ in changelog} == {part}  # the key's own partition, never the event's by accident
-    decoded = [mss.decode_changelog_record(k, v) for _, k, v in changelog]
-    states = [r.value for r in decoded if r.type == mss.RecordType.MIRROR_PARTITION_STATE]
+    decoded = [msc.decode_changelog_record(k, v) for _, k, v in changelog]
+    states = [r.value for r in decoded if r.type == msc.RecordType.MIRROR_PARTITION_STATE]
     assert [(s.leader_epoch, s.state_epoch) for s in states] == [(1, 0), (2, 1), (4, 2)]  # fenced writes never landed
-    lmes = [r.value for r in decoded if r.type == mss.RecordType.LAST_MIRROR_EPOCHS]
+    lmes = [r.value for r in decoded if r.type == msc.RecordType.LAST_MIRROR_EPOCHS]
     assert [(v.last_mirror_epoch, v.applied_offset) for v in lmes] == [(11, 99)]
 
     # Wipe RocksDB: a new worker recovers the table from __mirror_state.
@@ -207,7 +208,7 @@ def test_desired_state_events_are_co_partitioned_with_the_state() -> None:
     assert len(events) == 6
     for p, e in enumerate(events):
         assert e.key == codec.state_key("a-to-b", TID, p)
-        assert e.partition == mss.partition_for("a-to-b", TID, p, 50)
+        assert e.partition == msc.partition_for("a-to-b", TID, p, 50)
         d = dse.decode_desired_state(e.key, e.value, e.headers)
         assert (d.mirror_name, d.topic_id, d.partition, d.desired_state, d.metadata_offset, d.metadata_epoch) == \
             ("a-to-b", TID, p, 1, 41, 2)
@@ -244,8 +245,8 @@ def test_a_worker_takes_the_cut_of_the_newest_desired_state_image_or_event() -> 
 
 @given(st.text(min_size=1, max_size=20), st.uuids(), st.integers(0, (1 << 31) - 1))
 def test_the_lme_and_impact_keys_are_the_state_key_retyped(mirror: str, topic_id: uuid.UUID, partition: int) -> None:
-    codec = mss.default_codec()
+    codec = msc.default_codec()
     state_key = codec.state_key(mirror, topic_id, partition)
-    assert mss.retyped_key(state_key, mss.RecordType.LAST_MIRROR_EPOCHS) == codec.lme_key(mirror, topic_id, partition)
-    assert mss.retyped_key(state_key, mss.RecordType.MIRROR_FAILOVER_IMPACT) == codec.impact_key(mirror, topic_id, partition)
-    assert mss.retyped_key(state_key, mss.RecordType.MIRROR_PARTITION_STATE) == state_key
+    assert msc.retyped_key(state_key, msc.RecordType.LAST_MIRROR_EPOCHS) == codec.lme_key(mirror, topic_id, partition)
+    assert msc.retyped_key(state_key, msc.RecordType.MIRROR_FAILOVER_IMPACT) == codec.impact_key(mirror, topic_id, partition)
+    assert msc.retyped_key(state_key, msc.RecordType.MIRROR_PARTITION_STATE) == state_key

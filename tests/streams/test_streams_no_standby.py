@@ -18,7 +18,7 @@ from faust.assignor.copartitioned_assignor import CopartitionedAssignor
 
 from streams import config as wc
 from streams.state.mirror_state import make_app
-from streams.worker.table import tick_topic_name
+from streams.worker.topics import tick_topic_name
 
 
 def test_two_workers_get_no_standby_of_each_others_table_partitions(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from worker_harness import Rig
 
 from coordinator.states import MirrorState
-from streams.state import mirror_state as mss
+from streams.state import mirror_state_codec as mss
 from streams.brokers.apache_kafka import ApacheKafkaCluster
 from streams.config import WorkerConfig
 from streams.config import ensure_topics

@@ -13,6 +13,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
 
+from controller_rig import die_inside_a_transaction_on
 from streams.config import ensure_topics
 from streams.state.raw_log import RawLogReader
 
@@ -93,3 +94,40 @@ def test_a_log_start_past_the_position_is_read_from_the_new_start(kafka_broker: 
             await consumer.stop()
 
     assert asyncio.run(scenario()) == list(range(60, 100))
+
+
+def test_a_read_past_an_aborted_transaction_keeps_the_same_transactional_ids_committed_records(kafka_broker: Any) -> None:
+    """A producer died inside a transaction; the next one of its transactional id (the same
+    producer ID on noida-db, a bumped epoch) commits a record. Read from past the ABORT marker,
+    that record is there: noida-db 0.2.3 still lists the aborted transaction, and its marker is
+    not in the fetch, but the record's own COMMIT marker is."""
+    bootstrap, topic, txn_id = kafka_broker.bootstrap, f"raw-{uuid.uuid4().hex[:8]}", f"raw-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> None:
+        await ensure_topics(bootstrap, [NewTopic(topic, 1, 1)])
+        await asyncio.to_thread(die_inside_a_transaction_on, bootstrap, txn_id, topic, b"aborted")
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=txn_id, enable_idempotence=True, acks="all")
+        await producer.start()  # InitProducerId: the dead producer's transaction is aborted
+        try:
+            async with producer.transaction():
+                sent = await producer.send(topic, key=b"k", value=b"committed", partition=0)
+            offset = (await sent).offset
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                                    isolation_level="read_committed")  # fmt: skip
+        await consumer.start()
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.pause(tp)
+        try:
+            end = (await consumer.end_offsets([tp]))[tp]
+            for start in (offset, 0):  # past the ABORT marker, and from before the aborted record
+                got: list[tuple[bytes | None, bytes | None, int]] = []
+                consumer.seek(tp, start)
+                await RawLogReader(consumer).read_to([tp], {tp: end}, lambda k, v, o: got.append((k, v, o)))
+                assert got == [(b"k", b"committed", offset)], (start, got)
+        finally:
+            await consumer.stop()
+
+    asyncio.run(scenario())

@@ -29,10 +29,11 @@ from faust.types import TP
 from coordinator.partition_state import MirrorPartitionKey, MirrorPartitionState, encode_state
 from coordinator.states import MirrorState
 from streams.config import WorkerConfig, ensure_topics
-from streams.state.mirror_state import default_codec, partition_for_key
+from streams.state.mirror_state_codec import default_codec, partition_for_key
 from streams.worker.app import CoordinatorWorker
 from streams.worker.recovery_guard import RecoveryGuard
-from streams.worker.table import _VALUE_PREFIX, worker_topic_specs
+from streams.worker.table import _VALUE_PREFIX
+from streams.worker.topics import worker_topic_specs
 
 pytestmark = pytest.mark.brokers("noida-db", "apache-kafka")
 MIRROR = "a-to-b"

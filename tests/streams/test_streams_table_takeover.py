@@ -18,7 +18,7 @@ from typing import Any
 
 from coordinator.partition_state import MirrorPartitionKey, MirrorPartitionState, encode_state
 from coordinator.states import MirrorState
-from streams.state.mirror_state import default_codec
+from streams.state.mirror_state_codec import default_codec
 from streams.worker.state_store import WorkerStateStore
 from streams.worker.table import _VALUE_PREFIX, WorkerTable
 

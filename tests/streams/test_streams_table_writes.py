@@ -15,6 +15,7 @@ import pytest
 
 from streams.config import WorkerConfig
 from streams.state import mirror_state as mss
+from streams.state import mirror_state_codec as msc
 
 PARTITIONS = 4
 
@@ -57,11 +58,11 @@ def table(tmp_path: Path) -> Any:
 
 
 def test_writes_land_in_their_partitions_store_outside_its_events(table: Any) -> None:
-    codec = mss.default_codec()
+    codec = msc.default_codec()
     by_partition: dict[int, bytes] = {}
     while len(by_partition) < PARTITIONS:
         key = codec.state_key("m", uuid.uuid4(), 0)
-        by_partition.setdefault(mss.partition_for_key(key, PARTITIONS), key)
+        by_partition.setdefault(msc.partition_for_key(key, PARTITIONS), key)
     producer = Producer()
 
     async def all_at_once() -> None:  # no event is current: each write names its partition
@@ -79,7 +80,7 @@ def test_writes_land_in_their_partitions_store_outside_its_events(table: Any) ->
     key = by_partition[2]
     asyncio.run(table.write_durably(2, [(key, None)], producer))  # a tombstone deletes it there
     assert get_in(table, 2, key) is None and producer.sent[-1] == (2, [(key, None)])
-    with pytest.raises(mss.MirrorStateError):  # unchecked keys are checked against the partition
+    with pytest.raises(msc.MirrorStateError):  # unchecked keys are checked against the partition
         asyncio.run(table.write_durably(3, [(by_partition[1], b"x")], producer))
     assert get_in(table, 3, by_partition[1]) is None
 
@@ -87,11 +88,11 @@ def test_writes_land_in_their_partitions_store_outside_its_events(table: Any) ->
 def test_a_table_partitions_memtables_stay_small_under_a_mass_of_writes(table: Any) -> None:
     """A mass failover writes ~9 records per mirror partition: the table partition's RocksDB
     flushes its memtables as they fill instead of holding every write in memory."""
-    codec = mss.default_codec()
+    codec = msc.default_codec()
     keys = []
     while len(keys) < 6000:
         key = codec.state_key("m", uuid.uuid4(), 0)
-        if mss.partition_for_key(key, PARTITIONS) == 1:
+        if msc.partition_for_key(key, PARTITIONS) == 1:
             keys.append(key)
     producer, value = Producer(), bytes(range(120))
     for _ in range(9):  # 6,000 x 9 writes of ~190 bytes: ~10 MB, more than two memtables hold

@@ -48,7 +48,7 @@ from coordinator.ports import TopicPartition
 from coordinator.states import MirrorState
 from streams.brokers.noida import LocalBroker
 from streams.demo.harness import DemoError
-from streams.state.mirror_state import partition_for
+from streams.state.mirror_state_codec import partition_for
 from worker_harness import Rig, history_problems
 
 TOPICS = {"orders": 4, "audit": 2}  # 6 mirror partitions over 4 table partitions

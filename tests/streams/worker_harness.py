@@ -37,7 +37,7 @@ from coordinator.states import MirrorState, is_legal_transition
 from streams.config import WorkerConfig
 from streams.demo.harness import ADMIN, PY, Clock, DemoError, Processes, log_batches, read_changelog, run_cli, shape, wait_for
 from streams.worker.membership import IDENTITY_FILE
-from streams.state.mirror_state import RecordType
+from streams.state.mirror_state_codec import RecordType
 
 # The workers' group timing (worker.session.timeout.ms etc.). noida-db 0.2.3 never expires a dead
 # member (a restarted worker takes its member over by its group.instance.id), so a short session

@@ -1,0 +1,104 @@
+"""The worker role of ``kip1279-worker`` (``streams.worker.main`` parses the command line): the
+Faust app of ``streams.worker.app`` under a ``faust.Worker``, its group membership and its exits."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+
+from streams import config as worker_config
+from streams.config import WorkerConfig, ensure_topics
+from streams.worker import membership, profiling
+from streams.worker.app import CoordinatorWorker
+from streams.worker.exits import EXIT_GROUP_LOST
+from streams.worker.liveness import LoopWatchdog
+from streams.worker.presence import PresencePublisher
+from streams.worker.topics import worker_topic_specs
+
+log = logging.getLogger("streams.worker.main")
+
+
+def run_worker(cfg: WorkerConfig, args: argparse.Namespace) -> int:
+    """Runs the worker until SIGTERM/SIGINT (exit 0), until it is out of its group for good
+    (``EXIT_GROUP_LOST``) or until its Faust app crashes (``EXIT_CRASHED``); a clean stop leaves
+    the group (see ``streams.worker.membership``), and so does a crash's unless the stop hangs."""
+    import faust
+
+    worker_config.install_payload_redaction()
+    if not cfg.group_instance_id:
+        cfg = replace(cfg, group_instance_id=membership.instance_id(cfg.cluster_data_dir, cfg.cluster_name))
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    profiling.profile_loop(loop)
+    loop.run_until_complete(ensure_topics(cfg.bootstrap_servers, worker_topic_specs(cfg)))
+    presence = PresencePublisher(cfg, cfg.group_instance_id).start()  # before it joins the group
+    coordinator = CoordinatorWorker(cfg, tick_interval=args.tick_interval, threads=args.threads)
+
+    def leave() -> None:  # a stop that hangs never reaches the ``finally`` below
+        if coordinator.exit.member_id:
+            _leave_group(cfg, coordinator.exit.member_id)
+
+    coordinator.exit.on_fatal = lambda: _stop_self(code=coordinator.exit.exit_code, before_exit=leave)
+    crashes = loop.create_task(coordinator.exit.watch_crash())  # noqa: F841 - held, as ``beats``
+    watchdog = LoopWatchdog(cfg.unhealthy_exit_ms) if cfg.unhealthy_exit_ms else None
+    if watchdog is not None:
+        beats = loop.create_task(watchdog.beat())  # noqa: F841 - held: the loop keeps only weak references
+    if cfg.metrics_address is not None:
+        from streams.worker.metrics import serve_worker
+
+        loop.run_until_complete(serve_worker(coordinator))
+    fw = faust.Worker(coordinator.app, loop=loop, loglevel=args.loglevel.upper(), quiet=True,
+                      redirect_stdouts=False, override_logging=False)  # fmt: skip
+    log.info("worker %s for cluster %r starting (model port %s)", cfg.group_instance_id, cfg.cluster_name,
+             cfg.extra.get("cluster.model.port"))  # fmt: skip
+    code = 0
+    try:
+        fw.execute_from_commandline()
+    except SystemExit as e:
+        code = int(e.code or 0)
+    finally:
+        if watchdog is not None:
+            watchdog.stop()  # a slow shutdown is not a stuck loop: _stop_self has its own backstop
+        coordinator.close()
+        presence.stop()
+        if coordinator.exit.member_id:
+            _leave_group(cfg, coordinator.exit.member_id)
+    return coordinator.exit.exit_code or code
+
+
+def _stop_self(grace_s: float = 30.0, code: int = EXIT_GROUP_LOST,
+               before_exit: Callable[[], None] = lambda: None) -> None:  # fmt: skip
+    """Stops this worker as SIGTERM does; should the stop hang, exits anyway with ``code`` after
+    ``grace_s``, once ``before_exit`` (leaving the group) has run."""
+
+    def backstop_exit() -> None:
+        log.critical("the worker's stop has not finished after %.0f s; exiting with code %d", grace_s, code)
+        try:
+            before_exit()
+        finally:
+            logging.shutdown()  # flush the lines first
+            os._exit(code)
+
+    backstop = threading.Timer(grace_s, backstop_exit)
+    backstop.daemon = True
+    backstop.start()
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _leave_group(cfg: WorkerConfig, member: str) -> None:
+    try:
+        error = asyncio.run(membership.leave_group(cfg.bootstrap_servers, cfg.faust_app_id, member,
+                                                   client_id=f"{cfg.client_id}-leave"))  # fmt: skip
+    except Exception as e:  # noqa: BLE001 - the broker expires the member after its session instead
+        log.warning("LeaveGroup for member %s of %s failed: %r", member, cfg.faust_app_id, e)
+        return
+    if error:
+        log.info("member %s of %s was no longer in the group (error code %d)", member, cfg.faust_app_id, error)
+    else:
+        log.info("member %s left group %s", member, cfg.faust_app_id)
