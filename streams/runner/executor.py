@@ -71,7 +71,7 @@ class Executor:
         call, pipelined. A key whose command fails runs nothing after it; its error is returned.
         Once fenced, no wave goes out: every key still queued fails with the fencing."""
         # [key, its commands, the index of its next one]: no copy of each queue, no pop(0)
-        queues = [[k, cmds, 0] for k, cmds in commands.items() if cmds]
+        queues: list[list[Any]] = [[k, cmds, 0] for k, cmds in commands.items() if cmds]
         failed: dict[K, PortError] = {}
         plan = self.plan
         while queues:
@@ -82,7 +82,7 @@ class Executor:
                 break
             keys: list[K] = []
             calls: list[Call] = []
-            left = []
+            left: list[list[Any]] = []
             for q in queues:
                 cmds, i = q[1], q[2]
                 n = len(cmds)
