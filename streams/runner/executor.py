@@ -70,30 +70,38 @@ class Executor:
         """Each key's commands in order, the keys side by side: wave i is every key's i-th port
         call, pipelined. A key whose command fails runs nothing after it; its error is returned.
         Once fenced, no wave goes out: every key still queued fails with the fencing."""
-        queues = {k: list(cmds) for k, cmds in commands.items() if cmds}
+        # [key, its commands, the index of its next one]: no copy of each queue, no pop(0)
+        queues: list[list[Any]] = [[k, cmds, 0] for k, cmds in commands.items() if cmds]
         failed: dict[K, PortError] = {}
+        plan = self.plan
         while queues:
             try:
                 self.check_owner()
             except FencedOwnerEpoch as e:
-                failed.update(dict.fromkeys(queues, e))
+                failed.update(dict.fromkeys((q[0] for q in queues), e))
                 break
-            wave: list[tuple[K, Call]] = []
-            for k in list(queues):
-                q = queues[k]
+            keys: list[K] = []
+            calls: list[Call] = []
+            left: list[list[Any]] = []
+            for q in queues:
+                cmds, i = q[1], q[2]
+                n = len(cmds)
                 call = None
-                while q and call is None:
-                    call = self.plan(q.pop(0))
+                while i < n and call is None:
+                    call = plan(cmds[i])
+                    i += 1
                 if call is not None:
-                    wave.append((k, call))
-                if not q:
-                    del queues[k]
-            for (k, _), r in zip(wave, run_calls([call for _, call in wave])):
+                    keys.append(q[0])
+                    calls.append(call)
+                if i < n:
+                    q[2] = i
+                    left.append(q)
+            for k, r in zip(keys, run_calls(calls)):
                 if isinstance(r, PortError):
                     failed[k] = r
-                    queues.pop(k, None)
                     if isinstance(r, FencedOwnerEpoch) and self.fenced is None:
                         self.fenced = r  # a newer owner claimed the work: nothing more goes out
+            queues = [q for q in left if q[0] not in failed] if failed else left
         return failed
 
     def plan(self, cmd: c.Command) -> Call | None:
