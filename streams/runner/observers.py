@@ -30,7 +30,7 @@ from coordinator.ports import (
 from coordinator.states import DesiredState
 from coordinator.workflows.drive import Need, PartitionObservation, needs
 from coordinator.workflows.fetcher import MIRROR_FETCH_ISOLATION, FetchPosition, OutOfRange, fetcher_of
-from coordinator.workflows.prepare import PrepareObservation
+from coordinator.workflows.prepare import TOPIC_NOT_READY, PrepareObservation
 from coordinator.workflows.stop import FinalSync, StopObservation
 from coordinator.workflows.topic import TopicObservation
 from streams.runner.driver import Call, Observer, describe_one, latest_epoch, raise_first
@@ -116,6 +116,8 @@ class MirrorObservers:
             self._raise_first(asks, got)
             dest, src, isr = got
             return PrepareObservation(topic_ready=ready, dest=dest, source_leader_epoch=src.leader_epoch, isr=isr)
+        if not ready:
+            return TOPIC_NOT_READY  # its partition may not exist on the destination yet
         # The source keeps its LME under the mirror that fed it (the one its topic is attached to).
         src_topic = self.source_topics.get(tp.topic_id)
         lme_mirror = (src_topic.mirror_name if src_topic is not None else None) or self.mirror_name
@@ -123,6 +125,8 @@ class MirrorObservers:
                 (self.source, "last_mirrored_epoch", (lme_mirror, tp), None),
                 (self.source, "last_mirror_cut", (lme_mirror, tp), None)]  # fmt: skip
         got = yield asks
+        if isinstance(got[0], UnknownTopicId):
+            return TOPIC_NOT_READY  # described as created, not serving yet (a lagging destination): wait
         self._raise_first(asks, got)
         dest, src, lme, cut = got
         src_end = local_end = None
