@@ -26,6 +26,12 @@ alone, every process's peak RSS (``peak_rss_mb``: worker, controller, model serv
 the CPU-seconds each process spent during the failover (``failover_cpu_seconds``), and on a
 timeout ``timed_out``, ``reason`` and the partial progress. Every wait is bounded, so the bench
 always ends.
+
+The start is measured too (not timed with the failover): ``start_seconds``, ``start_cpu_seconds``
+(each process, from the first start request until every partition is MIRRORING),
+``start_cpu_seconds_per_1k_partitions``, ``start_failed_peak`` (the most partitions FAILED seen
+at once while they start: a start must show none) and ``start_describe_max_seconds`` (the slowest
+describe meanwhile). ``--start-only`` ends the run there.
 """
 
 from __future__ import annotations
@@ -182,6 +188,12 @@ class Bench:
         if code != 0:
             raise DemoError(f"create mirror failed: {text.strip()}")
         self.say(f"mirror {MIRROR} created on B; starting {a_.topics} topics")
+        # The start's cost, as the failover's: every process's CPU from the first start request
+        # until every partition is MIRRORING (``start_cpu_seconds``, per 1,000 partitions).
+        procs = {n: p.pid for n, p in d.procs.procs}
+        cpu0 = {n: _cpu_s(pid) for n, pid in procs.items()}
+        cpu0["broker"] = self._broker_cpu()
+        t_start = time.monotonic()
         todo = names
         while todo:
             if time.monotonic() > deadline:
@@ -191,6 +203,7 @@ class Bench:
                 time.sleep(1.0)
         self.say(f"all {a_.topics} topics started; waiting until {total} partitions are MIRRORING")
         last, shown = "", 0.0
+        failed_peak, describe_max = 0, 0.0
         while True:
             self._check_alive()
             t = time.monotonic()
@@ -199,6 +212,8 @@ class Bench:
             except TimeoutError:  # a describe of many partitions can be slow; the deadline still bounds setup
                 counts = {}
             took = time.monotonic() - t
+            describe_max = max(describe_max, took)
+            failed_peak = max(failed_peak, counts.get("FAILED", 0))
             done = counts.get("MIRRORING", 0)
             self.result["setup_progress"] = {"mirroring": done, "states": counts,
                                              "elapsed_s": round(time.monotonic() - self.t0, 1)}  # fmt: skip
@@ -211,6 +226,17 @@ class Bench:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"setup did not finish within {a_.setup_timeout:.0f}s: {line}")
             time.sleep(1.0)
+        cpu1 = {n: _cpu_s(pid) for n, pid in procs.items()}
+        cpu1["broker"] = self._broker_cpu()
+        self.result["start_seconds"] = round(time.monotonic() - t_start, 1)
+        self.result["start_cpu_seconds"] = {n.replace("-", "_"): round(cpu1[n] - c, 1) for n, c in cpu0.items()
+                                            if c is not None and cpu1.get(n) is not None}  # fmt: skip
+        self.result["start_cpu_seconds_per_1k_partitions"] = per_1k_partitions(self.result["start_cpu_seconds"], total)
+        # FAILED is for what an operator must act on: a start must show none (issue #38).
+        self.result["start_failed_peak"] = failed_peak
+        self.result["start_describe_max_seconds"] = round(describe_max, 2)
+        self.say(f"start: {self.result['start_seconds']}s, CPU-s {self.result['start_cpu_seconds']}, "
+                 f"peak FAILED {failed_peak}, slowest describe {describe_max:.2f}s")  # fmt: skip
         self.result["setup_seconds"] = round(time.monotonic() - self.t0, 1)
         rss = [_status_kb(self.pid(n), "VmRSS") for n in self.workers()]
         hwm = [_status_kb(self.pid(n), "VmHWM") for n in self.workers()]
@@ -432,6 +458,10 @@ class Bench:
             ("model_server", "model_server_peak_rss_mb"), ("broker", "broker_peak_rss_mb"))}  # fmt: skip
 
 
+class _StartOnly(Exception):
+    """``--start-only``: the run ends after the start (no failover)."""
+
+
 def _fmt(counts: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no partitions yet"
 
@@ -462,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-settle", action="store_true",
                    help="stop as soon as every partition is MIRRORING (racing the workers' first fetch rounds)")
     p.add_argument("--hold", type=float, default=0.0, help="seconds to keep the processes up before the stop (profiling)")
+    p.add_argument("--start-only", action="store_true",
+                   help="end after the start (its CPU-seconds, peak FAILED, slowest describe); no failover")
     args = p.parse_args(argv)
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="kip1279-massfail-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -472,12 +504,17 @@ def main(argv: list[str] | None = None) -> int:
         bench.setup()
         bench.say(f"setup done in {bench.result['setup_seconds']}s (not counted); worker pid {bench.pid('worker-B')}, "
                   f"model server pid {bench.pid('model-server')}")  # fmt: skip
+        if args.start_only:
+            bench.result["stage"] = "done"
+            raise _StartOnly
         if not args.no_settle:
             bench.settle()
         if args.hold:
             time.sleep(args.hold)
         bench.failover()
         code = 0 if bench.result.get("stage") == "done" else 1
+    except _StartOnly:
+        code = 0
     except KeyboardInterrupt:
         bench.result.update(timed_out=False, reason="interrupted")
         code = 130

@@ -15,6 +15,8 @@ from ..records import kafka_records
 from . import errors as E
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..replica import Partition
     from .context import ListenerContext
 
@@ -37,11 +39,22 @@ EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
 def _leader_partition(cluster: ListenerContext, broker: int, topic: str, index: int) -> tuple[int, Partition | None]:
     """(error code, partition) for a request that must reach the partition's leader."""
+    return _leader_of(_partitions_of(cluster, topic), broker, index)
+
+
+def _partitions_of(cluster: ListenerContext, topic: str) -> Sequence[Partition] | None:
+    """The partitions of ``topic`` by name (None: no such topic). Looked up once per topic of a
+    request, not per partition: a consumer's full fetch of 500 partitions hashed each topic ID
+    (a Python-level ``UUID.__hash__``) twice per partition, each time a write woke it."""
     model = cluster.model
     topic_id = model.topic_ids.get(topic)
-    if topic_id is None or not 0 <= index < len(model.topics[topic_id].partitions):
+    return None if topic_id is None else model.topics[topic_id].partitions
+
+
+def _leader_of(partitions: Sequence[Partition] | None, broker: int, index: int) -> tuple[int, Partition | None]:
+    if partitions is None or not 0 <= index < len(partitions):
         return E.UNKNOWN_TOPIC_OR_PARTITION, None
-    part = model.topics[topic_id].partitions[index]
+    part = partitions[index]
     if not part.online:
         return E.LEADER_NOT_AVAILABLE, part
     if part.leader != broker:
@@ -80,8 +93,9 @@ def _fetch_once(cluster: ListenerContext, broker: int, req: Request) -> tuple[ob
     topics = []
     for t in body.topics:
         parts = []
+        partitions = _partitions_of(cluster, t.topic)
         for p in t.partitions:
-            code, part = _leader_partition(cluster, broker, t.topic, p.partition)
+            code, part = _leader_of(partitions, broker, p.partition)
             if code:
                 errors = True
                 leader = _FetchLeader(leader_id=part.leader, leader_epoch=part.leader_epoch) if part is not None else _FetchLeader()

@@ -53,6 +53,12 @@ class PrepareObservation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     isr: IsrStatus | None = None
 
 
+# PREPARE_CHECK before the topic level made the topic ready: the destination's partition may not
+# exist yet (its topic is created by the topic level, maybe in another table partition's job), so
+# nothing is asked and nothing decided. A wait, not a failure: FAILED is for an operator to act on.
+TOPIC_NOT_READY = PrepareObservation(topic_ready=False, dest=PartitionOffsets(-1, -1, -1, -1, -1), source_leader_epoch=-1)
+
+
 def truncation_target(obs: PrepareObservation) -> int:
     """Where the local log is cut before mirroring starts (follower divergence semantics), at
     most at the source's consistent cut: the source never kept what lies after it."""

@@ -65,6 +65,9 @@ class HeartbeatChannel:
         consumer.assign([self.tp])
         end = (await consumer.end_offsets([self.tp]))[self.tp]
         consumer.seek(self.tp, max(0, end - HISTORY))
+        # Paused between polls: followed, the topic's end kept the broker answering ten empty
+        # fetches a second (fetch.max.wait.ms 100) per controller while nothing happened.
+        consumer.pause(self.tp)
         self._consumer = consumer
         await self.poll()
 
@@ -84,6 +87,14 @@ class HeartbeatChannel:
         await self._producer.send(self.topic, value, key=beat.controller_id.encode(), partition=0,
                                   timestamp_ms=beat.timestamp_ms)  # fmt: skip
 
+    def _add(self, value: bytes | None, offset: int, timestamp_ms: int) -> None:
+        try:
+            b = _decode(value or b"")
+        except msgspec.DecodeError:
+            log.warning("%s offset %d: not a controller heartbeat, skipped", self.topic, offset)
+            return
+        self.heartbeats.append(Heartbeat(b.controller_id, b.instance, b.endpoint, b.active, b.epoch, timestamp_ms, b.leaving))
+
     async def poll(self, keep_ms: int = 60_000) -> list[Heartbeat]:
         """Reads what arrived (up to the end as of this call); returns the heartbeats of the
         last ``keep_ms``."""
@@ -91,16 +102,15 @@ class HeartbeatChannel:
         if consumer is None:
             return self.heartbeats
         end = (await consumer.end_offsets([self.tp]))[self.tp]
-        while await consumer.position(self.tp) < end:
-            for msgs in (await consumer.getmany(self.tp, timeout_ms=200)).values():
-                for msg in msgs:
-                    try:
-                        b = _decode(msg.value or b"")
-                    except msgspec.DecodeError:
-                        log.warning("%s offset %d: not a controller heartbeat, skipped", self.topic, msg.offset)
-                        continue
-                    self.heartbeats.append(Heartbeat(b.controller_id, b.instance, b.endpoint, b.active, b.epoch, msg.timestamp,
-                                                     b.leaving))
+        if await consumer.position(self.tp) < end:
+            consumer.resume(self.tp)
+            try:
+                while await consumer.position(self.tp) < end:
+                    for msgs in (await consumer.getmany(self.tp, timeout_ms=200)).values():
+                        for msg in msgs:
+                            self._add(msg.value, msg.offset, msg.timestamp)
+            finally:
+                consumer.pause(self.tp)
         now = int(time.time() * 1000)
         self.heartbeats = [h for h in self.heartbeats if now - h.timestamp_ms <= keep_ms]
         return self.heartbeats

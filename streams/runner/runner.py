@@ -56,6 +56,7 @@ from coordinator.workflows import commands as c
 from coordinator.workflows.config import MirrorConfig
 from coordinator.workflows.drive import decide_partition
 from coordinator.workflows.fetcher import fetcher_of, lag
+from coordinator.workflows.prepare import TOPIC_NOT_READY
 from coordinator.workflows.stop import FinalSync
 from streams.runner.data_watch import DEFAULT_MAX_WAIT_MS, DataWatch
 from streams.runner.fetch_round import fetch_round
@@ -408,7 +409,7 @@ class MirrorRunner:
                     continue
                 if obs is None:
                     continue
-                if obs.prepare is not None:
+                if obs.prepare is not None and obs.prepare is not TOPIC_NOT_READY:
                     self.source_errors.pop(key.topic_partition, None)  # the source answered
                 cut = self._stop_cut(key) if want is DesiredState.STOP and states[key].state in _ENTERS_STOP else None
                 decision = decide_partition(key, states[key], want, offset, obs, now, self.config, cut)

@@ -97,10 +97,15 @@ class TopicLevel:
             self.checked_ms[topic_id] = now_ms
             due.append((topic_id, want, offset))
         due.sort()  # in topic order, as before: only the due ones sorted
-        for i in range(0, len(due), _PART):
-            self.run(due[i : i + _PART])  # each part's topics are done (ready again) before the next
-            if self.between is not None and i + _PART < len(due):
-                self.between()
+        observers = self.r.observers
+        observers.listing_pass(True)  # the destination's topics listed at most once for all the parts
+        try:
+            for i in range(0, len(due), _PART):
+                self.run(due[i : i + _PART])  # each part's topics are done (ready again) before the next
+                if self.between is not None and i + _PART < len(due):
+                    self.between()
+        finally:
+            observers.listing_pass(False)
         settled, checked = self.settled, self.checked_ms
         if all(settled.get(t) == offset for t, (_, offset) in desired.items()):
             self.quiet = (desired, min((checked.get(t, _NEVER) + refresh for t in desired), default=1 << 62))
