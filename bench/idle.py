@@ -197,7 +197,7 @@ def _profile_diff(before: dict[str, dict[Any, tuple[float, float]]], after: dict
         lines.append(f"--- worker {kind} thread(s): {total:.2f} s of CPU in profiled code; top by own time (own s, cumulative s)")
         for tt, ct, (file, line, name) in sorted(rows, key=lambda r: -r[0])[:top]:
             lines.append(f"{tt:8.3f} {ct:8.3f}  {Path(file).name}:{line}({name})")
-        lines.append(f"--- top by cumulative time")
+        lines.append("--- top by cumulative time")
         for tt, ct, (file, line, name) in sorted(rows, key=lambda r: -r[1])[:top]:
             lines.append(f"{tt:8.3f} {ct:8.3f}  {Path(file).name}:{line}({name})")
     return "\n".join(lines)

@@ -178,8 +178,6 @@ class CoordinatorWorker:
         self.app.task(self._follow_metadata)
         # Liveness: the process's exit code and how to stop it (``run_worker`` sets ``on_fatal``).
         self.exit = WorkerExit(self.app, config.faust_app_id, lambda: self.group_consumer())
-        self.app.timer(max(1.0, config.heartbeat_interval_ms / 1000), name=f"{config.faust_app_id}.membership")(
-            self.exit.watch_membership)  # fmt: skip
         # Faust's table recovery never seeks a changelog partition again: a stalled one is sought here.
         # It also ends the recovery of a changelog partition whose log ends with a transaction marker.
         self.recovery_guard = RecoveryGuard(self.app, config.recovery_stall_ms / 1000, bootstrap=config.bootstrap_servers)

@@ -2,7 +2,7 @@
 
 ``WorkerExit`` watches the two ways a running worker stops being useful without its process
 ending on its own: its consumer drops out of the group for good (``EXIT_GROUP_LOST``, checked
-every heartbeat interval), or its Faust app crashes (``EXIT_CRASHED``: a task, timer or service
+every heartbeat interval, from before the app starts), or its Faust app crashes (``EXIT_CRASHED``: a task, timer or service
 of it raised). Either sets ``exit_code`` once and calls ``on_fatal`` (``run_worker`` sets it to a
 stop as SIGTERM's, bounded in time). It keeps the group member id last held, for a static member
 to leave its group with on the way out. (A stuck event loop is ``streams.worker.liveness``'s.)
@@ -10,6 +10,7 @@ to leave its group with on the way out. (A stuck event loop is ``streams.worker.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -46,6 +47,14 @@ class WorkerExit:
                      "to restart it", self.group_id, reason, EXIT_GROUP_LOST)  # fmt: skip
         self.exit_code = EXIT_GROUP_LOST
         self.on_fatal()
+
+    async def watch_membership_every(self, seconds: float) -> None:
+        """``watch_membership`` from before the app starts (``run_worker``): Faust's timers start only
+        after table recovery, which a consumer whose group coordination died before its first
+        assignment never ends."""
+        while not self.exit_code:
+            await asyncio.sleep(seconds)
+            await self.watch_membership()
 
     async def watch_crash(self) -> None:
         """``EXIT_CRASHED`` once the Faust app has crashed: Faust then stops the app, a stop that

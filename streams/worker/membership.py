@@ -93,6 +93,37 @@ async def leave_group(bootstrap: str, group: str, member: str, client_id: str, t
         await client.close()
 
 
+def rejoin_when_left_out() -> bool:
+    """Idempotent; patches aiokafka's group join for this process: a SyncGroup answer with an empty
+    assignment (no bytes at all) is joined again, not decoded. A group coordinator fills in empty
+    bytes for a member the leader's plan left out (one that joined as the round closed: noida-db
+    does it); aiokafka failed to decode them and its group coordination task died, before table
+    recovery, so the worker held nothing and never exited. An assignment of no partitions is never
+    empty bytes: it carries its version and an empty list. False if aiokafka has another layout."""
+    try:
+        from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance
+    except ImportError:  # pragma: no cover
+        return False
+    original = getattr(CoordinatorGroupRebalance, "perform_group_join", None)
+    if original is None:
+        log.warning("aiokafka's group join has another layout: an empty assignment is not joined again")
+        return False
+    if getattr(original, "_kip1279_rejoin", False):
+        return True
+
+    async def perform_group_join(self: Any) -> Any:
+        got = await original(self)
+        if got is not None and not got[1]:
+            log.warning("group %s: the leader's assignment left this member out (no assignment bytes): joining again",
+                        self.group_id)  # fmt: skip
+            return None  # aiokafka backs off, then joins again
+        return got
+
+    perform_group_join._kip1279_rejoin = True  # type: ignore[attr-defined]
+    CoordinatorGroupRebalance.perform_group_join = perform_group_join
+    return True
+
+
 _unconfirmed: set[tuple[str, int]] = set()
 
 

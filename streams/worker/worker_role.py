@@ -31,6 +31,7 @@ def run_worker(cfg: WorkerConfig, args: argparse.Namespace) -> int:
     import faust
 
     worker_config.install_payload_redaction()
+    membership.rejoin_when_left_out()  # an empty assignment (a member the leader left out) is joined again
     if not cfg.group_instance_id:
         cfg = replace(cfg, group_instance_id=membership.instance_id(cfg.cluster_data_dir, cfg.cluster_name))
     loop = asyncio.new_event_loop()
@@ -46,6 +47,8 @@ def run_worker(cfg: WorkerConfig, args: argparse.Namespace) -> int:
 
     coordinator.exit.on_fatal = lambda: _stop_self(code=coordinator.exit.exit_code, before_exit=leave)
     crashes = loop.create_task(coordinator.exit.watch_crash())  # noqa: F841 - held, as ``beats``
+    out_of_group = loop.create_task(  # noqa: F841 - held, as ``beats``
+        coordinator.exit.watch_membership_every(max(1.0, cfg.heartbeat_interval_ms / 1000)))
     watchdog = LoopWatchdog(cfg.unhealthy_exit_ms) if cfg.unhealthy_exit_ms else None
     if watchdog is not None:
         beats = loop.create_task(watchdog.beat())  # noqa: F841 - held: the loop keeps only weak references

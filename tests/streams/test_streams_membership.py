@@ -194,3 +194,28 @@ def test_in_generation_confirms_only_the_current_generation_of_a_live_member(kaf
             await consumer.stop()
 
     assert asyncio.run(scenario()) == (True, False, False, True)
+
+
+def test_an_assignment_of_no_bytes_is_joined_again_not_decoded() -> None:
+    """``rejoin_when_left_out``: a SyncGroup answer of no bytes (a member the leader's plan left out)
+    makes aiokafka join again (its join returns None: back off, join); an encoded assignment, even
+    of no partitions, is kept. In a process of its own: the patch is process-wide."""
+    code = """
+import asyncio
+from aiokafka.consumer import group_coordinator as gc
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
+no_partitions = ConsumerProtocolMemberAssignment(0, [], b"").encode()
+answers = [("roundrobin", b""), ("roundrobin", no_partitions)]
+async def join(self):
+    return answers.pop(0)
+gc.CoordinatorGroupRebalance.perform_group_join = join
+from streams.worker.membership import rejoin_when_left_out
+assert rejoin_when_left_out() and rejoin_when_left_out()
+r = object.__new__(gc.CoordinatorGroupRebalance)
+r.group_id = "g"
+print(asyncio.run(r.perform_group_join()), asyncio.run(r.perform_group_join()) == ("roundrobin", no_partitions))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["None", "True"]
+    assert "left this member out" in done.stderr
