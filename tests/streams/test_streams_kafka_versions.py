@@ -43,7 +43,8 @@ from kafka_source_data import assert_offsets_and_reads_alike, commit_and_leave_o
 from worker_harness import Rig
 
 from coordinator.states import MirrorState
-from streams.brokers.apache_kafka import ApacheKafkaCluster, start_clusters
+from streams.brokers.apache_kafka import ApacheKafkaCluster
+from streams.brokers.kafka_clusters import start_clusters
 from streams.brokers.kafka_jars import missing_reason, source_versions
 from streams.brokers.noida import LocalBroker, _recv_exactly
 from streams.demo.harness import failover_aborts, log_batches
