@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 import aiokafka.errors as Errors
 from aiokafka import AIOKafkaProducer

@@ -3,7 +3,6 @@ session's: tests/conftest.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 

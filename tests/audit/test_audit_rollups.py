@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 from pyspark.sql import SparkSession
 
 from audit.export import export_snapshot

@@ -22,7 +22,7 @@ from coordinator.states import ErrorCode, MirrorState
 from records.framing import ApiMessageAndVersion
 from records.registry import default_schemas
 from streams.admin import cli
-from streams.admin.client import AdminError, ClusterMirrorAdmin
+from streams.admin.client import ClusterMirrorAdmin
 from streams.admin.controller import ClusterMirrorController
 from streams.config import WorkerConfig, ensure_topics, metadata_topic_spec
 from streams.state import mirror_state_codec as mss

@@ -195,7 +195,7 @@ def test_a_copy_leaves_its_partitions_cold_while_it_runs(port: int, monkeypatch:
     meta = a.add_topic("orders", 2)
     r = MirrorRunner("m", ClusterClient(port, "A"), ClusterClient(port, "B"), MirrorConfig(), long_poll=True)
     tp0, tp1 = TopicPartition(meta.topic_id, 0), TopicPartition(meta.topic_id, 1)
-    key0, key1 = MirrorPartitionKey("m", meta.topic_id, 0), MirrorPartitionKey("m", meta.topic_id, 1)
+    key1 = MirrorPartitionKey("m", meta.topic_id, 1)
     w = worker(r, {key1})  # a state write not durable yet: left to its step
     hot_during: list[set[MirrorPartitionKey]] = []
     fetch = mirror_jobs.fetch_while_behind

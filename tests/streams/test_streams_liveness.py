@@ -40,3 +40,23 @@ def test_unhealthy_exit_setting() -> None:
     assert WorkerConfig(unhealthy_exit_ms=0).unhealthy_exit_ms == 0  # never
     with pytest.raises(ConfigError, match="worker.unhealthy.exit.ms"):
         WorkerConfig(unhealthy_exit_ms=1_000)  # below 4 heartbeats: a busy loop would be killed
+
+
+def test_a_stall_is_logged_once_with_the_stack_the_loop_is_stuck_in(caplog: pytest.LogCaptureFixture) -> None:
+    dog = LoopWatchdog(10_000, on_stall=lambda: None, beat_s=0.05, report_s=0.3)
+
+    def stuck_in_a_blocking_call() -> None:
+        time.sleep(1.0)
+
+    async def main() -> None:
+        beats = asyncio.create_task(dog.beat())
+        await asyncio.sleep(0.2)
+        stuck_in_a_blocking_call()
+        await asyncio.sleep(0.2)
+        beats.cancel()
+
+    with caplog.at_level("WARNING", logger="streams.worker.liveness"):
+        asyncio.run(main())
+    dog.stop()
+    lines = [r.getMessage() for r in caplog.records if "has not answered" in r.getMessage()]
+    assert len(lines) == 1 and "stuck_in_a_blocking_call" in lines[0] and not dog.stalled
