@@ -87,6 +87,7 @@ _KEYS: dict[str, str] = {
     "worker.rebalance.timeout.ms": "rebalance_timeout_ms",
     "worker.group.instance.id": "group_instance_id",
     "worker.unhealthy.exit.ms": "unhealthy_exit_ms",
+    "worker.shutdown.timeout.ms": "shutdown_timeout_ms",
     "worker.recovery.stall.ms": "recovery_stall_ms",
     "metrics.listener": "metrics_listener",
     "metrics.partition.lag.max.series": "metrics_lag_max_series",
@@ -132,6 +133,8 @@ class WorkerConfig:
     group_instance_id: str = ""
     # A worker whose event loop answers nothing for this long exits non-zero (0: never).
     unhealthy_exit_ms: int = 120_000
+    # A stop (SIGTERM, SIGINT) not finished after this long leaves the group and exits anyway (0: never).
+    shutdown_timeout_ms: int = 15_000
     # A changelog partition that Faust's table recovery waits on but that has delivered no record
     # for this long is sought again (``streams.worker.recovery_guard``; 0: never).
     recovery_stall_ms: int = 5_000
@@ -171,6 +174,8 @@ class WorkerConfig:
         if self.unhealthy_exit_ms < 0 or 0 < self.unhealthy_exit_ms < 4 * self.heartbeat_interval_ms:
             raise ConfigError(f"worker.unhealthy.exit.ms must be 0 (never) or at least 4 heartbeat intervals "
                               f"({4 * self.heartbeat_interval_ms}), not {self.unhealthy_exit_ms}")  # fmt: skip
+        if self.shutdown_timeout_ms < 0:
+            raise ConfigError(f"worker.shutdown.timeout.ms must be >= 0 (0: never), not {self.shutdown_timeout_ms}")
         if self.recovery_stall_ms < 0:
             raise ConfigError(f"worker.recovery.stall.ms must be >= 0, not {self.recovery_stall_ms}")
         if self.metrics_listener:

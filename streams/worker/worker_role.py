@@ -56,8 +56,9 @@ def run_worker(cfg: WorkerConfig, args: argparse.Namespace) -> int:
         from streams.worker.metrics import serve_worker
 
         loop.run_until_complete(serve_worker(coordinator))
-    fw = faust.Worker(coordinator.app, loop=loop, loglevel=args.loglevel.upper(), quiet=True,
-                      redirect_stdouts=False, override_logging=False)  # fmt: skip
+    backstop = StopBackstop(cfg.shutdown_timeout_ms / 1000, lambda: coordinator.exit.exit_code, leave)
+    fw = _worker_class(faust.Worker, backstop)(coordinator.app, loop=loop, loglevel=args.loglevel.upper(), quiet=True,
+                                               redirect_stdouts=False, override_logging=False)  # fmt: skip
     log.info("worker %s for cluster %r starting (model port %s)", cfg.group_instance_id, cfg.cluster_name,
              cfg.extra.get("cluster.model.port"))  # fmt: skip
     code = 0
@@ -73,6 +74,48 @@ def run_worker(cfg: WorkerConfig, args: argparse.Namespace) -> int:
         if coordinator.exit.member_id:
             _leave_group(cfg, coordinator.exit.member_id)
     return coordinator.exit.exit_code or code
+
+
+class StopBackstop:
+    """Bounds a stop: armed by the first SIGTERM or SIGINT, it leaves the group and exits the
+    process once the stop has run ``grace_s`` (0: never). A clean stop waits on Faust's services
+    and the group's rebalance; should one of them hang, the worker must still go, as a SIGKILL
+    would (it loses nothing acknowledged), but out of its group at once, not a session later."""
+
+    def __init__(self, grace_s: float, exit_code: Callable[[], int], before_exit: Callable[[], None]) -> None:
+        self.grace_s, self.exit_code, self.before_exit = grace_s, exit_code, before_exit
+        self.timer: threading.Timer | None = None
+
+    def arm(self, *_: object) -> None:
+        if self.timer is not None or self.grace_s <= 0:
+            return
+        self.timer = threading.Timer(self.grace_s, self._exit)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _exit(self) -> None:
+        code = self.exit_code()
+        log.critical("the worker's stop has not finished after %.0f s (worker.shutdown.timeout.ms); leaving its "
+                     "group and exiting with code %d", self.grace_s, code)  # fmt: skip
+        try:
+            self.before_exit()
+        finally:
+            logging.shutdown()  # flush the lines first
+            os._exit(code)
+
+
+def _worker_class(base: type, backstop: StopBackstop) -> type:
+    """``faust.Worker`` whose stop signals also arm ``backstop``. The loop's handlers stay as they
+    are (asyncio dispatches them from its wakeup fd); the process-level handler added here runs
+    in the main thread even while the loop is blocked, which is when the backstop is needed."""
+
+    class Worker(base):  # type: ignore[misc,valid-type]
+        def install_signal_handlers(self) -> None:
+            super().install_signal_handlers()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, backstop.arm)
+
+    return Worker
 
 
 def _stop_self(grace_s: float = 30.0, code: int = EXIT_GROUP_LOST,
