@@ -51,13 +51,7 @@ def test_a_group_whose_generations_start_again_claims_its_owner_epoch_again(apac
     try:
         rig.start(("B",))
         b, group = rig.clients["B"], rig.config("B").faust_app_id
-        rig.create_mirror("B", MIRROR, "A")
-        rig.spawn_worker("B", "B1", rig.data_dir("B", "1"))
-        rig.spawn_worker("B", "B2", rig.data_dir("B", "2"))
-        rig.start_topics("B", MIRROR)
-        rig.produce("A", 1.0, seed=1)
-        rig.wait("MIRRORING", lambda: rig.all_in("B", MIRROR, MirrorState.MIRRORING), 60)
-        rig.wait("both workers holding table partitions", lambda: len(rig.owners("B")) == 2 and all(rig.owners("B").values()), 60)
+        rig.two_workers_mirroring("B", MIRROR, "A")
         rig.leave_worker("B2")
         # B1 alone and holding every table partition: the rebalance B2's leave began is over, so the
         # SIGTERM below is a clean stop, not one in the middle of a rebalance.

@@ -17,8 +17,6 @@ from pathlib import Path
 import pytest
 from worker_harness import Rig
 
-from coordinator.states import MirrorState
-
 TOPICS = {"orders": 4, "audit": 2}
 MIRROR = "a-to-b"
 BACKSTOP_S = 15.0  # worker.shutdown.timeout.ms's default
@@ -29,14 +27,7 @@ def test_a_worker_stopped_mid_rebalance_exits_cleanly_and_promptly(apache_kafka:
     rig = Rig(tmp_path, apache_kafka.bootstrap, TOPICS, tick=0.1, seed=29)  # type: ignore[attr-defined]
     try:
         rig.start(("B",))
-        rig.create_mirror("B", MIRROR, "A")
-        rig.spawn_worker("B", "B1", rig.data_dir("B", "1"))
-        rig.spawn_worker("B", "B2", rig.data_dir("B", "2"))
-        rig.start_topics("B", MIRROR)
-        rig.produce("A", 1.0, seed=1)
-        rig.wait("MIRRORING", lambda: rig.all_in("B", MIRROR, MirrorState.MIRRORING), 60)
-        rig.wait("both workers holding table partitions",
-                 lambda: len(rig.owners("B")) == 2 and all(rig.owners("B").values()), 60)  # fmt: skip
+        rig.two_workers_mirroring("B", MIRROR, "A")
         rig.leave_worker("B2")  # B1 begins a rebalance as B2's LeaveGroup lands
         started = time.monotonic()
         code = rig.leave_worker("B1", timeout=BACKSTOP_S + 15)

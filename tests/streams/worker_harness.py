@@ -338,6 +338,18 @@ class Rig:
                 out[TopicPartition(tid, p)] = states[-1].state
         return out
 
+    def two_workers_mirroring(self, cluster: str, mirror: str, src: str) -> None:
+        """``mirror`` of ``src`` on ``cluster``, started, with records, every partition MIRRORING
+        and workers ``<cluster>1`` and ``<cluster>2`` each holding table partitions."""
+        self.create_mirror(cluster, mirror, src)
+        self.spawn_worker(cluster, f"{cluster}1", self.data_dir(cluster, "1"))
+        self.spawn_worker(cluster, f"{cluster}2", self.data_dir(cluster, "2"))
+        self.start_topics(cluster, mirror)
+        self.produce(src, 1.0, seed=1)
+        self.wait("MIRRORING", lambda: self.all_in(cluster, mirror, MirrorState.MIRRORING), 60)
+        self.wait("both workers holding table partitions",
+                  lambda: len(self.owners(cluster)) == 2 and all(self.owners(cluster).values()), 60)  # fmt: skip
+
     def all_in(self, cluster: str, mirror: str, state: MirrorState) -> bool:
         got = self.latest(cluster, mirror)
         return len(got) == len(self.tps) and all(s is state for s in got.values())
