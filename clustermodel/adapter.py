@@ -335,7 +335,11 @@ class PortsAdapter(ClusterCore):
         """Raise the DLE to at least ``min_epoch``; idempotent."""
         self._serve()
         topic, part = self._online(tp)
-        return part.bump_epoch(min_epoch, assign_epoch=not topic.read_only)
+        was = part.leader_epoch
+        epoch = part.bump_epoch(min_epoch, assign_epoch=not topic.read_only)
+        if epoch != was:
+            self._touch(tp)  # a fetch parked at the old epoch answers now, as Kafka's purgatory does
+        return epoch
 
     @journaled
     def open_transactions(self, tp: TopicPartition) -> list[OpenTransaction]:
