@@ -10,6 +10,7 @@ from coordinator.ports import Batch, IsolationLevel, PortError
 from records.kafka_envelope import Request
 from records.registry import default_schemas
 
+from ..adapter import read_leader_fetch
 from ..records import kafka_records
 
 from . import errors as E
@@ -91,7 +92,6 @@ def _fetch_once(cluster: ListenerContext, broker: int, req: Request,
     """The answer, its records' size and whether a partition failed; ``keys`` gets each partition
     read, as (topic ID as an int, partition)."""
     body = req.body
-    model = cluster.model
     isolation = IsolationLevel(body.isolation_level) if body.isolation_level in (0, 1) else IsolationLevel.READ_UNCOMMITTED
     budget = body.max_bytes if body.max_bytes > 0 else 0x7FFFFFFF
     total = 0
@@ -111,8 +111,8 @@ def _fetch_once(cluster: ListenerContext, broker: int, req: Request,
             if keys is not None:
                 keys.append((part.tp.topic_id.int, p.partition))
             try:
-                r = model.read_fetch(part.tp, p.fetch_offset, min(p.partition_max_bytes, budget) if total else p.partition_max_bytes,
-                                isolation, _epoch(p.current_leader_epoch), _epoch(p.last_fetched_epoch))
+                r = read_leader_fetch(part, p.fetch_offset, min(p.partition_max_bytes, budget) if total else p.partition_max_bytes,
+                                      isolation, _epoch(p.current_leader_epoch), _epoch(p.last_fetched_epoch))
             except PortError as exc:
                 errors = True
                 log = part.leader_log
