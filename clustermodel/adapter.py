@@ -63,11 +63,7 @@ class PortsAdapter(ClusterCore):
 
     def _leader(self, tp: TopicPartition, current_leader_epoch: int | None) -> Partition:
         _, part = self._online(tp)
-        if current_leader_epoch is not None and current_leader_epoch >= 0:
-            if current_leader_epoch < part.leader_epoch:
-                raise FencedLeaderEpoch(tp, current_leader_epoch, part.leader_epoch)
-            if current_leader_epoch > part.leader_epoch:
-                raise UnknownLeaderEpoch(tp, current_leader_epoch, part.leader_epoch)
+        _check_leader_epoch(part, current_leader_epoch)
         return part
 
     def leader_partition(self, tp: TopicPartition, current_leader_epoch: int | None) -> Partition:
@@ -141,21 +137,8 @@ class PortsAdapter(ClusterCore):
     ) -> FetchResult:
         """fetch() without the port's fault switches: what the Kafka listener serves to clients
         (faults model the coordinator's link to a source, not applications' connections)."""
-        part = self._leader(tp, current_leader_epoch)
-        log = part.leader_log
-        hw, lso = part.hw, part.lso()
-        if last_fetched_epoch is not None and last_fetched_epoch >= 0:
-            answer = log.end_offset_for_epoch(last_fetched_epoch)
-            if answer.epoch < last_fetched_epoch or answer.end_offset < fetch_offset:
-                return FetchResult((), hw, lso, log.log_start, part.leader_epoch, (), answer)
-        if fetch_offset < log.log_start or fetch_offset > log.leo:
-            raise OffsetOutOfRange(tp, fetch_offset, log.log_start, log.leo)
-        upper = lso if isolation == IsolationLevel.READ_COMMITTED else hw
-        batches = log.read(fetch_offset, upper, max_bytes)
-        aborted = ()
-        if isolation == IsolationLevel.READ_COMMITTED and batches:
-            aborted = log.aborted_between(fetch_offset, batches[-1].next_offset)
-        return FetchResult(tuple(batches), hw, lso, log.log_start, part.leader_epoch, aborted)
+        return read_leader_fetch(self._online(tp)[1], fetch_offset, max_bytes, isolation, current_leader_epoch,
+                                 last_fetched_epoch)  # fmt: skip
 
     @journaled
     def end_offset_for_epoch(
@@ -335,7 +318,11 @@ class PortsAdapter(ClusterCore):
         """Raise the DLE to at least ``min_epoch``; idempotent."""
         self._serve()
         topic, part = self._online(tp)
-        return part.bump_epoch(min_epoch, assign_epoch=not topic.read_only)
+        was = part.leader_epoch
+        epoch = part.bump_epoch(min_epoch, assign_epoch=not topic.read_only)
+        if epoch != was:
+            self._touch(tp)  # a fetch parked at the old epoch answers now, as Kafka's purgatory does
+        return epoch
 
     @journaled
     def open_transactions(self, tp: TopicPartition) -> list[OpenTransaction]:
@@ -428,3 +415,40 @@ class PortsAdapter(ClusterCore):
         self._serve()
         for acl in acls:
             self.acls.pop(acl, None)
+
+
+def _check_leader_epoch(part: Partition, current_leader_epoch: int | None) -> None:
+    """Kafka's current-leader-epoch check of a request (Fenced/UnknownLeaderEpoch)."""
+    if current_leader_epoch is not None and current_leader_epoch >= 0:
+        if current_leader_epoch < part.leader_epoch:
+            raise FencedLeaderEpoch(part.tp, current_leader_epoch, part.leader_epoch)
+        if current_leader_epoch > part.leader_epoch:
+            raise UnknownLeaderEpoch(part.tp, current_leader_epoch, part.leader_epoch)
+
+
+def read_leader_fetch(
+    part: Partition,
+    fetch_offset: int,
+    max_bytes: int,
+    isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
+    current_leader_epoch: int | None = None,
+    last_fetched_epoch: int | None = None,
+) -> FetchResult:
+    """``read_fetch`` of a partition its caller found online and led by the broker asked (the Kafka
+    listener's fetch: no second lookup of the topic by its ID, a Python-level UUID hash)."""
+    _check_leader_epoch(part, current_leader_epoch)
+    tp = part.tp
+    log = part.leader_log
+    hw, lso = part.hw, part.lso()
+    if last_fetched_epoch is not None and last_fetched_epoch >= 0:
+        answer = log.end_offset_for_epoch(last_fetched_epoch)
+        if answer.epoch < last_fetched_epoch or answer.end_offset < fetch_offset:
+            return FetchResult((), hw, lso, log.log_start, part.leader_epoch, (), answer)
+    if fetch_offset < log.log_start or fetch_offset > log.leo:
+        raise OffsetOutOfRange(tp, fetch_offset, log.log_start, log.leo)
+    upper = lso if isolation == IsolationLevel.READ_COMMITTED else hw
+    batches = log.read(fetch_offset, upper, max_bytes)
+    aborted = ()
+    if isolation == IsolationLevel.READ_COMMITTED and batches:
+        aborted = log.aborted_between(fetch_offset, batches[-1].next_offset)
+    return FetchResult(tuple(batches), hw, lso, log.log_start, part.leader_epoch, aborted)

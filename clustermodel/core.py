@@ -118,8 +118,9 @@ class ClusterCore:
         )
         self._journal: list[Step] | None = [] if journal else None
         # Told of every partition whose fetch answer may have changed (data, HW, leader, log
-        # start): the model server's fetch sessions wake their long polls from it.
-        self.changed: Callable[[TopicPartition], None] | None = None
+        # start): the model server's fetch sessions and the Kafka listeners' parked fetches wake
+        # from them (``on_change``).
+        self.change_hooks: list[Callable[[TopicPartition], None]] = []
         self._journal_depth = 0
 
     # ---------------------------------------------------------------- journal
@@ -362,9 +363,13 @@ class ClusterCore:
         control = ControlType.COMMIT if commit else ControlType.ABORT
         return self._append_marker(part, control, producer_id, producer_epoch, end_txn_marker_value())
 
+    def on_change(self, hook: Callable[[TopicPartition], None]) -> None:
+        """``hook(tp)`` after every change of a partition's fetch answer (see ``change_hooks``)."""
+        self.change_hooks.append(hook)
+
     def _touch(self, tp: TopicPartition) -> None:
-        if self.changed is not None:
-            self.changed(tp)
+        for hook in self.change_hooks:
+            hook(tp)
 
     def _after_append(self, part: Partition) -> None:
         if len(part.replicas) > 1:

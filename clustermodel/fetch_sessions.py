@@ -80,7 +80,7 @@ class FetchSessions:
             self.attach(name, cluster)
 
     def attach(self, name: str, cluster: Any) -> None:
-        cluster.changed = lambda tp, name=name: self._changed(name, tp)
+        cluster.on_change(lambda tp, name=name: self._changed(name, tp))
 
     def _changed(self, cluster_name: str, tp: TopicPartition) -> None:
         key = (cluster_name, tp.topic_id.int, tp.partition)

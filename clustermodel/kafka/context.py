@@ -6,7 +6,7 @@ way to wake long polls; not the sockets. ClusterListeners is the one implementat
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Protocol
 
 from records.kafka_envelope import ApiTable
@@ -29,5 +29,6 @@ class ListenerContext(Protocol):
     def notify(self) -> None:
         """The model changed: wake long-polling fetches."""
 
-    async def wait_change(self, timeout_s: float) -> None:
-        """Until the model changes or ``timeout_s`` passes."""
+    async def wait_change(self, timeout_s: float, partitions: Collection[tuple[int, int]] | None = None) -> None:
+        """Until the model changes (with ``partitions``, (topic ID as an int, partition) pairs:
+        one of those partitions) or ``timeout_s`` passes."""

@@ -10,6 +10,7 @@ from coordinator.ports import Batch, IsolationLevel, PortError
 from records.kafka_envelope import Request
 from records.registry import default_schemas
 
+from ..adapter import read_leader_fetch
 from ..records import kafka_records
 
 from . import errors as E
@@ -73,19 +74,24 @@ async def fetch(cluster: ListenerContext, broker: int, req: Request) -> object:
     body = req.body
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0, body.max_wait_ms) / 1000
+    keys: list[tuple[int, int]] = []
     while True:
-        response, size, errors = _fetch_once(cluster, broker, req)
+        response, size, errors = _fetch_once(cluster, broker, req, keys)
         remaining = deadline - loop.time()
         if size >= max(1, body.min_bytes) or errors or remaining <= 0:
             return response
-        await cluster.wait_change(remaining)
+        # Parked on its own partitions: another partition's append does not read them all again.
+        await cluster.wait_change(remaining, keys)
         if broker not in cluster.model.live:
             return response
+        keys = []
 
 
-def _fetch_once(cluster: ListenerContext, broker: int, req: Request) -> tuple[object, int, bool]:
+def _fetch_once(cluster: ListenerContext, broker: int, req: Request,
+                keys: list[tuple[int, int]] | None = None) -> tuple[object, int, bool]:  # fmt: skip
+    """The answer, its records' size and whether a partition failed; ``keys`` gets each partition
+    read, as (topic ID as an int, partition)."""
     body = req.body
-    model = cluster.model
     isolation = IsolationLevel(body.isolation_level) if body.isolation_level in (0, 1) else IsolationLevel.READ_UNCOMMITTED
     budget = body.max_bytes if body.max_bytes > 0 else 0x7FFFFFFF
     total = 0
@@ -102,9 +108,11 @@ def _fetch_once(cluster: ListenerContext, broker: int, req: Request) -> tuple[ob
                 parts.append(_FetchPartition(partition_index=p.partition, error_code=code, high_watermark=-1,
                                              last_stable_offset=-1, log_start_offset=-1, current_leader=leader, records=None))
                 continue
+            if keys is not None:
+                keys.append((part.tp.topic_id.int, p.partition))
             try:
-                r = model.read_fetch(part.tp, p.fetch_offset, min(p.partition_max_bytes, budget) if total else p.partition_max_bytes,
-                                isolation, _epoch(p.current_leader_epoch), _epoch(p.last_fetched_epoch))
+                r = read_leader_fetch(part, p.fetch_offset, min(p.partition_max_bytes, budget) if total else p.partition_max_bytes,
+                                      isolation, _epoch(p.current_leader_epoch), _epoch(p.last_fetched_epoch))
             except PortError as exc:
                 errors = True
                 log = part.leader_log

@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
+from coordinator.ports import TopicPartition
 from records.kafka_envelope import MalformedRequest, split_frames
 
 from ..cluster import ClusterModel
@@ -36,7 +37,12 @@ class ClusterListeners:
         self._servers: dict[int, asyncio.base_events.Server] = {}
         self._sockets: dict[int, socket.socket] = {}
         self._connections: dict[int, set[asyncio.StreamWriter]] = {b: set() for b in model.brokers}
-        self._waiters: set[asyncio.Future[None]] = set()
+        self._waiters: set[asyncio.Future[None]] = set()  # woken by any change (a produce's acks=all)
+        # Parked fetches by (topic ID as an int, partition): woken by their own partitions' changes
+        # only. Woken by any change, a consumer's fetch of 500 partitions read all 500 again at
+        # every append anywhere in the cluster (and at every call of the model's own API).
+        self._parked: dict[tuple[int, int], set[asyncio.Future[None]]] = {}
+        model.on_change(self._changed)
         self.groups = GroupCoordinator(model)
         self.wire = WireCache()
         self._live = set(model.live)
@@ -85,25 +91,65 @@ class ClusterListeners:
     # ---------------------------------------------------------------- model changes
 
     def notify(self) -> None:
-        """The model may have changed: wake long-polling fetches."""
+        """The model may have changed anywhere: wake every long poll."""
         waiters, self._waiters = self._waiters, set()
+        parked, self._parked = self._parked, {}
         for f in waiters:
             if not f.done():
                 f.set_result(None)
+        for futures in parked.values():
+            for f in futures:
+                if not f.done():
+                    f.set_result(None)
 
-    async def wait_change(self, timeout_s: float) -> None:
+    def _changed(self, tp: TopicPartition) -> None:
+        """The model's change hook: the fetches parked on ``tp``, and the waits on any change."""
+        futures = self._parked.pop((tp.topic_id.int, tp.partition), None)
+        if futures:
+            for f in futures:
+                if not f.done():
+                    f.set_result(None)
+        if self._waiters:
+            waiters, self._waiters = self._waiters, set()
+            for f in waiters:
+                if not f.done():
+                    f.set_result(None)
+
+    async def wait_change(self, timeout_s: float, partitions: Collection[tuple[int, int]] | None = None) -> None:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.add(fut)
+        parked = self._parked
+        if partitions is None:
+            self._waiters.add(fut)
+        else:
+            for k in partitions:
+                got = parked.get(k)
+                if got is None:
+                    parked[k] = {fut}
+                else:
+                    got.add(fut)
         try:
             await asyncio.wait_for(fut, timeout_s)
         except asyncio.TimeoutError:
             pass
         finally:
-            self._waiters.discard(fut)
+            if partitions is None:
+                self._waiters.discard(fut)
+            else:  # a wake-up popped one key; the others still hold this wait
+                parked = self._parked
+                for k in partitions:
+                    got = parked.get(k)
+                    if got is not None:
+                        got.discard(fut)
+                        if not got:
+                            del parked[k]
 
     def sync(self) -> None:
-        """After a control call: a broker that went down loses its connections."""
+        """After a call of the model's own API: a broker that went down loses its connections,
+        and every long poll looks again. Data, HW, leader and log start changes wake the polls of
+        their partitions by themselves (``_changed``)."""
         live = set(self.model.live)
+        if live == self._live:
+            return
         for broker in self._live - live:
             for w in list(self._connections.get(broker, ())):
                 w.transport.abort()

@@ -468,3 +468,32 @@ async def test_acks_all_waits_for_the_isr(rig):
     r = (await waiting).responses[0].partition_responses[0]
     assert (r.error_code, r.base_offset) == (0, 2)
     c.close()
+
+
+async def test_a_parked_fetch_wakes_for_its_own_partitions_only(rig, monkeypatch):
+    """A long poll is parked on the partitions it reads: an append to another partition does not
+    read it again, its own partition's append answers it at once, with no ``notify`` (the model's
+    change hook), and a call of the model's own API that changed no broker wakes nothing."""
+    from clustermodel.kafka import handlers_fetch
+
+    model, cluster = rig
+    model.add_topic("other", 1)
+    part = model.topics[model.topic_ids["t"]].partitions[0]
+    reads = []
+    real = handlers_fetch._fetch_once
+    monkeypatch.setattr(handlers_fetch, "_fetch_once", lambda *a: reads.append(1) or real(*a))
+    c = await Conn.open(cluster.ports[part.leader])
+    start = time.monotonic()
+    waiting = asyncio.ensure_future(c.call(1, 12, _fetch_body("t", 0, max_wait_ms=5000)))
+    await asyncio.sleep(0.1)
+    assert len(reads) == 1 and cluster._parked
+    for i in range(5):
+        model.produce("other", 0, [(None, b"elsewhere %d" % i)])
+        cluster.sync()  # as after each call of the model's own API
+    await asyncio.sleep(0.1)
+    assert len(reads) == 1 and not waiting.done()
+    model.produce("t", 0, [(None, b"mine")])
+    got = (await waiting).responses[0].partitions[0]
+    assert got.records and time.monotonic() - start < 2 and len(reads) == 2
+    assert not cluster._parked  # a woken fetch leaves no registration behind
+    c.close()
