@@ -36,12 +36,6 @@ DEFAULT_STATE_PARTITIONS = 50
 # catch-up's ListOffsets would wait behind an idle Fetch (500 ms by default), and a describe took
 # about a second on Apache Kafka (none on noida-db, which never holds a Fetch).
 CATCH_UP_FETCH_MAX_WAIT_MS = 20
-# consumer_timeout_ms of the coordinator's own long-lived consumers: aiokafka's fetcher routine
-# wakes that often (200 ms by default) even when every partition is paused or a long poll is in
-# flight, a pass over its assignment each time (five a second per consumer, most of an idle
-# controller's loop). What it acts on wakes it anyway: a resume, a seek, a fetch's answer, records
-# consumed, a new assignment, a metadata update.
-FETCHER_WAKE_MS = 5000
 DEFAULT_CONTROLLER_PORT = 9393
 # The worker's consumer group timing; defaults are Faust's (broker_session_timeout etc.).
 DEFAULT_SESSION_TIMEOUT_MS = 60_000

@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from coordinator.state_counts import StateTally
 from coordinator.states import MirrorState
-from streams.config import CATCH_UP_FETCH_MAX_WAIT_MS, FETCHER_WAKE_MS
+from streams.config import CATCH_UP_FETCH_MAX_WAIT_MS
 from streams.state.mirror_state_codec import MirrorStateCodec, RecordType
 from streams.state.raw_log import RawLogReader
 
@@ -75,7 +75,7 @@ class MirrorStateChangelogView:
     async def start(self) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False,
                                     auto_offset_reset="earliest", client_id="kip1279-controller-states",
-                                    fetch_max_wait_ms=CATCH_UP_FETCH_MAX_WAIT_MS, consumer_timeout_ms=FETCHER_WAKE_MS,
+                                    fetch_max_wait_ms=CATCH_UP_FETCH_MAX_WAIT_MS,
                                     isolation_level="read_committed")  # end offsets: the LSO  # fmt: skip
         await consumer.start()
         tps = [TopicPartition(self.topic, p) for p in self.partitions]

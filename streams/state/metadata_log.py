@@ -26,7 +26,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from records.framing import ApiMessageAndVersion, FrameError, MetadataRecordSerde
 from streams.config import (
-    FETCHER_WAKE_MS,
     install_payload_redaction,
 )
 from streams.state import aborted_transactions
@@ -195,7 +194,6 @@ class MetadataLogReader:
             isolation_level="read_committed",
             auto_offset_reset="earliest",
             fetch_max_wait_ms=self._default_max_wait_ms,
-            consumer_timeout_ms=FETCHER_WAKE_MS,
         )
         await consumer.start()
         consumer.assign([self.tp])
@@ -281,10 +279,7 @@ class MetadataLogReader:
         while True:
             if end is not None and await consumer.position(self.tp) >= end:
                 return
-            # Following, getmany waits as long as the long poll: it returns as soon as records
-            # come, and with 200 ms the follower's loop woke five times a second for nothing.
-            wait_ms = self.follow_fetch_max_wait_ms if end is None else self.poll_timeout_ms
-            batch = await consumer.getmany(self.tp, timeout_ms=wait_ms)
+            batch = await consumer.getmany(self.tp, timeout_ms=self.poll_timeout_ms)
             entries = []
             done = False
             for msg in batch.get(self.tp, []):

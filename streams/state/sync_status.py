@@ -31,7 +31,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import NewTopic
 
 from coordinator.readiness import SyncReport
-from streams.config import CATCH_UP_FETCH_MAX_WAIT_MS, FETCHER_WAKE_MS, WorkerConfig
+from streams.config import CATCH_UP_FETCH_MAX_WAIT_MS, WorkerConfig
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ async def paused_consumer(bootstrap: str, topic: str, client_id: str) -> AIOKafk
     empty fetches a second (fetch.max.wait.ms 20)."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                                 auto_offset_reset="earliest", client_id=client_id,
-                                fetch_max_wait_ms=CATCH_UP_FETCH_MAX_WAIT_MS, consumer_timeout_ms=FETCHER_WAKE_MS)  # fmt: skip
+                                fetch_max_wait_ms=CATCH_UP_FETCH_MAX_WAIT_MS)  # fmt: skip
     await consumer.start()
     tp = TopicPartition(topic, 0)
     consumer.assign([tp])

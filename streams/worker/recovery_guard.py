@@ -151,13 +151,11 @@ class RecoveryGuard:
         its highwater (the LSO less one), where there is one."""
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
-        from streams.config import FETCHER_WAKE_MS
         from streams.state.raw_log import RawLogReader
 
         if self._reader is None:
             reader = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False,
-                                      isolation_level="read_committed", client_id="kip1279-recovery-guard",
-                                      consumer_timeout_ms=FETCHER_WAKE_MS)  # fmt: skip
+                                      isolation_level="read_committed", client_id="kip1279-recovery-guard")  # fmt: skip
             await reader.start()
             self._reader = reader
         reader = self._reader

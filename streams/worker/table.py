@@ -182,12 +182,12 @@ class WorkerTable:
         if self._reader is None:
             from aiokafka import AIOKafkaConsumer
 
-            from streams.config import CATCH_UP_FETCH_MAX_WAIT_MS, FETCHER_WAKE_MS
+            from streams.config import CATCH_UP_FETCH_MAX_WAIT_MS
 
             reader = AIOKafkaConsumer(bootstrap_servers=self.config.bootstrap_servers, group_id=None,
                                       enable_auto_commit=False, auto_offset_reset="earliest",
                                       isolation_level="read_committed", fetch_max_wait_ms=CATCH_UP_FETCH_MAX_WAIT_MS,
-                                      consumer_timeout_ms=FETCHER_WAKE_MS, client_id=f"{self.config.faust_app_id}-takeover")  # fmt: skip
+                                      client_id=f"{self.config.faust_app_id}-takeover")  # fmt: skip
             await reader.start()
             self._reader = reader
         return self._reader
