@@ -133,12 +133,6 @@ class ControlPlane:
     async def _election_round(self) -> None:
         try:
             await self.heartbeats.publish(self._heartbeat())
-            if self.active:
-                # Only a standby decides from the others' heartbeats; the active one is told of a
-                # takeover by the log (``replayed``) and by its writer's fencing. Polled, it cost a
-                # ListOffsets and a Fetch per round (five a second at the default session timeout).
-                self.heartbeats.skip()
-                return
             beats = await self.heartbeats.poll()
         except Exception as e:  # noqa: BLE001 - the next round tries again
             log.warning("controller heartbeats on %s failed: %s", self.config.controllers_topic_name, e)

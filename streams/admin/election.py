@@ -17,7 +17,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import NewTopic
 
 from coordinator.election import Heartbeat
-from streams.config import FETCHER_WAKE_MS
 
 log = logging.getLogger(__name__)
 HISTORY = 500  # heartbeats read back at start: at 4 a second per controller, over a minute of 3
@@ -55,35 +54,22 @@ class HeartbeatChannel:
         self.heartbeats: list[Heartbeat] = []
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
-        self._rewind = False  # the next poll reads the last HISTORY heartbeats again (``skip``)
 
     async def start(self) -> None:
         self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, client_id=self.client_id, acks=1,
                                           linger_ms=0, request_timeout_ms=5000)  # fmt: skip
         await self._producer.start()
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, client_id=self.client_id, group_id=None,
-                                    enable_auto_commit=False, auto_offset_reset="latest", fetch_max_wait_ms=100,
-                                    consumer_timeout_ms=FETCHER_WAKE_MS)  # fmt: skip
+                                    enable_auto_commit=False, auto_offset_reset="latest", fetch_max_wait_ms=100)  # fmt: skip
         await consumer.start()
         consumer.assign([self.tp])
-        await self._seek_history(consumer)
+        end = (await consumer.end_offsets([self.tp]))[self.tp]
+        consumer.seek(self.tp, max(0, end - HISTORY))
         # Paused between polls: followed, the topic's end kept the broker answering ten empty
         # fetches a second (fetch.max.wait.ms 100) per controller while nothing happened.
         consumer.pause(self.tp)
         self._consumer = consumer
         await self.poll()
-
-    async def _seek_history(self, consumer: AIOKafkaConsumer) -> None:
-        end = (await consumer.end_offsets([self.tp]))[self.tp]
-        start = (await consumer.beginning_offsets([self.tp]))[self.tp]
-        consumer.seek(self.tp, max(start, end - HISTORY))
-        self.heartbeats = []
-
-    def skip(self) -> None:
-        """This round reads nothing (the active controller decides nothing from heartbeats); the
-        next ``poll`` starts again from the last HISTORY heartbeats: a position left behind for
-        long may be below the log start by then, and a reset to the end would show no one alive."""
-        self._rewind = True
 
     async def stop(self) -> None:
         for part in (self._producer, self._consumer):
@@ -115,9 +101,6 @@ class HeartbeatChannel:
         consumer = self._consumer
         if consumer is None:
             return self.heartbeats
-        if self._rewind:
-            await self._seek_history(consumer)
-            self._rewind = False
         end = (await consumer.end_offsets([self.tp]))[self.tp]
         if await consumer.position(self.tp) < end:
             consumer.resume(self.tp)
