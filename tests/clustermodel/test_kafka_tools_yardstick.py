@@ -278,7 +278,8 @@ def test_topics_describe_internal(sides: Sides) -> None:
 def test_consumer_groups(sides: Sides) -> None:
     p = sides.prefix
     kafka, model = tool(sides, "consumer-groups --list")
-    assert ours(sides, model) == ours(sides, kafka) and sorted(ours(sides, model)) == [f"{p}-left", f"{p}-simple"]
+    # Kafka lists groups in its coordinators' map order, which differs from run to run: compared as sets.
+    assert sorted(ours(sides, model)) == sorted(ours(sides, kafka)) == [f"{p}-left", f"{p}-simple"]
     for run in ("consumer-groups --describe", "consumer-groups --describe --state", "consumer-groups --describe --members",
                 "consumer-groups --reset-offsets --dry-run"):  # fmt: skip
         kafka, model = tool(sides, run)
