@@ -94,26 +94,16 @@ class ClusterListeners:
         """The model may have changed anywhere: wake every long poll."""
         waiters, self._waiters = self._waiters, set()
         parked, self._parked = self._parked, {}
-        for f in waiters:
-            if not f.done():
-                f.set_result(None)
+        _wake(waiters)
         for futures in parked.values():
-            for f in futures:
-                if not f.done():
-                    f.set_result(None)
+            _wake(futures)
 
     def _changed(self, tp: TopicPartition) -> None:
         """The model's change hook: the fetches parked on ``tp``, and the waits on any change."""
-        futures = self._parked.pop((tp.topic_id.int, tp.partition), None)
-        if futures:
-            for f in futures:
-                if not f.done():
-                    f.set_result(None)
+        _wake(self._parked.pop((tp.topic_id.int, tp.partition), ()))
         if self._waiters:
             waiters, self._waiters = self._waiters, set()
-            for f in waiters:
-                if not f.done():
-                    f.set_result(None)
+            _wake(waiters)
 
     async def wait_change(self, timeout_s: float, partitions: Collection[tuple[int, int]] | None = None) -> None:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -144,9 +134,9 @@ class ClusterListeners:
                             del parked[k]
 
     def sync(self) -> None:
-        """After a call of the model's own API: a broker that went down loses its connections,
-        and every long poll looks again. Data, HW, leader and log start changes wake the polls of
-        their partitions by themselves (``_changed``)."""
+        """After a call of the model's own API: if a broker went down or came back, the one down
+        loses its connections and every long poll looks again. Data, HW, leader and log start
+        changes wake the polls of their partitions by themselves (``_changed``)."""
         live = set(self.model.live)
         if live == self._live:
             return
@@ -217,3 +207,9 @@ class KafkaListeners:
     def addresses(self) -> list[tuple[str, int, str, int]]:
         """(cluster, broker, host, port) of every listener."""
         return [(name, b, c.host, p) for name, c in sorted(self.clusters.items()) for b, p in sorted(c.ports.items())]
+
+
+def _wake(futures: Collection[asyncio.Future[None]]) -> None:
+    for f in futures:
+        if not f.done():
+            f.set_result(None)

@@ -56,7 +56,8 @@ def run_worker(cfg: WorkerConfig, args: argparse.Namespace) -> int:
         from streams.worker.metrics import serve_worker
 
         loop.run_until_complete(serve_worker(coordinator))
-    backstop = StopBackstop(cfg.shutdown_timeout_ms / 1000, lambda: coordinator.exit.exit_code, leave)
+    backstop = StopBackstop(cfg.shutdown_timeout_ms / 1000, lambda: coordinator.exit.exit_code, leave,
+                            "worker.shutdown.timeout.ms")  # fmt: skip
     fw = _worker_class(faust.Worker, backstop)(coordinator.app, loop=loop, loglevel=args.loglevel.upper(), quiet=True,
                                                redirect_stdouts=False, override_logging=False)  # fmt: skip
     log.info("worker %s for cluster %r starting (model port %s)", cfg.group_instance_id, cfg.cluster_name,
@@ -82,8 +83,9 @@ class StopBackstop:
     and the group's rebalance; should one of them hang, the worker must still go, as a SIGKILL
     would (it loses nothing acknowledged), but out of its group at once, not a session later."""
 
-    def __init__(self, grace_s: float, exit_code: Callable[[], int], before_exit: Callable[[], None]) -> None:
-        self.grace_s, self.exit_code, self.before_exit = grace_s, exit_code, before_exit
+    def __init__(self, grace_s: float, exit_code: Callable[[], int], before_exit: Callable[[], None],
+                 setting: str = "") -> None:  # fmt: skip
+        self.grace_s, self.exit_code, self.before_exit, self.setting = grace_s, exit_code, before_exit, setting
         self.timer: threading.Timer | None = None
 
     def arm(self, *_: object) -> None:
@@ -95,8 +97,8 @@ class StopBackstop:
 
     def _exit(self) -> None:
         code = self.exit_code()
-        log.critical("the worker's stop has not finished after %.0f s (worker.shutdown.timeout.ms); leaving its "
-                     "group and exiting with code %d", self.grace_s, code)  # fmt: skip
+        log.critical("the worker's stop has not finished after %.0f s; exiting with code %d%s", self.grace_s, code,
+                     f" ({self.setting})" if self.setting else "")  # fmt: skip
         try:
             self.before_exit()
         finally:
@@ -123,17 +125,7 @@ def _stop_self(grace_s: float = 30.0, code: int = EXIT_GROUP_LOST,
     """Stops this worker as SIGTERM does; should the stop hang, exits anyway with ``code`` after
     ``grace_s``, once ``before_exit`` (leaving the group) has run."""
 
-    def backstop_exit() -> None:
-        log.critical("the worker's stop has not finished after %.0f s; exiting with code %d", grace_s, code)
-        try:
-            before_exit()
-        finally:
-            logging.shutdown()  # flush the lines first
-            os._exit(code)
-
-    backstop = threading.Timer(grace_s, backstop_exit)
-    backstop.daemon = True
-    backstop.start()
+    StopBackstop(grace_s, lambda: code, before_exit).arm()
     os.kill(os.getpid(), signal.SIGTERM)
 
 
